@@ -1,0 +1,61 @@
+# Developer and CI entry points; `make` lists them. CI runs `make test`
+# through .ci/run.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 15s
+
+# staticcheck is pinned in the separate tools module so its dependencies
+# stay out of the main go.mod.
+STATICCHECK := go tool -modfile=tools/go.mod staticcheck
+
+.PHONY: help build test lint fuzz bench demo tidy check-tidy clean
+
+help: ## Show this help.
+	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
+	@echo
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+build: ## Build every package, and bin/agenthost.
+	go build ./...
+	go build -o bin/agenthost ./cmd/agenthost
+
+test: lint ## Run lint, then every test with the race detector.
+	go test -race -count=1 -timeout 9m ./...
+
+# gofmt is given the tracked and untracked (but not ignored) files, so
+# testdata and scratch files outside git do not count; generated protobuf
+# code is left as protoc-gen-go writes it.
+lint: ## Check gofmt, then run go vet and staticcheck.
+	@unformatted=$$(git ls-files -z --cached --others --exclude-standard -- '*.go' ':!:*.pb.go' | xargs -0 -r gofmt -l); \
+	if [[ -n "$$unformatted" ]]; then \
+		echo "These files need gofmt -w:"; echo "$$unformatted"; exit 1; \
+	fi
+	go vet ./...
+	$(STATICCHECK) ./...
+
+fuzz: ## Run every Fuzz* target for FUZZTIME each (default 15s).
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+bench: ## Run every benchmark.
+	go test -run '^$$' -bench . -benchmem ./...
+
+demo: ## Run the lease store demo (examples/storedemo).
+	go run ./examples/storedemo
+
+tidy: ## Tidy go.mod and go.sum (also those of the tools module).
+	go mod tidy
+	cd tools && go mod tidy
+
+# go mod tidy -diff prints the changes tidy would make and fails if there
+# are any, without writing go.mod or go.sum.
+check-tidy: ## Fail if go.mod or go.sum (or the tools module's) are not tidy.
+	go mod tidy -diff
+	cd tools && go mod tidy -diff
+
+clean: ## Remove build output (bin/).
+	rm -rf bin/

@@ -1,0 +1,736 @@
+package leasestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Options configure OpenBadger. The zero value works.
+type Options struct {
+	// Logger receives the store's logs, Badger's own included (Badger's
+	// chatty info lines are demoted to debug). Default: no logging.
+	Logger hclog.Logger
+	// Now is the clock for entry times, evidence and record timestamps.
+	// Default: time.Now.
+	Now func() time.Time
+	// NewToken mints spawn tokens. Default: 128 random bits from
+	// crypto/rand, base32-encoded.
+	NewToken func() (string, error)
+	// OpenAttempts is how many consecutive opens of the store may die
+	// (Badger panics inside its own goroutines on some damaged tables,
+	// which no caller can recover) before the store is treated as damaged,
+	// moved aside and restored from its backup. Default: 2.
+	OpenAttempts int
+	// BackupDelay is how long lease changes are coalesced before the backup
+	// of session records is rewritten. Default: 200ms.
+	BackupDelay time.Duration
+	// CloseRetries keeps journal handles whose close failed until a later
+	// Close succeeds in closing them. Default: a registry owned by the
+	// store (see BadgerStore.CloseRetries).
+	CloseRetries *CloseRetries
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.NewToken == nil {
+		o.NewToken = func() (string, error) { return rand.Text(), nil }
+	}
+	if o.OpenAttempts <= 0 {
+		o.OpenAttempts = 2
+	}
+	if o.BackupDelay <= 0 {
+		o.BackupDelay = 200 * time.Millisecond
+	}
+	if o.CloseRetries == nil {
+		o.CloseRetries = &CloseRetries{}
+	}
+	return o
+}
+
+// Group commit bounds: at most this many operations share one transaction.
+// Badger's own size limit (15% of the memtable) splits a batch further when
+// the entries are large.
+const maxBatchOps = 256
+
+// maxConflictRetries bounds how often a batch is re-run after Badger
+// reports a conflict with a concurrent transaction.
+const maxConflictRetries = 8
+
+// replayChunk is how many entries a reader collects per read transaction;
+// callbacks run outside the transaction so a slow reader never pins it.
+const replayChunk = 256
+
+// BadgerStore is the embedded Store: one Badger directory under the state
+// directory, guarded by an exclusive lock file and a crash-loop marker, with
+// a backup of the session records beside it.
+//
+// All writes go through one writer goroutine that commits whatever has
+// queued up in a single synced transaction (group commit): a durable append
+// costs one sync however many sessions are appending at once.
+type BadgerStore struct {
+	stateDir string
+	opts     Options
+	log      hclog.Logger
+	db       *badger.DB
+	lock     *dirLock
+	recovery *Recovery
+
+	ops        chan *op
+	stopWriter chan struct{}
+	writerDone chan struct{}
+
+	backupKick  chan struct{}
+	stopBackup  chan struct{}
+	backupDone  chan struct{}
+	backupMu    sync.Mutex    // serialises backup writes
+	leaseGen    atomic.Uint64 // bumped by every committed batch that changed a record
+	commits     atomic.Uint64 // committed transactions, for tests of group commit
+	backedUpGen atomic.Uint64 // leaseGen the last backup captured
+
+	// submitMu orders senders on ops against the writer's shutdown.
+	submitMu      sync.RWMutex
+	writerStopped bool
+
+	// readMu keeps reads out of a closing database.
+	readMu sync.RWMutex
+
+	mu       sync.Mutex
+	closing  bool                     // a Close has begun: no new writes
+	closed   bool                     // a Close succeeded
+	journals map[*Journal]struct{}    // handles from OpenJournal not yet closed
+	watchers map[string]chan struct{} // closed when a session's journal or record changes
+}
+
+var _ Store = (*BadgerStore)(nil)
+
+// Recovery describes what OpenBadger did to a damaged store.
+type Recovery struct {
+	// Reason says why the store was judged damaged.
+	Reason string
+	// DamagedDir is where the damaged Badger directory was moved; nothing in
+	// it was deleted.
+	DamagedDir string
+	// Sessions is how many session records the backup restored.
+	Sessions int
+}
+
+func (r *Recovery) String() string {
+	return fmt.Sprintf("state store was damaged (%s); restored %d session(s) from backup; "+
+		"their journals restart empty after the last sequence number the backup knew; "+
+		"the damaged store is kept at %s", r.Reason, r.Sessions, r.DamagedDir)
+}
+
+// OpenBadger opens (creating if needed) the lease store in stateDir, which
+// must be an absolute path. It takes an exclusive lock on the directory; a
+// second opener gets a *LockedError naming the holder's pid.
+//
+// If the previous opens died, or Badger cannot open the store, the damaged
+// directory is moved aside and the session records are restored from the
+// backup (see Recovery); every restored lease gets a fence floor above
+// anything the lost commits could have granted, and is marked unreconciled.
+// Without a usable backup OpenBadger refuses with ErrDamaged and says what
+// to do.
+func OpenBadger(ctx context.Context, stateDir string, opts Options) (*BadgerStore, error) {
+	if !filepath.IsAbs(stateDir) {
+		return nil, fmt.Errorf("%w: state directory must be an absolute path, got %q", ErrInvalidArgument, stateDir)
+	}
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	lock, err := lockStateDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &BadgerStore{
+		stateDir:   stateDir,
+		opts:       opts,
+		log:        opts.Logger,
+		lock:       lock,
+		ops:        make(chan *op, maxBatchOps),
+		stopWriter: make(chan struct{}),
+		writerDone: make(chan struct{}),
+		backupKick: make(chan struct{}, 1),
+		stopBackup: make(chan struct{}),
+		backupDone: make(chan struct{}),
+		journals:   make(map[*Journal]struct{}),
+		watchers:   make(map[string]chan struct{}),
+	}
+	if err := s.openDB(); err != nil {
+		_ = lock.release()
+		return nil, err
+	}
+	go s.writeLoop()
+	go s.backupLoop()
+	if s.recovery != nil {
+		if err := s.finishRecovery(ctx); err != nil {
+			_ = s.shutdown()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Recovery reports what OpenBadger did to a damaged store, or nil.
+func (s *BadgerStore) Recovery() *Recovery { return s.recovery }
+
+// CloseRetries is the registry of journal handles whose close failed; Close
+// retries them.
+func (s *BadgerStore) CloseRetries() *CloseRetries { return s.opts.CloseRetries }
+
+func (s *BadgerStore) now() time.Time { return s.opts.Now().UTC() }
+
+// Create implements SessionStore.
+func (s *BadgerStore) Create(ctx context.Context, spec SessionSpec) (Session, error) {
+	id := spec.ID
+	if id == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return Session{}, fmt.Errorf("generate session id: %w", err)
+		}
+		id = u.String()
+	}
+	if err := ValidateSessionID(id); err != nil {
+		return Session{}, err
+	}
+	if spec.Agent == "" {
+		return Session{}, fmt.Errorf("%w: a session needs an agent name", ErrInvalidArgument)
+	}
+	var out Session
+	err := s.submit(ctx, func(b *batch) error {
+		if _, err := b.session(id); err == nil {
+			return fmt.Errorf("create session %q: %w", id, ErrExists)
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		now := s.now()
+		sess := Session{
+			ID: id, Agent: spec.Agent, Workspace: spec.Workspace, Options: spec.Options,
+			Lease:     Lease{Claim: ClaimReleased},
+			CreatedAt: now, UpdatedAt: now,
+		}
+		if err := b.putSession(sess); err != nil {
+			return err
+		}
+		if _, err := b.appendEntries(id, 0, now, *lifecycle(KindLifecycle, sess, LifecycleEvent{Event: "created"})); err != nil {
+			return err
+		}
+		out = sess
+		return nil
+	})
+	return out, err
+}
+
+// Apply implements SessionStore.
+func (s *BadgerStore) Apply(ctx context.Context, id string, t Transition) (Session, error) {
+	if t == nil {
+		return Session{}, fmt.Errorf("%w: nil transition", ErrInvalidArgument)
+	}
+	var out Session
+	err := s.submit(ctx, func(b *batch) error {
+		cur, err := b.session(id)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		next, entry, err := t.Apply(cur, Env{Now: now, NewToken: s.opts.NewToken})
+		if err != nil {
+			return err
+		}
+		next.UpdatedAt = now
+		if err := b.putSession(next); err != nil {
+			return err
+		}
+		if entry != nil {
+			if _, err := b.appendEntries(id, next.Lease.Fence, now, *entry); err != nil {
+				return err
+			}
+		}
+		out = next
+		return nil
+	})
+	return out, err
+}
+
+// MarkAllUnreconciled implements SessionStore.
+func (s *BadgerStore) MarkAllUnreconciled(ctx context.Context) (int, error) {
+	ids, err := s.sessionIDs()
+	if err != nil {
+		return 0, err
+	}
+	marked := 0
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 128)]
+		ids = ids[len(chunk):]
+		n := 0
+		err := s.submit(ctx, func(b *batch) error {
+			n = 0
+			for _, id := range chunk {
+				cur, err := b.session(id)
+				if errors.Is(err, ErrNotFound) {
+					continue // deleted since it was listed
+				}
+				if err != nil {
+					return err
+				}
+				cur.Lease.Unreconciled = true
+				if err := b.putSession(cur); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return marked, err
+		}
+		marked += n
+	}
+	return marked, nil
+}
+
+// Delete implements SessionStore. The journal is removed in bounded chunks
+// before the record, each chunk re-checking the lease, so a Delete that is
+// interrupted leaves a released session that a second Delete finishes.
+func (s *BadgerStore) Delete(ctx context.Context, id string, fence uint64) error {
+	for {
+		finished := false
+		err := s.submit(ctx, func(b *batch) error {
+			cur, err := b.session(id)
+			if err != nil {
+				return err
+			}
+			const op = "delete"
+			switch {
+			case cur.Lease.Unreconciled:
+				return refuse(op, cur, ErrReconciling, "the host has not decided this session since the store was opened")
+			case fence != cur.Lease.Fence:
+				return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
+			case cur.Lease.Claim != ClaimReleased || cur.Lease.Stage != StageNone:
+				return refuse(op, cur, ErrConflict, "only a released, settled session can be deleted")
+			}
+			it := b.txn.NewIterator(badger.IteratorOptions{Prefix: journalPrefix(id)})
+			defer it.Close()
+			n := 0
+			for it.Rewind(); it.Valid() && n < maxBatchOps*4; it.Next() {
+				b.del(it.Item().KeyCopy(nil))
+				n++
+			}
+			if n == 0 {
+				b.del(recordKey(id))
+				b.del(seqKey(id))
+				b.opRecords = true
+				b.opNotify = append(b.opNotify, id)
+				finished = true
+			}
+			return nil
+		})
+		if err != nil || finished {
+			return err
+		}
+	}
+}
+
+// Append implements JournalStore.
+func (s *BadgerStore) Append(ctx context.Context, id string, fence uint64, entries ...EntryInput) ([]Entry, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	for _, e := range entries {
+		if err := e.validate(); err != nil {
+			return nil, err
+		}
+	}
+	var out []Entry
+	err := s.submit(ctx, func(b *batch) error {
+		cur, err := b.session(id)
+		if err != nil {
+			return err
+		}
+		if err := CheckAppend(cur, fence); err != nil {
+			return err
+		}
+		out, err = b.appendEntries(id, fence, s.now(), entries...)
+		return err
+	})
+	return out, err
+}
+
+// OpenJournal returns a writer handle on a session's journal at fence. The
+// store closes it, through its close-retry registry, when the store closes.
+func (s *BadgerStore) OpenJournal(ctx context.Context, id string, fence uint64) (*Journal, error) {
+	cur, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckAppend(cur, fence); err != nil {
+		return nil, err
+	}
+	j := NewJournal(s, id, fence)
+	j.onClosed = func(j *Journal) {
+		s.mu.Lock()
+		delete(s.journals, j)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrClosed
+	}
+	s.journals[j] = struct{}{}
+	return j, nil
+}
+
+// view runs fn in a read transaction unless the store is closed.
+func (s *BadgerStore) view(fn func(txn *badger.Txn) error) error {
+	s.readMu.RLock()
+	defer s.readMu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+func getSession(txn *badger.Txn, id string) (Session, error) {
+	item, err := txn.Get(recordKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return Session{}, fmt.Errorf("session %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("read session %q: %w", id, err)
+	}
+	var out Session
+	err = item.Value(func(v []byte) error {
+		var err error
+		out, err = DecodeRecord(v)
+		return err
+	})
+	return out, err
+}
+
+// Get implements SessionStore.
+func (s *BadgerStore) Get(ctx context.Context, id string) (Session, error) {
+	var out Session
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		out, err = getSession(txn, id)
+		return err
+	})
+	return out, err
+}
+
+// List implements SessionStore. A record that cannot be decoded does not
+// hide the others: List returns every decodable session and, beside them,
+// an error matching ErrDamaged that names the unreadable ones.
+func (s *BadgerStore) List(ctx context.Context) ([]Session, error) {
+	var out []Session
+	var bad []error
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			_, id, rest, err := parseKey(item.Key())
+			if err != nil || len(rest) != 1 || rest[0] != recordSuffix {
+				continue
+			}
+			err = item.Value(func(v []byte) error {
+				sess, err := DecodeRecord(v)
+				if err != nil {
+					return err
+				}
+				out = append(out, sess)
+				return nil
+			})
+			if err != nil {
+				bad = append(bad, fmt.Errorf("session %q: %w", id, err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, errors.Join(bad...)
+}
+
+func (s *BadgerStore) sessionIDs() ([]string, error) {
+	var ids []string
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			_, id, rest, err := parseKey(it.Item().Key())
+			if err == nil && len(rest) == 1 && rest[0] == recordSuffix {
+				ids = append(ids, id)
+			}
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// LastSeq implements JournalStore.
+func (s *BadgerStore) LastSeq(ctx context.Context, id string) (uint64, error) {
+	var last uint64
+	err := s.view(func(txn *badger.Txn) error {
+		if _, err := getSession(txn, id); err != nil {
+			return err
+		}
+		var err error
+		last, err = readLastSeq(txn, id)
+		return err
+	})
+	return last, err
+}
+
+// readLastSeq reads a session's journal position, 0 when it has none.
+func readLastSeq(txn *badger.Txn, id string) (uint64, error) {
+	item, err := txn.Get(seqKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var last uint64
+	err = item.Value(func(v []byte) error {
+		var err error
+		last, err = decodeSeq(v)
+		return err
+	})
+	return last, err
+}
+
+// Replay implements JournalStore.
+func (s *BadgerStore) Replay(ctx context.Context, id string, from uint64, fn func(Entry) error) error {
+	var upTo uint64
+	first := true
+	for {
+		chunk, err := s.readChunk(id, from, func(txn *badger.Txn) error {
+			if !first {
+				return nil
+			}
+			// Fix the end at the first read so a busy journal cannot keep
+			// Replay going forever; Tail is for following.
+			var err error
+			upTo, err = readLastSeq(txn, id)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		first = false
+		for _, e := range chunk {
+			if e.Seq > upTo {
+				return nil
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+			from = e.Seq + 1
+		}
+		if len(chunk) < replayChunk {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// readChunk reads up to replayChunk entries of id with Seq >= from in one
+// read transaction, after checking that the session exists and running
+// also (if non-nil) in the same transaction.
+func (s *BadgerStore) readChunk(id string, from uint64, also func(*badger.Txn) error) ([]Entry, error) {
+	var out []Entry
+	err := s.view(func(txn *badger.Txn) error {
+		if _, err := getSession(txn, id); err != nil {
+			return err
+		}
+		if also != nil {
+			if err := also(txn); err != nil {
+				return err
+			}
+		}
+		prefix := journalPrefix(id)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Seek(journalKey(id, max(from, 1))); it.Valid() && len(out) < replayChunk; it.Next() {
+			item := it.Item()
+			_, seq, err := parseJournalKey(item.Key())
+			if err != nil {
+				return fmt.Errorf("journal of %q: %w", id, err)
+			}
+			err = item.Value(func(v []byte) error {
+				e, err := DecodeEntry(v)
+				if err != nil {
+					return err
+				}
+				if e.Seq != seq {
+					return fmt.Errorf("%w: entry under seq %d says seq %d", errBadEntry, seq, e.Seq)
+				}
+				out = append(out, e)
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("journal of %q at seq %d: %w", id, seq, err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Tail implements JournalStore.
+func (s *BadgerStore) Tail(ctx context.Context, id string, from uint64, fn func(Entry) error) error {
+	next := max(from, 1)
+	for {
+		// Watch before reading: a commit that lands after the read still
+		// closes the channel we hold, so nothing slips between the two.
+		changed, err := s.watch(id)
+		if err != nil {
+			return err
+		}
+		for {
+			chunk, err := s.readChunk(id, next, nil)
+			if err != nil {
+				return err
+			}
+			for _, e := range chunk {
+				if err := fn(e); err != nil {
+					return err
+				}
+				next = e.Seq + 1
+			}
+			if len(chunk) < replayChunk {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+func (s *BadgerStore) watch(id string) (<-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	ch, ok := s.watchers[id]
+	if !ok {
+		ch = make(chan struct{})
+		s.watchers[id] = ch
+	}
+	return ch, nil
+}
+
+func (s *BadgerStore) notify(ids map[string]struct{}) {
+	if len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range ids {
+		if ch, ok := s.watchers[id]; ok {
+			close(ch)
+			delete(s.watchers, id)
+		}
+	}
+}
+
+// Close implements Store.
+func (s *BadgerStore) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	handles := make([]*Journal, 0, len(s.journals))
+	for j := range s.journals {
+		handles = append(handles, j)
+	}
+	s.mu.Unlock()
+
+	retries := s.opts.CloseRetries
+	for _, j := range handles {
+		_ = retries.CloseOrRetain(ctx, j) // a failure stays retained and is retried below
+	}
+	if err := retries.RetryAll(ctx); err != nil {
+		return fmt.Errorf("close lease store: journal handles still open %q (call Close again to retry): %w",
+			retries.Pending(), err)
+	}
+	return s.shutdown()
+}
+
+// shutdown stops the goroutines, writes a last backup and closes Badger.
+func (s *BadgerStore) shutdown() error {
+	s.submitMu.Lock()
+	s.writerStopped = true
+	s.submitMu.Unlock()
+	close(s.stopWriter)
+	<-s.writerDone
+	close(s.stopBackup)
+	<-s.backupDone
+
+	var errs []error
+	if s.leaseGen.Load() != s.backedUpGen.Load() {
+		if err := s.writeBackup(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.mu.Lock()
+	s.closed = true
+	for id, ch := range s.watchers {
+		close(ch)
+		delete(s.watchers, id)
+	}
+	s.mu.Unlock()
+
+	s.readMu.Lock()
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close badger: %w", err))
+	}
+	s.db = nil
+	s.readMu.Unlock()
+	if err := s.lock.release(); err != nil {
+		errs = append(errs, fmt.Errorf("unlock state directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func encodeSeq(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, seq)
+}
+
+func decodeSeq(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: journal position is %d bytes", ErrDamaged, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}

@@ -1,0 +1,101 @@
+package leasestore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error a Store returns for a refused operation
+// matches one of these with errors.Is; the typed errors below carry detail
+// and match their sentinel too.
+var (
+	// ErrNotFound: no session with that id.
+	ErrNotFound = errors.New("session not found")
+	// ErrExists: a session with that id already exists.
+	ErrExists = errors.New("session already exists")
+	// ErrStaleFence: the caller's fence is not the session's current fence.
+	ErrStaleFence = errors.New("stale fence")
+	// ErrReconciling: the host has not decided this session since it opened
+	// the store, so no writer may be admitted yet.
+	ErrReconciling = errors.New("session is awaiting restart reconciliation")
+	// ErrOwnershipUnknown: the lease is latched (recovering or
+	// manual-recovery); only new evidence about the owner can unlatch it.
+	ErrOwnershipUnknown = errors.New("session ownership is unknown")
+	// ErrConflict: the session is conflicted, or held by another owner.
+	ErrConflict = errors.New("session lease conflict")
+	// ErrInvalidTransition: the transition is not allowed from the lease's
+	// current claim and stage.
+	ErrInvalidTransition = errors.New("transition not allowed in this lease state")
+	// ErrTokenMismatch: a process did not echo the reserved spawn token, so
+	// it is not the process the host started.
+	ErrTokenMismatch = errors.New("spawn token does not match the reservation")
+	// ErrIdentityMismatch: a readoption named a different process than the
+	// recorded owner.
+	ErrIdentityMismatch = errors.New("process identity does not match the recorded owner")
+	// ErrInvalidArgument: the request itself is malformed (bad session id,
+	// oversized entry, missing evidence…).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrLocked: another process holds the state directory.
+	ErrLocked = errors.New("state directory in use")
+	// ErrDamaged: the store on disk cannot be opened and could not be
+	// restored from a backup.
+	ErrDamaged = errors.New("state store is damaged")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("lease store closed")
+)
+
+// StaleFenceError is returned when a caller's fence is not current. It
+// matches ErrStaleFence.
+type StaleFenceError struct {
+	SessionID string
+	Expected  uint64 // the fence the caller named
+	Current   uint64 // the session's fence
+}
+
+func (e *StaleFenceError) Error() string {
+	return fmt.Sprintf("stale fence for session %q: caller holds fence %d, current fence is %d",
+		e.SessionID, e.Expected, e.Current)
+}
+
+// Is makes errors.Is(err, ErrStaleFence) true.
+func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
+
+// TransitionError explains why a transition was refused. Err is the sentinel
+// it matches (ErrInvalidTransition, ErrConflict, ErrOwnershipUnknown,
+// ErrReconciling, ErrTokenMismatch, ErrIdentityMismatch or
+// ErrInvalidArgument).
+type TransitionError struct {
+	Op        string // transition name, e.g. "reserve"
+	SessionID string
+	Claim     Claim
+	Stage     Stage
+	Reason    string
+	Err       error
+}
+
+func (e *TransitionError) Error() string {
+	stage := string(e.Stage)
+	if stage == "" {
+		stage = "none"
+	}
+	return fmt.Sprintf("%s session %q refused (claim %s, stage %s): %s: %v",
+		e.Op, e.SessionID, e.Claim, stage, e.Reason, e.Err)
+}
+
+func (e *TransitionError) Unwrap() error { return e.Err }
+
+// LockedError names the process holding the state directory. It matches
+// ErrLocked.
+type LockedError struct {
+	Dir string
+	PID int // 0 when the holder did not record its pid
+}
+
+func (e *LockedError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("state directory %s in use by pid %d; stop that agenthost or use another --state-dir", e.Dir, e.PID)
+	}
+	return fmt.Sprintf("state directory %s in use by another process; stop it or use another --state-dir", e.Dir)
+}
+
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }

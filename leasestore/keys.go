@@ -1,0 +1,97 @@
+package leasestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Key layout. Session ids are opaque, so no byte of an id may act as a
+// separator: every key embeds the id length-prefixed (uvarint length, then
+// the bytes). Uvarints are a prefix-free code, so no id's keys can collide
+// with, or be a prefix of, another id's keys — NUL, '/', 0xff and ids that
+// are prefixes of each other included.
+//
+//	'r' lp(id) 0x00           session record (JSON)
+//	'r' lp(id) 0x01           last journal seq (8 bytes big-endian)
+//	'j' lp(id) seq(8 BE)      journal entry (EncodeEntry)
+//
+// Record and seq keys share the 'r' prefix so that one prefix stream backs
+// up both: a store restored from backup continues numbering after the last
+// seq it knew instead of reusing numbers a client has already seen.
+const (
+	prefixRecord  = 'r'
+	prefixJournal = 'j'
+
+	recordSuffix = 0x00
+	seqSuffix    = 0x01
+)
+
+// MaxSessionIDLen bounds a session id in bytes. Badger keys are limited to
+// 65000 bytes; this leaves room for the prefixes with a wide margin.
+const MaxSessionIDLen = 16 << 10
+
+// ValidateSessionID checks that id can be stored and round-trips: non-empty,
+// valid UTF-8 (it travels in JSON), and at most MaxSessionIDLen bytes. NUL and
+// every other code point are allowed.
+func ValidateSessionID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty session id", ErrInvalidArgument)
+	case len(id) > MaxSessionIDLen:
+		return fmt.Errorf("%w: session id is %d bytes, the limit is %d", ErrInvalidArgument, len(id), MaxSessionIDLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: session id is not valid UTF-8 (it must survive JSON)", ErrInvalidArgument)
+	}
+	return nil
+}
+
+func appendID(b []byte, prefix byte, id string) []byte {
+	b = append(b, prefix)
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	return append(b, id...)
+}
+
+func recordKey(id string) []byte {
+	return append(appendID(make([]byte, 0, len(id)+8), prefixRecord, id), recordSuffix)
+}
+
+func seqKey(id string) []byte {
+	return append(appendID(make([]byte, 0, len(id)+8), prefixRecord, id), seqSuffix)
+}
+
+// journalPrefix is the prefix of every journal key of id and of no other
+// id's keys.
+func journalPrefix(id string) []byte {
+	return appendID(make([]byte, 0, len(id)+16), prefixJournal, id)
+}
+
+func journalKey(id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(journalPrefix(id), seq)
+}
+
+var errBadKey = errors.New("malformed store key")
+
+// parseKey splits any store key into its prefix, session id and the bytes
+// after the id.
+func parseKey(key []byte) (prefix byte, id string, rest []byte, err error) {
+	if len(key) < 2 {
+		return 0, "", nil, errBadKey
+	}
+	n, w := binary.Uvarint(key[1:])
+	if w <= 0 || n > uint64(len(key)-1-w) {
+		return 0, "", nil, errBadKey
+	}
+	start := 1 + w
+	return key[0], string(key[start : start+int(n)]), key[start+int(n):], nil
+}
+
+// parseJournalKey returns the session id and seq of a journal key.
+func parseJournalKey(key []byte) (id string, seq uint64, err error) {
+	prefix, id, rest, err := parseKey(key)
+	if err != nil || prefix != prefixJournal || len(rest) != 8 {
+		return "", 0, errBadKey
+	}
+	return id, binary.BigEndian.Uint64(rest), nil
+}

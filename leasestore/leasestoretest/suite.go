@@ -1,0 +1,780 @@
+// Package leasestoretest is the conformance suite for leasestore.Store.
+// Every backend runs it; a backend that passes can replace the embedded
+// Badger store without the host noticing.
+//
+//	func TestConformance(t *testing.T) {
+//		leasestoretest.Run(t, func(t *testing.T) leasestore.Store { return openMyStore(t) })
+//	}
+//
+// The open function must return a fresh, empty store for every call; Run
+// closes each store it opened.
+package leasestoretest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// Run runs every conformance test against stores made by open, each in its
+// own subtest with its own store.
+func Run(t *testing.T, open func(t *testing.T) leasestore.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s leasestore.Store)
+	}{
+		{"CreateGet", testCreateGet},
+		{"OpaqueSessionIDs", testOpaqueIDs},
+		{"InvalidSessionIDs", testInvalidIDs},
+		{"Lifecycle", testLifecycle},
+		{"ReserveIsCompareAndSwap", testReserveCAS},
+		{"RefusedTransitionLeavesNoTrace", testRefusedNoTrace},
+		{"TokenMismatchRefused", testTokenMismatch},
+		{"UnreconciledAdmitsOnlyDecisions", testUnreconciled},
+		{"LatchLeavesOnlyOnEvidence", testLatch},
+		{"PreSpawnProof", testPreSpawn},
+		{"HandleChain", testHandleChain},
+		{"AppendFenced", testAppendFenced},
+		{"AppendRejectsBadEntries", testAppendBadEntries},
+		{"ConcurrentAppendsGapless", testConcurrentAppends},
+		{"ReplayFromAnySeq", testReplay},
+		{"TailFollowsLiveEntries", testTail},
+		{"Delete", testDelete},
+		{"ClosedStoreRefuses", testClosed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := s.Close(ctx); err != nil {
+					t.Errorf("close store: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Owner returns a process identity carrying token, for committing owners.
+func Owner(pid int, token string) leasestore.ProcessIdentity {
+	return leasestore.ProcessIdentity{
+		HostID: "local", PID: pid, StartTicks: uint64(1000 + pid), BootID: "boot-1",
+		SpawnToken: token, InstanceID: fmt.Sprintf("instance-%d", pid),
+	}
+}
+
+// Live drives a new session through reserve, spawn, commit and prove, and
+// returns it live.
+func Live(t testing.TB, ctx context.Context, s leasestore.Store, id string) leasestore.Session {
+	t.Helper()
+	sess, err := s.Get(ctx, id)
+	if errors.Is(err, leasestore.ErrNotFound) {
+		sess, err = s.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted", Workspace: "/work"})
+	}
+	must(t, err)
+	sess = apply(t, ctx, s, id, leasestore.Reserve{ExpectedFence: sess.Lease.Fence, ClaimKeyID: "key-1"})
+	fence := sess.Lease.Fence
+	apply(t, ctx, s, id, leasestore.BeginSpawn{Fence: fence})
+	apply(t, ctx, s, id, leasestore.CommitOwner{Fence: fence, Owner: Owner(4242, sess.Lease.ReservedSpawnToken),
+		Reattach: &leasestore.Reattach{Network: "unix", Address: "/tmp/plugin.sock", ProtocolVersion: 1}})
+	return apply(t, ctx, s, id, leasestore.ProveOwner{Fence: fence, Handle: "handle-" + fmt.Sprint(fence), Origin: leasestore.HandleCreated})
+}
+
+func apply(t testing.TB, ctx context.Context, s leasestore.Store, id string, tr leasestore.Transition) leasestore.Session {
+	t.Helper()
+	sess, err := s.Apply(ctx, id, tr)
+	if err != nil {
+		t.Fatalf("%s on %q: %v", tr.Name(), id, err)
+	}
+	return sess
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantErr(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want one matching %v", err, target)
+	}
+}
+
+func entries(t testing.TB, ctx context.Context, s leasestore.Store, id string, from uint64) []leasestore.Entry {
+	t.Helper()
+	var out []leasestore.Entry
+	must(t, s.Replay(ctx, id, from, func(e leasestore.Entry) error { out = append(out, e); return nil }))
+	return out
+}
+
+func events(t testing.TB, es []leasestore.Entry) []string {
+	t.Helper()
+	var out []string
+	for _, e := range es {
+		if e.Kind != leasestore.KindLifecycle && e.Kind != leasestore.KindHandle {
+			continue
+		}
+		var ev leasestore.LifecycleEvent
+		if err := json.Unmarshal(e.Payload, &ev); err != nil {
+			t.Fatalf("lifecycle payload at seq %d: %v", e.Seq, err)
+		}
+		out = append(out, ev.Event)
+	}
+	return out
+}
+
+func testCreateGet(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	created, err := s.Create(ctx, leasestore.SessionSpec{ID: "s1", Agent: "codex", Workspace: "/w", Options: map[string]string{"model": "m"}})
+	must(t, err)
+	got, err := s.Get(ctx, "s1")
+	must(t, err)
+	if got.Agent != "codex" || got.Workspace != "/w" || got.Options["model"] != "m" {
+		t.Errorf("Get returned %+v", got)
+	}
+	if got.Lease.Fence != 0 || got.Lease.Claim != leasestore.ClaimReleased || !got.CreatedAt.Equal(created.CreatedAt) {
+		t.Errorf("new session lease %+v, created %v", got.Lease, got.CreatedAt)
+	}
+	_, err = s.Create(ctx, leasestore.SessionSpec{ID: "s1", Agent: "codex"})
+	wantErr(t, err, leasestore.ErrExists)
+	_, err = s.Get(ctx, "missing")
+	wantErr(t, err, leasestore.ErrNotFound)
+	_, err = s.Create(ctx, leasestore.SessionSpec{ID: "s2"})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+
+	gen, err := s.Create(ctx, leasestore.SessionSpec{Agent: "claude"})
+	must(t, err)
+	gen2, err := s.Create(ctx, leasestore.SessionSpec{Agent: "claude"})
+	must(t, err)
+	if gen.ID == "" || gen.ID == gen2.ID {
+		t.Errorf("generated ids %q and %q", gen.ID, gen2.ID)
+	}
+	// UUIDv7 ids sort by creation time.
+	if gen.ID > gen2.ID {
+		t.Errorf("generated ids do not sort by creation: %q > %q", gen.ID, gen2.ID)
+	}
+	list, err := s.List(ctx)
+	must(t, err)
+	if len(list) != 3 {
+		t.Errorf("List returned %d sessions, want 3", len(list))
+	}
+	if ev := events(t, entries(t, ctx, s, "s1", 0)); !slices.Equal(ev, []string{"created"}) {
+		t.Errorf("journal of a new session: %v", ev)
+	}
+}
+
+// testOpaqueIDs checks that ids containing separators, NUL, and ids that are
+// prefixes of each other never share records or journal entries.
+func testOpaqueIDs(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	long := strings.Repeat("x/\x00é", leasestore.MaxSessionIDLen/5)
+	ids := []string{"a", "a\x00", "a\x00b", "ab", "a/b", "a/", "/", "\x00", "\x00\x00", "j", "r", "é", "a\xc3\xa9", long, long + "y"}
+	for i, id := range ids {
+		if _, err := s.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted"}); err != nil {
+			t.Fatalf("create %q: %v", id, err)
+		}
+		Live(t, ctx, s, id)
+		for n := 0; n <= i; n++ {
+			fence := mustGet(t, ctx, s, id).Lease.Fence
+			if _, err := s.Append(ctx, id, fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte(fmt.Sprintf("%d:%d", i, n))}); err != nil {
+				t.Fatalf("append to %q: %v", id, err)
+			}
+		}
+	}
+	list, err := s.List(ctx)
+	must(t, err)
+	var listed []string
+	for _, sess := range list {
+		listed = append(listed, sess.ID)
+	}
+	slices.Sort(listed)
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Fatalf("List returned %d ids, want the %d created (ids collided or leaked)", len(listed), len(want))
+	}
+	for i, id := range ids {
+		got, err := s.Get(ctx, id)
+		must(t, err)
+		if got.ID != id {
+			t.Errorf("Get(%q) returned id %q", id, got.ID)
+		}
+		var updates []string
+		for _, e := range entries(t, ctx, s, id, 0) {
+			if e.Kind == leasestore.KindUpdate {
+				updates = append(updates, string(e.Payload))
+			}
+		}
+		if len(updates) != i+1 {
+			t.Errorf("session %d has %d updates, want %d: %q", i, len(updates), i+1, updates)
+		}
+		for n, u := range updates {
+			if want := fmt.Sprintf("%d:%d", i, n); u != want {
+				t.Errorf("session %d update %d is %q, want %q", i, n, u, want)
+			}
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	must(t, err)
+	return string(b)
+}
+
+func mustGet(t testing.TB, ctx context.Context, s leasestore.Store, id string) leasestore.Session {
+	t.Helper()
+	sess, err := s.Get(ctx, id)
+	must(t, err)
+	return sess
+}
+
+func testInvalidIDs(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	for name, id := range map[string]string{
+		"invalid UTF-8": "a\xff",
+		"too long":      strings.Repeat("x", leasestore.MaxSessionIDLen+1),
+	} {
+		_, err := s.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted"})
+		if !errors.Is(err, leasestore.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func testLifecycle(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	sess := Live(t, ctx, s, "s")
+	l := sess.Lease
+	if l.Fence != 1 || l.Claim != leasestore.ClaimLive || l.Stage != leasestore.StageNone || l.Owner == nil || !l.AdmitsWriter() {
+		t.Fatalf("live lease: %+v", l)
+	}
+	if l.Reattach == nil || l.Reattach.Address != "/tmp/plugin.sock" || l.ClaimKeyID != "key-1" {
+		t.Errorf("reattach %+v, claim key %q", l.Reattach, l.ClaimKeyID)
+	}
+	if len(sess.Handles) != 1 || sess.Handles[0].Fence != 1 || sess.Handle() != "handle-1" {
+		t.Errorf("handle chain %+v", sess.Handles)
+	}
+	if _, err := s.Append(ctx, "s", 1, leasestore.EntryInput{Kind: leasestore.KindPrompt, Payload: []byte(`"hi"`)}); err != nil {
+		t.Fatal(err)
+	}
+	sess = apply(t, ctx, s, "s", leasestore.Release{Fence: 1, Detail: "exit status 0"})
+	l = sess.Lease
+	if l.Fence != 2 || l.Claim != leasestore.ClaimReleased || l.Owner != nil || l.ReservedSpawnToken != "" || l.Reattach != nil {
+		t.Fatalf("released lease: %+v", l)
+	}
+	if l.DeathEvidence == nil || l.DeathEvidence.Kind != leasestore.EvidenceExitObserved || l.DeathEvidence.Detail != "exit status 0" {
+		t.Errorf("release evidence %+v", l.DeathEvidence)
+	}
+	// The released session stays resumable: its handle chain survives.
+	if sess.Handle() != "handle-1" {
+		t.Errorf("handle after release: %q", sess.Handle())
+	}
+	// A second generation resumes at the next fence.
+	sess = Live(t, ctx, s, "s")
+	if sess.Lease.Fence != 3 || len(sess.Handles) != 2 || sess.Handles[1].Fence != 3 {
+		t.Errorf("second generation: fence %d, handles %+v", sess.Lease.Fence, sess.Handles)
+	}
+	all := entries(t, ctx, s, "s", 0)
+	want := []string{"created", "reserved", "spawning", "owner-committed", "owner-proven", "released",
+		"reserved", "spawning", "owner-committed", "owner-proven"}
+	if got := events(t, all); !slices.Equal(got, want) {
+		t.Errorf("lifecycle journal:\n got %v\nwant %v", got, want)
+	}
+	for i, e := range all {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("entry %d has seq %d: journal has gaps", i, e.Seq)
+		}
+	}
+}
+
+func testReserveCAS(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	_, err = s.Apply(ctx, "s", leasestore.Reserve{ExpectedFence: 7})
+	var stale *leasestore.StaleFenceError
+	if !errors.As(err, &stale) || stale.Current != 0 || stale.Expected != 7 || !errors.Is(err, leasestore.ErrStaleFence) {
+		t.Fatalf("reserve at a wrong fence: %v", err)
+	}
+	const racers = 8
+	var wg sync.WaitGroup
+	results := make([]error, racers)
+	tokens := make([]string, racers)
+	for i := range racers {
+		wg.Go(func() {
+			sess, err := s.Apply(ctx, "s", leasestore.Reserve{ExpectedFence: 0})
+			results[i], tokens[i] = err, sess.Lease.ReservedSpawnToken
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range results {
+		switch {
+		case err == nil:
+			won++
+			if tokens[i] == "" {
+				t.Error("the winning reservation has no spawn token")
+			}
+		case !errors.Is(err, leasestore.ErrStaleFence):
+			t.Errorf("a losing reservation failed with %v, want a stale fence", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of %d concurrent reservations at one fence won, want exactly 1", won, racers)
+	}
+	sess := mustGet(t, ctx, s, "s")
+	_, err = s.Apply(ctx, "s", leasestore.Reserve{ExpectedFence: sess.Lease.Fence})
+	wantErr(t, err, leasestore.ErrConflict)
+}
+
+func testRefusedNoTrace(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	before := Live(t, ctx, s, "s")
+	beforeEntries := entries(t, ctx, s, "s", 0)
+	refused := []leasestore.Transition{
+		leasestore.Reserve{ExpectedFence: before.Lease.Fence},
+		leasestore.Release{Fence: before.Lease.Fence + 1},
+		leasestore.Latch{Fence: before.Lease.Fence, Stage: leasestore.StageNone},
+		leasestore.Evict{Fence: before.Lease.Fence, Evidence: leasestore.DeathEvidence{Kind: "timeout"}},
+		leasestore.ProveOwner{Fence: before.Lease.Fence, Handle: "h2", Origin: leasestore.HandleCreated},
+	}
+	for _, tr := range refused {
+		if _, err := s.Apply(ctx, "s", tr); err == nil {
+			t.Errorf("%s was accepted on a live lease", tr.Name())
+		}
+	}
+	after := mustGet(t, ctx, s, "s")
+	after.UpdatedAt = before.UpdatedAt
+	if a, b := mustJSON(t, after.Lease), mustJSON(t, before.Lease); a != b {
+		t.Errorf("refused transitions changed the lease:\nbefore %s\nafter  %s", b, a)
+	}
+	if n := len(entries(t, ctx, s, "s", 0)); n != len(beforeEntries) {
+		t.Errorf("refused transitions wrote %d journal entries", n-len(beforeEntries))
+	}
+	_, err := s.Apply(ctx, "missing", leasestore.Reserve{})
+	wantErr(t, err, leasestore.ErrNotFound)
+}
+
+func testTokenMismatch(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	sess := apply(t, ctx, s, "s", leasestore.Reserve{ExpectedFence: 0})
+	_, err = s.Apply(ctx, "s", leasestore.CommitOwner{Fence: sess.Lease.Fence, Owner: Owner(99, "not-the-token")})
+	wantErr(t, err, leasestore.ErrTokenMismatch)
+	good := Owner(100, sess.Lease.ReservedSpawnToken)
+	apply(t, ctx, s, "s", leasestore.CommitOwner{Fence: sess.Lease.Fence, Owner: good})
+	// Committing the same process again is a retry; another one is a conflict.
+	apply(t, ctx, s, "s", leasestore.CommitOwner{Fence: sess.Lease.Fence, Owner: good})
+	_, err = s.Apply(ctx, "s", leasestore.CommitOwner{Fence: sess.Lease.Fence, Owner: Owner(101, sess.Lease.ReservedSpawnToken)})
+	wantErr(t, err, leasestore.ErrConflict)
+}
+
+func testUnreconciled(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	live := Live(t, ctx, s, "live")
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "free", Agent: "scripted"})
+	must(t, err)
+	n, err := s.MarkAllUnreconciled(ctx)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("marked %d sessions, want 2", n)
+	}
+	fence := live.Lease.Fence
+	_, err = s.Append(ctx, "live", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrReconciling)
+	_, err = s.Apply(ctx, "free", leasestore.Reserve{ExpectedFence: 0})
+	wantErr(t, err, leasestore.ErrReconciling)
+	_, err = s.Apply(ctx, "live", leasestore.Release{Fence: fence})
+	wantErr(t, err, leasestore.ErrReconciling)
+
+	// Restart decisions are admitted; each one ends the unreconciled state.
+	sess := apply(t, ctx, s, "live", leasestore.Readopt{Fence: fence, Owner: *live.Lease.Owner})
+	if sess.Lease.Fence != fence+1 || sess.Lease.Unreconciled || !sess.Lease.AdmitsWriter() {
+		t.Fatalf("readopted lease %+v", sess.Lease)
+	}
+	if _, err := s.Append(ctx, "live", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate}); !errors.Is(err, leasestore.ErrStaleFence) {
+		t.Errorf("the old host's fence after readoption: %v, want stale", err)
+	}
+	if _, err := s.Append(ctx, "live", fence+1, leasestore.EntryInput{Kind: leasestore.KindUpdate}); err != nil {
+		t.Errorf("append at the readopted fence: %v", err)
+	}
+	apply(t, ctx, s, "free", leasestore.Reconciled{Fence: 0})
+	apply(t, ctx, s, "free", leasestore.Reserve{ExpectedFence: 0})
+}
+
+func testLatch(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	live := Live(t, ctx, s, "s")
+	fence := live.Lease.Fence
+	_, err := s.MarkAllUnreconciled(ctx)
+	must(t, err)
+	sess := apply(t, ctx, s, "s", leasestore.Latch{Fence: fence, Stage: leasestore.StageRecovering, Reason: "start time unreadable"})
+	if sess.Lease.Stage != leasestore.StageRecovering || sess.Lease.Fence != fence || sess.Lease.Owner == nil {
+		t.Fatalf("latched lease %+v", sess.Lease)
+	}
+	_, err = s.Apply(ctx, "s", leasestore.Reserve{ExpectedFence: fence})
+	wantErr(t, err, leasestore.ErrOwnershipUnknown)
+	_, err = s.Append(ctx, "s", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrOwnershipUnknown)
+	_, err = s.Apply(ctx, "s", leasestore.Release{Fence: fence})
+	wantErr(t, err, leasestore.ErrOwnershipUnknown)
+	// Evidence, and only evidence, unlatches.
+	sess = apply(t, ctx, s, "s", leasestore.Evict{Fence: fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidencePIDAbsent, Detail: "pid 4242 absent"}})
+	if sess.Lease.Claim != leasestore.ClaimReleased || sess.Lease.Fence != fence+1 || sess.Lease.DeathEvidence.Kind != leasestore.EvidencePIDAbsent {
+		t.Fatalf("evicted lease %+v", sess.Lease)
+	}
+	apply(t, ctx, s, "s", leasestore.Reserve{ExpectedFence: fence + 1})
+
+	// A conflicted session stays conflicted until settled with evidence.
+	Live(t, ctx, s, "c")
+	c := mustGet(t, ctx, s, "c")
+	c = apply(t, ctx, s, "c", leasestore.MarkConflicted{Fence: c.Lease.Fence, Reason: "two hosts claim it"})
+	if c.Lease.Claim != leasestore.ClaimConflicted || c.Lease.Stage != leasestore.StageManualRecovery {
+		t.Fatalf("conflicted lease %+v", c.Lease)
+	}
+	_, err = s.Apply(ctx, "c", leasestore.Reserve{ExpectedFence: c.Lease.Fence})
+	wantErr(t, err, leasestore.ErrConflict)
+	apply(t, ctx, s, "c", leasestore.Evict{Fence: c.Lease.Fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceOperator, Detail: "user confirmed"}})
+}
+
+func testPreSpawn(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	sess := apply(t, ctx, s, "s", leasestore.Reserve{ExpectedFence: 0})
+	fence := sess.Lease.Fence
+	// Without proof, an ownerless reservation cannot be released: the
+	// failure may have lost a race with a spawn.
+	_, err = s.Apply(ctx, "s", leasestore.Release{Fence: fence})
+	wantErr(t, err, leasestore.ErrOwnershipUnknown)
+	sess = apply(t, ctx, s, "s", leasestore.PreSpawnFailure{Fence: fence, Reason: "plugin binary not found"})
+	if sess.Lease.ProcesslessAt.IsZero() {
+		t.Fatal("pre-spawn failure recorded no proof")
+	}
+	// A retry clears the proof before it spawns.
+	sess = apply(t, ctx, s, "s", leasestore.BeginSpawn{Fence: fence})
+	if !sess.Lease.ProcesslessAt.IsZero() {
+		t.Fatal("BeginSpawn kept the pre-spawn proof")
+	}
+	apply(t, ctx, s, "s", leasestore.PreSpawnFailure{Fence: fence, Reason: "again"})
+	_, err = s.Apply(ctx, "s", leasestore.CommitOwner{Fence: fence, Owner: Owner(7, sess.Lease.ReservedSpawnToken)})
+	wantErr(t, err, leasestore.ErrInvalidTransition)
+	sess = apply(t, ctx, s, "s", leasestore.Release{Fence: fence, Detail: "binary missing"})
+	if ev := sess.Lease.DeathEvidence; ev == nil || ev.Kind != leasestore.EvidencePIDAbsent {
+		t.Errorf("processless release evidence %+v", ev)
+	}
+}
+
+func testHandleChain(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	sess = apply(t, ctx, s, "s", leasestore.RecordHandle{Fence: fence, Handle: "handle-1", Origin: leasestore.HandleResumed})
+	if len(sess.Handles) != 1 {
+		t.Fatalf("recording the current handle again added a link: %+v", sess.Handles)
+	}
+	sess = apply(t, ctx, s, "s", leasestore.RecordHandle{Fence: fence, Handle: "forked", Origin: leasestore.HandleForked})
+	if len(sess.Handles) != 2 || sess.Handle() != "forked" || sess.Handles[1].Origin != leasestore.HandleForked {
+		t.Fatalf("handle chain %+v", sess.Handles)
+	}
+	_, err := s.Apply(ctx, "s", leasestore.RecordHandle{Fence: fence, Handle: "", Origin: leasestore.HandleForked})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+	last := entries(t, ctx, s, "s", 0)
+	if e := last[len(last)-1]; e.Kind != leasestore.KindHandle {
+		t.Errorf("a handle change was journaled as %q", e.Kind)
+	}
+}
+
+func testAppendFenced(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	_, err = s.Append(ctx, "s", 0, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrInvalidTransition)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	got, err := s.Append(ctx, "s", fence,
+		leasestore.EntryInput{Kind: leasestore.KindPrompt, Payload: []byte("p")},
+		leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("u")})
+	must(t, err)
+	if len(got) != 2 || got[1].Seq != got[0].Seq+1 || got[0].Fence != fence || got[0].Time.IsZero() {
+		t.Fatalf("appended %+v", got)
+	}
+	_, err = s.Append(ctx, "s", fence-1, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrStaleFence)
+	_, err = s.Append(ctx, "missing", 1, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrNotFound)
+	apply(t, ctx, s, "s", leasestore.Release{Fence: fence})
+	_, err = s.Append(ctx, "s", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrStaleFence)
+	_, err = s.Append(ctx, "s", fence+1, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrInvalidTransition)
+}
+
+func testAppendBadEntries(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	before, err := s.LastSeq(ctx, "s")
+	must(t, err)
+	_, err = s.Append(ctx, "s", fence, leasestore.EntryInput{Kind: "gossip"})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+	_, err = s.Append(ctx, "s", fence,
+		leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("fine")},
+		leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: make([]byte, leasestore.MaxPayloadSize+1)})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+	after, err := s.LastSeq(ctx, "s")
+	must(t, err)
+	if after != before {
+		t.Errorf("a refused append wrote %d entries", after-before)
+	}
+	big := bytes.Repeat([]byte("z"), leasestore.MaxPayloadSize)
+	got, err := s.Append(ctx, "s", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: big})
+	must(t, err)
+	back := entries(t, ctx, s, "s", got[0].Seq)
+	if len(back) != 1 || !bytes.Equal(back[0].Payload, big) {
+		t.Errorf("the largest allowed payload did not round-trip")
+	}
+}
+
+func testConcurrentAppends(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	const sessions, writers, per = 3, 4, 25
+	for i := range sessions {
+		Live(t, ctx, s, fmt.Sprintf("s%d", i))
+	}
+	start := make(map[string]uint64)
+	for i := range sessions {
+		id := fmt.Sprintf("s%d", i)
+		last, err := s.LastSeq(ctx, id)
+		must(t, err)
+		start[id] = last
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions*writers)
+	for i := range sessions {
+		id := fmt.Sprintf("s%d", i)
+		fence := mustGet(t, ctx, s, id).Lease.Fence
+		for w := range writers {
+			wg.Go(func() {
+				for n := range per {
+					payload := []byte(fmt.Sprintf("w%d-%d", w, n))
+					if _, err := s.Append(ctx, id, fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: payload}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for id, first := range start {
+		got := entries(t, ctx, s, id, first+1)
+		if len(got) != writers*per {
+			t.Fatalf("%s: %d entries after concurrent appends, want %d", id, len(got), writers*per)
+		}
+		seen := map[string]bool{}
+		next := map[int]int{}
+		for i, e := range got {
+			if e.Seq != first+1+uint64(i) {
+				t.Fatalf("%s: entry %d has seq %d: gap or duplicate", id, i, e.Seq)
+			}
+			p := string(e.Payload)
+			if seen[p] {
+				t.Fatalf("%s: payload %q journaled twice", id, p)
+			}
+			seen[p] = true
+			var w, n int
+			if _, err := fmt.Sscanf(p, "w%d-%d", &w, &n); err != nil {
+				t.Fatalf("%s: payload %q: %v", id, p, err)
+			}
+			// One writer's appends keep their order.
+			if n != next[w] {
+				t.Fatalf("%s: writer %d's entry %d arrived where %d was due", id, w, n, next[w])
+			}
+			next[w]++
+		}
+		last, err := s.LastSeq(ctx, id)
+		must(t, err)
+		if last != first+writers*per {
+			t.Errorf("%s: LastSeq %d, want %d", id, last, first+writers*per)
+		}
+	}
+}
+
+func testReplay(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	const n = 600 // more than one read chunk
+	in := make([]leasestore.EntryInput, n)
+	for i := range in {
+		in[i] = leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte(fmt.Sprint(i))}
+	}
+	got, err := s.Append(ctx, "s", sess.Lease.Fence, in...)
+	must(t, err)
+	last := got[n-1].Seq
+	for _, from := range []uint64{0, 1, got[0].Seq, got[300].Seq, last, last + 1, last + 1000} {
+		es := entries(t, ctx, s, "s", from)
+		first := max(from, 1)
+		want := 0
+		if first <= last {
+			want = int(last - first + 1)
+		}
+		if len(es) != want {
+			t.Errorf("replay from %d: %d entries, want %d", from, len(es), want)
+			continue
+		}
+		for i, e := range es {
+			if e.Seq != first+uint64(i) {
+				t.Fatalf("replay from %d: entry %d has seq %d", from, i, e.Seq)
+			}
+		}
+	}
+	stop := errors.New("stop")
+	count := 0
+	err = s.Replay(ctx, "s", 0, func(leasestore.Entry) error { count++; return stopIf(count == 3, stop) })
+	if !errors.Is(err, stop) || count != 3 {
+		t.Errorf("replay did not stop at the callback's error: %v after %d", err, count)
+	}
+	err = s.Replay(ctx, "missing", 0, func(leasestore.Entry) error { return nil })
+	wantErr(t, err, leasestore.ErrNotFound)
+}
+
+func stopIf(cond bool, err error) error {
+	if cond {
+		return err
+	}
+	return nil
+}
+
+func testTail(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	before, err := s.LastSeq(ctx, "s")
+	must(t, err)
+
+	tailCtx, cancel := context.WithCancel(ctx)
+	got := make(chan leasestore.Entry, 1024)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Tail(tailCtx, "s", before-1, func(e leasestore.Entry) error { got <- e; return nil })
+	}()
+	const n = 300
+	go func() {
+		for i := range n {
+			if _, err := s.Append(ctx, "s", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte(fmt.Sprint(i))}); err != nil {
+				t.Errorf("append %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	want := before - 1
+	for want <= before+n {
+		select {
+		case e := <-got:
+			if e.Seq != want {
+				t.Fatalf("tail delivered seq %d, want %d", e.Seq, want)
+			}
+			want++
+		case <-time.After(20 * time.Second):
+			t.Fatalf("tail stalled waiting for seq %d", want)
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("tail ended with %v, want context.Canceled", err)
+	}
+	select {
+	case e := <-got:
+		t.Errorf("tail delivered seq %d twice or beyond the end", e.Seq)
+	default:
+	}
+
+	// A tail on a deleted session ends instead of waiting forever.
+	apply(t, ctx, s, "s", leasestore.Release{Fence: fence})
+	tailDone := make(chan error, 1)
+	go func() {
+		tailDone <- s.Tail(ctx, "s", before+n+100, func(leasestore.Entry) error { return nil })
+	}()
+	must(t, s.Delete(ctx, "s", fence+1))
+	select {
+	case err := <-tailDone:
+		wantErr(t, err, leasestore.ErrNotFound)
+	case <-time.After(20 * time.Second):
+		t.Fatal("tail of a deleted session did not end")
+	}
+}
+
+func testDelete(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	Live(t, ctx, s, "s-other")
+	in := make([]leasestore.EntryInput, 2000)
+	for i := range in {
+		in[i] = leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("x")}
+	}
+	_, err := s.Append(ctx, "s", fence, in...)
+	must(t, err)
+	wantErr(t, s.Delete(ctx, "s", fence), leasestore.ErrConflict)
+	apply(t, ctx, s, "s", leasestore.Release{Fence: fence})
+	wantErr(t, s.Delete(ctx, "s", fence), leasestore.ErrStaleFence)
+	must(t, s.Delete(ctx, "s", fence+1))
+	_, err = s.Get(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+	wantErr(t, s.Replay(ctx, "s", 0, func(leasestore.Entry) error { return nil }), leasestore.ErrNotFound)
+	wantErr(t, s.Delete(ctx, "s", fence+1), leasestore.ErrNotFound)
+	// The id is free again, with a fresh journal; the other session is intact.
+	_, err = s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	if es := entries(t, ctx, s, "s", 0); len(es) != 1 || es[0].Seq != 1 {
+		t.Errorf("a recreated session's journal holds %d entries", len(es))
+	}
+	if _, err := s.Get(ctx, "s-other"); err != nil {
+		t.Errorf("deleting s touched s-other: %v", err)
+	}
+}
+
+func testClosed(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	must(t, s.Close(ctx))
+	must(t, s.Close(ctx))
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "t", Agent: "scripted"})
+	wantErr(t, err, leasestore.ErrClosed)
+	_, err = s.Append(ctx, "s", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrClosed)
+	_, err = s.Get(ctx, "s")
+	wantErr(t, err, leasestore.ErrClosed)
+	wantErr(t, s.Tail(ctx, "s", 0, func(leasestore.Entry) error { return nil }), leasestore.ErrClosed)
+}

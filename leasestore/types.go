@@ -1,0 +1,229 @@
+package leasestore
+
+import (
+	"time"
+)
+
+// Claim says who, if anyone, holds a session's lease.
+type Claim string
+
+const (
+	// ClaimReleased: nobody holds the lease. The session record outlives its
+	// owners and can be reserved again at the next fence.
+	ClaimReleased Claim = "released"
+	// ClaimReserved: a reservation exists at the current fence; its owner is
+	// being started or proven and may not write yet.
+	ClaimReserved Claim = "reserved"
+	// ClaimLive: the owner proved its provider handle; it is the session's
+	// only writer.
+	ClaimLive Claim = "live"
+	// ClaimConflicted: two claims on one conversation were seen. It stays
+	// conflicted across restarts until evidence or a person settles it.
+	ClaimConflicted Claim = "conflicted"
+)
+
+// Stage refines a claim while ownership is moving or unknown.
+type Stage string
+
+const (
+	// StageNone is the settled stage: released or live with a proven owner.
+	StageNone Stage = ""
+	// StageProving: reserved, the owner has not proven itself yet.
+	StageProving Stage = "proving"
+	// StageRecovering: an exact owner is recorded but could not be verified;
+	// the host keeps re-asking and leaves the latch only on new evidence.
+	StageRecovering Stage = "recovering"
+	// StageManualRecovery: nobody can be named as the owner (an ownerless
+	// reservation nobody can attribute, or a conflict); a person decides.
+	StageManualRecovery Stage = "manual-recovery"
+)
+
+// Latched reports whether the stage blocks acquisition until new evidence.
+func (s Stage) Latched() bool { return s == StageRecovering || s == StageManualRecovery }
+
+// ProcessIdentity is the PID-reuse-safe identity of a lease's owner process.
+// Two identities name the same process only when every recorded field agrees
+// (see SameProcess).
+type ProcessIdentity struct {
+	// HostID is the execution host that started the process. A pid means
+	// nothing on another host, so probes never judge a foreign owner.
+	HostID string `json:"hostId"`
+	// PID is the operating system process id.
+	PID int `json:"pid"`
+	// StartTicks is the exact start time in clock ticks since boot
+	// (/proc/<pid>/stat field 22 on Linux); zero when the platform has none.
+	StartTicks uint64 `json:"startTicks,omitempty"`
+	// BootID identifies the boot StartTicks counts from
+	// (/proc/sys/kernel/random/boot_id on Linux).
+	BootID string `json:"bootId,omitempty"`
+	// StartTime is the process creation time where exact ticks are not
+	// available (non-Linux platforms); compared with a documented tolerance
+	// by package probe.
+	StartTime time.Time `json:"startTime,omitzero"`
+	// SpawnToken is the token minted at reservation that the process carries
+	// in its environment.
+	SpawnToken string `json:"spawnToken"`
+	// InstanceID is the plugin instance id the process reports over its
+	// identity RPC.
+	InstanceID string `json:"instanceId,omitempty"`
+}
+
+// SameProcess reports whether id and other describe one process: the same
+// host, pid, start evidence, spawn token and plugin instance.
+func (id ProcessIdentity) SameProcess(other ProcessIdentity) bool {
+	return id.HostID == other.HostID &&
+		id.PID == other.PID &&
+		id.StartTicks == other.StartTicks &&
+		id.BootID == other.BootID &&
+		id.StartTime.Equal(other.StartTime) &&
+		id.SpawnToken == other.SpawnToken &&
+		id.InstanceID == other.InstanceID
+}
+
+// Reattach is what a new host needs to reconnect to a running plugin.
+type Reattach struct {
+	// Network and Address locate the plugin's gRPC listener
+	// (for example "unix" and a socket path).
+	Network string `json:"network"`
+	Address string `json:"address"`
+	// ProtocolVersion is the plugin protocol version negotiated at start;
+	// go-plugin does not record it in its own reattach config.
+	ProtocolVersion int `json:"protocolVersion"`
+	// PluginPath is the executable that was started.
+	PluginPath string `json:"pluginPath,omitempty"`
+	// LogPath is the file the plugin's stderr goes to.
+	LogPath string `json:"logPath,omitempty"`
+}
+
+// EvidenceKind names what proved an owner gone.
+type EvidenceKind string
+
+const (
+	// EvidenceExitObserved: this host watched the exact process exit.
+	EvidenceExitObserved EvidenceKind = "exit-observed"
+	// EvidencePIDAbsent: no process with the recorded pid exists on the host
+	// (or a reservation provably never spawned one).
+	EvidencePIDAbsent EvidenceKind = "pid-absent"
+	// EvidenceIdentityMismatch: a process has the pid, but it is another
+	// process (start time or spawn token differ).
+	EvidenceIdentityMismatch EvidenceKind = "identity-mismatch"
+	// EvidenceOperator: a person confirmed, through an explicit command, that
+	// no process is writing to the session. The only exit from a
+	// manual-recovery latch that names nobody.
+	EvidenceOperator EvidenceKind = "operator-confirmed"
+)
+
+// DeathEvidence records what proved the previous owner gone.
+type DeathEvidence struct {
+	Kind       EvidenceKind `json:"kind"`
+	Detail     string       `json:"detail,omitempty"`
+	ObservedAt time.Time    `json:"observedAt"`
+}
+
+// Lease says which process may write to a session right now. Its fields are
+// the ones DESIGN.md §3 names; only the transitions in this package change
+// them.
+type Lease struct {
+	// Fence is the monotonic generation: 0 means never owned. It moves only
+	// on acquisition, proven release, proven eviction and readoption, always
+	// to NextFence().
+	Fence uint64 `json:"fence"`
+	Claim Claim  `json:"claim"`
+	Stage Stage  `json:"stage,omitempty"`
+	// Owner is the committed owner process, nil between reservation and
+	// spawn and after release.
+	Owner *ProcessIdentity `json:"owner,omitempty"`
+	// ReservedSpawnToken is minted at reservation, before any process
+	// exists; the child must echo it.
+	ReservedSpawnToken string `json:"reservedSpawnToken,omitempty"`
+	// ProcesslessAt is durable proof that the acquisition at this fence
+	// failed before any spawn attempt. Cleared right before every spawn.
+	ProcesslessAt time.Time `json:"processlessAt,omitzero"`
+	// Reattach is how a new host reconnects to the owner.
+	Reattach *Reattach `json:"reattach,omitempty"`
+	// DeathEvidence is what proved the previous owner gone.
+	DeathEvidence *DeathEvidence `json:"deathEvidence,omitempty"`
+	// MinNextFence is a floor for the next fence, set after a restore from
+	// backup because the backup may have missed the latest grants.
+	MinNextFence uint64 `json:"minNextFence,omitempty"`
+	// ClaimKeyID names the host key the current claim was granted under.
+	ClaimKeyID string `json:"claimKeyId,omitempty"`
+	// Unreconciled is set on every lease when a host opens the store and
+	// cleared by that host's restart decision; no writer is admitted while
+	// it is set.
+	Unreconciled bool `json:"unreconciled,omitempty"`
+	// LatchReason says why the lease is latched or conflicted.
+	LatchReason string `json:"latchReason,omitempty"`
+}
+
+// NextFence is the fence the next acquisition, release, eviction or
+// readoption moves to: max(Fence+1, MinNextFence).
+func (l Lease) NextFence() uint64 {
+	return max(l.Fence+1, l.MinNextFence)
+}
+
+// AdmitsWriter reports whether the lease currently has a proven writer.
+func (l Lease) AdmitsWriter() bool {
+	return !l.Unreconciled && l.Stage == StageNone && l.Claim == ClaimLive && l.Owner != nil
+}
+
+// HandleOrigin says how a provider handle came to be.
+type HandleOrigin string
+
+const (
+	HandleCreated HandleOrigin = "created"
+	HandleResumed HandleOrigin = "resumed"
+	HandleForked  HandleOrigin = "forked"
+	HandleAdopted HandleOrigin = "adopted"
+)
+
+// HandleLink is one link of a session's provider handle chain.
+type HandleLink struct {
+	// Handle is the provider's own handle: a Claude session id, a Codex
+	// thread id, or whatever a third-party agent resumes from.
+	Handle string       `json:"handle"`
+	Origin HandleOrigin `json:"origin"`
+	// Fence is the fence the link was minted at.
+	Fence      uint64    `json:"fence"`
+	ObservedAt time.Time `json:"observedAt"`
+}
+
+// MaxHandleLinks caps the provider handle chain. Overflow is refused rather
+// than dropping fork provenance.
+const MaxHandleLinks = 256
+
+// Session is the durable identity of one agent conversation, independent of
+// any process, together with its lease.
+type Session struct {
+	// ID is opaque: any valid UTF-8, NUL included, up to MaxSessionIDLen bytes.
+	ID string `json:"id"`
+	// Agent names the plugin that serves the session ("claude", "codex", …).
+	Agent string `json:"agent"`
+	// Workspace is the directory the agent works in.
+	Workspace string `json:"workspace,omitempty"`
+	// Options are the session options the plugin acknowledged.
+	Options map[string]string `json:"options,omitempty"`
+	// Handles is the provider handle chain, oldest first.
+	Handles []HandleLink `json:"handles,omitempty"`
+	Lease   Lease        `json:"lease"`
+
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Handle returns the newest provider handle, or "" when none was proven.
+func (s Session) Handle() string {
+	if len(s.Handles) == 0 {
+		return ""
+	}
+	return s.Handles[len(s.Handles)-1].Handle
+}
+
+// SessionSpec describes a session to create.
+type SessionSpec struct {
+	// ID is the session id; empty means generate a UUIDv7.
+	ID        string
+	Agent     string
+	Workspace string
+	Options   map[string]string
+}
