@@ -283,4 +283,3 @@ func (b *batch) appendEntries(id string, fence uint64, now time.Time, in ...Entr
 	b.opNotify = append(b.opNotify, id)
 	return out, nil
 }
-
