@@ -288,9 +288,11 @@ func (t ProveOwner) Apply(s Session, env Env) (Session, *EntryInput, error) {
 	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "owner-proven", PID: s.Lease.Owner.PID, Handle: t.Handle}), nil
 }
 
-// appendHandle appends a handle link minted at the session's current fence.
-// Proving the same handle again at the same fence is a retry and adds
-// nothing.
+// appendHandle records handle as the chain's head, minted at the session's
+// current fence. The chain records handle changes: proving the head's handle
+// again at the same fence is a retry and changes nothing, and resuming the
+// same handle under a later fence re-mints the head rather than adding a
+// link, so a conversation resumed a thousand times does not fill the chain.
 func appendHandle(op string, s Session, handle string, origin HandleOrigin, now time.Time) ([]HandleLink, error) {
 	switch origin {
 	case HandleCreated, HandleResumed, HandleForked, HandleAdopted:
@@ -300,19 +302,24 @@ func appendHandle(op string, s Session, handle string, origin HandleOrigin, now 
 	if handle == "" {
 		return nil, refuse(op, s, ErrInvalidArgument, "a provider handle is required")
 	}
+	link := HandleLink{Handle: handle, Origin: origin, Fence: s.Lease.Fence, ObservedAt: now}
 	if n := len(s.Handles); n > 0 {
 		head := s.Handles[n-1]
-		if head.Handle == handle && head.Fence == s.Lease.Fence {
-			return s.Handles, nil
-		}
-		if head.Fence > s.Lease.Fence {
+		switch {
+		case head.Fence > s.Lease.Fence:
 			return nil, refuse(op, s, ErrStaleFence, "the newest handle was minted at a later fence %d", head.Fence)
+		case head.Handle == handle && head.Fence == s.Lease.Fence:
+			return s.Handles, nil
+		case head.Handle == handle:
+			out := slices.Clone(s.Handles)
+			out[n-1] = link
+			return out, nil
 		}
 	}
 	if len(s.Handles) >= MaxHandleLinks {
 		return nil, refuse(op, s, ErrInvalidArgument, "the provider handle chain is full (%d links)", MaxHandleLinks)
 	}
-	return append(slices.Clip(s.Handles), HandleLink{Handle: handle, Origin: origin, Fence: s.Lease.Fence, ObservedAt: now}), nil
+	return append(slices.Clip(s.Handles), link), nil
 }
 
 // RecordHandle appends a provider handle change reported by the live owner

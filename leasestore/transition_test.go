@@ -192,6 +192,21 @@ func TestTransitions(t *testing.T) {
 					t.Errorf("proven session %+v", s)
 				}
 			}), false},
+		{"prove the same handle under a new fence re-mints the head", func() leasestore.Session {
+			s := stateReservedOwner()
+			s.Handles = []leasestore.HandleLink{{Handle: "thread-1", Origin: leasestore.HandleCreated, Fence: 2}}
+			return s
+		}(), leasestore.ProveOwner{Fence: 4, Handle: "thread-1", Origin: leasestore.HandleResumed}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				if len(s.Handles) != 1 || s.Handles[0].Fence != 4 || s.Handles[0].Origin != leasestore.HandleResumed {
+					t.Errorf("chain %+v, want one link re-minted at fence 4", s.Handles)
+				}
+			}, false},
+		{"prove a handle newer than the lease", func() leasestore.Session {
+			s := stateReservedOwner()
+			s.Handles = []leasestore.HandleLink{{Handle: "thread-1", Origin: leasestore.HandleCreated, Fence: 9}}
+			return s
+		}(), leasestore.ProveOwner{Fence: 4, Handle: "thread-2", Origin: leasestore.HandleResumed}, leasestore.ErrStaleFence, nil, false},
 		{"prove without an owner", stateReserved(), leasestore.ProveOwner{Fence: 4, Handle: "h", Origin: leasestore.HandleCreated}, leasestore.ErrInvalidTransition, nil, false},
 		{"prove with an unknown origin", stateReservedOwner(), leasestore.ProveOwner{Fence: 4, Handle: "h", Origin: "guessed"}, leasestore.ErrInvalidArgument, nil, false},
 		{"prove without a handle", stateReservedOwner(), leasestore.ProveOwner{Fence: 4, Origin: leasestore.HandleCreated}, leasestore.ErrInvalidArgument, nil, false},

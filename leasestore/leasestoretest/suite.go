@@ -293,9 +293,9 @@ func testLifecycle(t *testing.T, s leasestore.Store) {
 	if sess.Handle() != "handle-1" {
 		t.Errorf("handle after release: %q", sess.Handle())
 	}
-	// A second generation resumes at the next fence.
+	// A second generation resumes at the next fence, under a new handle.
 	sess = Live(t, ctx, s, "s")
-	if sess.Lease.Fence != 3 || len(sess.Handles) != 2 || sess.Handles[1].Fence != 3 {
+	if sess.Lease.Fence != 3 || len(sess.Handles) != 2 || sess.Handles[1].Fence != 3 || sess.Handle() != "handle-3" {
 		t.Errorf("second generation: fence %d, handles %+v", sess.Lease.Fence, sess.Handles)
 	}
 	all := entries(t, ctx, s, "s", 0)
