@@ -1,0 +1,3 @@
+package probe
+
+func platformTable(tokenVar string) Table { return &ProcFS{TokenVar: tokenVar} }
