@@ -13,12 +13,21 @@ FUZZTIME ?= 15s
 # stay out of the main go.mod.
 STATICCHECK := go tool -modfile=tools/go.mod staticcheck
 
-.PHONY: help build test lint fuzz bench demo tidy check-tidy clean
+# Generated protobuf code, without protoc: tools/protogen compiles PROTOS
+# (named relative to proto/, as their imports and descriptors name them)
+# with protocompile and runs protoc-gen-go and protoc-gen-go-grpc, pinned
+# in the tools module, writing under the directory given as $(1). Their
+# go_package puts the output in PB_DIR.
+PROTOS := agenthost/agent/v1/agent.proto
+PB_DIR := internal/agentpb
+protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
+
+.PHONY: help build test lint generate check-generate fuzz bench demo tidy check-tidy clean
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
 	@echo
-	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 build: ## Build every package, and bin/agenthost.
 	go build ./...
@@ -30,13 +39,31 @@ test: lint ## Run lint, then every test with the race detector.
 # gofmt is given the tracked and untracked (but not ignored) files, so
 # testdata and scratch files outside git do not count; generated protobuf
 # code is left as protoc-gen-go writes it.
-lint: ## Check gofmt, then run go vet and staticcheck.
+lint: check-generate ## Check generated code and gofmt, then run go vet and staticcheck.
 	@unformatted=$$(git ls-files -z --cached --others --exclude-standard -- '*.go' ':!:*.pb.go' | xargs -0 -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then \
 		echo "These files need gofmt -w:"; echo "$$unformatted"; exit 1; \
 	fi
 	go vet ./...
 	$(STATICCHECK) ./...
+
+# Generating into a temporary directory first means a failed run leaves
+# PB_DIR alone, and a .pb.go whose .proto is gone does not linger.
+generate: ## Regenerate internal/agentpb from proto/ (no protoc needed).
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(call protogen,"$$tmp"); \
+	rm -f $(PB_DIR)/*.pb.go; \
+	cp "$$tmp/$(PB_DIR)"/*.pb.go $(PB_DIR)/
+
+check-generate: ## Fail if internal/agentpb is not what make generate writes.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(call protogen,"$$tmp/new"); \
+	mkdir -p "$$tmp/new/$(PB_DIR)" "$$tmp/old"; \
+	find $(PB_DIR) -maxdepth 1 -name '*.pb.go' -exec cp -t "$$tmp/old" {} +; \
+	if ! diff -ru "$$tmp/old" "$$tmp/new/$(PB_DIR)" >"$$tmp/diff"; then \
+		echo "$(PB_DIR) does not match proto/: run make generate"; \
+		head -n 40 "$$tmp/diff"; exit 1; \
+	fi
 
 fuzz: ## Run every Fuzz* target for FUZZTIME each (default 15s).
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh

@@ -1,0 +1,134 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Agent is what a plugin implements. One plugin process serves one session,
+// so an Agent holds one conversation: it is created by the Factory given to
+// Serve when the host first opens or resumes the session.
+//
+// Three methods are required. Everything else is an optional interface
+// (Closer, Describer); embed UnimplementedAgent to start from an agent that
+// answers ErrNotImplemented and add methods one by one.
+type Agent interface {
+	// NewSession starts a new provider conversation in req.Workspace and
+	// returns its provider handle (a Claude session id, a Codex thread id,
+	// whatever the agent resumes from later). An error here is the
+	// readiness failure the host reports, so say what the user must do:
+	// "no model configured: set ANTHROPIC_MODEL or pass --model".
+	NewSession(ctx context.Context, req NewSessionRequest) (SessionInfo, error)
+	// ResumeSession reopens the conversation named by req.Handle. It may
+	// report a different handle (some providers mint one per resume).
+	ResumeSession(ctx context.Context, req ResumeSessionRequest) (SessionInfo, error)
+	// Prompt runs one turn to its end and returns why it stopped. It
+	// reports progress through turn. When the host cancels the turn, ctx is
+	// cancelled and Prompt should stop promptly and return StopCancelled
+	// (not an error). A returned error ends the turn as failed with that
+	// message.
+	Prompt(ctx context.Context, req PromptRequest, turn *Turn) (StopReason, error)
+}
+
+// Closer is implemented by agents that hold resources (a CLI process, open
+// files) to release when the session closes or the plugin is stopped.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// Describer is implemented by agents that report their version in the
+// plugin's identity.
+type Describer interface {
+	AgentVersion() string
+}
+
+// UnimplementedAgent answers ErrNotImplemented to every required method.
+// Embed it in an agent to satisfy the interface while building it, and so
+// that future required methods added in a minor release have a default.
+type UnimplementedAgent struct{}
+
+func (UnimplementedAgent) NewSession(context.Context, NewSessionRequest) (SessionInfo, error) {
+	return SessionInfo{}, ErrNotImplemented
+}
+
+func (UnimplementedAgent) ResumeSession(context.Context, ResumeSessionRequest) (SessionInfo, error) {
+	return SessionInfo{}, ErrNotImplemented
+}
+
+func (UnimplementedAgent) Prompt(context.Context, PromptRequest, *Turn) (StopReason, error) {
+	return "", ErrNotImplemented
+}
+
+// ErrNotImplemented is returned by UnimplementedAgent.
+var ErrNotImplemented = errors.New("not implemented by this agent plugin")
+
+// Factory creates the session's Agent. It runs once, when the host first
+// opens or resumes the session; its error is reported to the host as the
+// plugin's readiness failure.
+type Factory func(ctx context.Context, env Environment) (Agent, error)
+
+// Environment is what a Factory gets from the host and the SDK.
+type Environment struct {
+	// SessionDir is a private directory for this session's plugin state,
+	// set by the host. The outbox spills there.
+	SessionDir string
+	// Logger writes structured logs to the plugin's log file. Never write
+	// to stdout: it carries the plugin handshake.
+	Logger hclog.Logger
+}
+
+// NewSessionRequest asks for a new conversation.
+type NewSessionRequest struct {
+	// Workspace is the absolute directory the agent works in.
+	Workspace string
+	// Options are session options from the host (model, mode, …).
+	Options map[string]string
+}
+
+// ResumeSessionRequest asks to reopen a conversation.
+type ResumeSessionRequest struct {
+	Workspace string
+	Options   map[string]string
+	// Handle is the provider handle the session last proved.
+	Handle string
+}
+
+// SessionInfo describes the open conversation.
+type SessionInfo struct {
+	// Handle is the provider's handle; required.
+	Handle string
+	// Options are the options the agent acknowledged.
+	Options map[string]string
+}
+
+// PromptRequest is one user turn.
+type PromptRequest struct {
+	TurnID string
+	Prompt []ContentBlock
+}
+
+// Text returns the concatenated text blocks of the prompt.
+func (r PromptRequest) Text() string {
+	var s string
+	for _, b := range r.Prompt {
+		if b.Type == "text" || b.Type == "" {
+			s += b.Text
+		}
+	}
+	return s
+}
+
+// StopReason says why a turn ended (ACP vocabulary).
+type StopReason string
+
+const (
+	StopEndTurn         StopReason = "end_turn"
+	StopMaxTokens       StopReason = "max_tokens"
+	StopMaxTurnRequests StopReason = "max_turn_requests"
+	StopRefusal         StopReason = "refusal"
+	StopCancelled       StopReason = "cancelled"
+	// StopFailed is agenthost's addition: the turn ended with an error.
+	StopFailed StopReason = "failed"
+)

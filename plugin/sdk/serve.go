@@ -1,0 +1,183 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/agenthost/agenthost/internal/wire"
+)
+
+// ProtocolVersion is the plugin protocol version this SDK speaks.
+const ProtocolVersion = wire.ProtocolVersion
+
+// Handshake returns the go-plugin handshake of agenthost plugins, for tools
+// that start plugins without the host.
+func Handshake() plugin.HandshakeConfig { return wire.Handshake() }
+
+// ServeOption configures Serve.
+type ServeOption interface{ apply(*serveConfig) }
+
+type serveOptionFunc func(*serveConfig)
+
+func (f serveOptionFunc) apply(c *serveConfig) { f(c) }
+
+type serveConfig struct {
+	logger       hclog.Logger
+	outboxMemory int
+	debug        bool
+	debugOut     io.Writer
+	stopTimeout  time.Duration
+}
+
+// WithLogger replaces the default logger (hclog JSON on the plugin's
+// stderr, which the host points at the session's log file).
+func WithLogger(l hclog.Logger) ServeOption {
+	return serveOptionFunc(func(c *serveConfig) { c.logger = l })
+}
+
+// WithOutboxMemory sets how many bytes of unacknowledged updates stay in
+// memory before the oldest spill to a file (default DefaultOutboxMemory).
+func WithOutboxMemory(bytes int) ServeOption {
+	return serveOptionFunc(func(c *serveConfig) { c.outboxMemory = bytes })
+}
+
+// WithDebug serves in debug mode: the plugin is started by hand (under a
+// debugger, say), prints a JSON reattach config to out, and serves until
+// interrupted. Setting AGENTHOST_PLUGIN_DEBUG=1 does the same, printing to
+// stdout.
+func WithDebug(out io.Writer) ServeOption {
+	return serveOptionFunc(func(c *serveConfig) { c.debug, c.debugOut = true, out })
+}
+
+// WithStopTimeout bounds how long a SIGTERM waits for the running turn to
+// end and the agent to close before the plugin stops anyway (default 5s).
+func WithStopTimeout(d time.Duration) ServeOption {
+	return serveOptionFunc(func(c *serveConfig) { c.stopTimeout = d })
+}
+
+// Serve runs the plugin named name until its host stops it, creating the
+// session's Agent with factory. Call it from main and return (or exit)
+// when it returns.
+//
+// Serve never writes to stdout beyond go-plugin's handshake line, which the
+// host reads; a plugin must not either (log through Environment.Logger). It
+// catches SIGPIPE, so a plugin whose host died does not die on a write to a
+// broken pipe (children it starts keep the default SIGPIPE behaviour), and
+// on SIGTERM it cancels the running turn, closes the agent and stops.
+func Serve(name string, factory Factory, opts ...ServeOption) error {
+	if factory == nil {
+		return errors.New("sdk.Serve: factory is nil")
+	}
+	cfg := serveConfig{stopTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if os.Getenv(wire.EnvDebug) == "1" && !cfg.debug {
+		cfg.debug, cfg.debugOut = true, os.Stdout
+	}
+	// go-plugin replaces os.Stderr once it serves; keep the real fd 2.
+	stderr := os.Stderr
+	log := cfg.logger
+	if log == nil {
+		level := hclog.LevelFromString(os.Getenv(wire.EnvLogLevel))
+		if level == hclog.NoLevel {
+			level = hclog.Info
+		}
+		log = hclog.New(&hclog.LoggerOptions{Name: name, Output: stderr, JSONFormat: true, Level: level})
+	}
+
+	sessionDir := os.Getenv(wire.EnvSessionDir)
+	if sessionDir != "" && !filepath.IsAbs(sessionDir) {
+		return fmt.Errorf("sdk.Serve: %s must be absolute, got %q", wire.EnvSessionDir, sessionDir)
+	}
+	token := ""
+	if v := os.Getenv(wire.EnvSpawnTokenVar); v != "" {
+		token = os.Getenv(v)
+	}
+	srv := newServer(name, factory, Environment{SessionDir: sessionDir, Logger: log}, os.Getpid(), token, cfg.outboxMemory)
+	defer srv.box.close()
+
+	// SIGPIPE: Notify (not Ignore, which exec'd children would inherit).
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGPIPE, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	var mu sync.Mutex
+	var grpcServer *grpc.Server
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				if sig == syscall.SIGPIPE {
+					continue
+				}
+				log.Info("stopping on signal", "signal", sig)
+				sctx, scancel := context.WithTimeout(context.Background(), cfg.stopTimeout)
+				if err := srv.shutdown(sctx); err != nil {
+					log.Error("graceful stop failed", "error", err)
+				}
+				scancel()
+				mu.Lock()
+				if grpcServer != nil {
+					// GracefulStop never returns while a host holds go-plugin's
+					// stdio stream; Stop is what go-plugin's own shutdown uses.
+					grpcServer.Stop()
+				}
+				mu.Unlock()
+				cancel()
+				return
+			}
+		}
+	}()
+
+	sc := &plugin.ServeConfig{
+		HandshakeConfig:  wire.Handshake(),
+		VersionedPlugins: wire.PluginSets(srv),
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			mu.Lock()
+			defer mu.Unlock()
+			grpcServer = plugin.DefaultGRPCServer(opts)
+			return grpcServer
+		},
+		Logger: log,
+	}
+	if cfg.debug {
+		reattach := make(chan *plugin.ReattachConfig, 1)
+		sc.Test = &plugin.ServeTestConfig{Context: ctx, ReattachConfigCh: reattach}
+		go func() {
+			select {
+			case rc := <-reattach:
+				b, _ := json.Marshal(map[string]any{"agenthost_reattach": map[string]any{
+					"network": rc.Addr.Network(), "address": rc.Addr.String(), "pid": rc.Pid,
+					"protocol": string(rc.Protocol), "protocol_version": ProtocolVersion,
+				}})
+				fmt.Fprintln(cfg.debugOut, string(b))
+			case <-ctx.Done():
+			}
+		}()
+		signal.Notify(sigs, os.Interrupt)
+	}
+	plugin.Serve(sc)
+	cancel()
+	<-stopped
+	return nil
+}

@@ -1,0 +1,383 @@
+package sdk
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+)
+
+// server implements the plugin protocol over one Agent. It owns the session
+// binding, the fence, the running turn, pending permission requests and the
+// outbox.
+type server struct {
+	agentpb.UnimplementedAgentServer
+
+	name     string
+	factory  Factory
+	env      Environment
+	log      hclog.Logger
+	pid      int
+	token    string
+	instance string
+	box      *outbox
+
+	mu        sync.Mutex
+	fence     uint64 // highest fence attached; 0 = never
+	sessionID string
+	bound     bool
+	agent     Agent
+	handle    string
+	turn      *runningTurn
+	perms     map[string]chan PermissionOutcome
+	closed    bool
+	// fenceRaised is closed and replaced whenever the fence rises, so
+	// streams of an older host end.
+	fenceRaised chan struct{}
+}
+
+type runningTurn struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newServer(name string, factory Factory, env Environment, pid int, token string, memLimit int) *server {
+	return &server{
+		name: name, factory: factory, env: env, log: env.Logger, pid: pid, token: token,
+		instance:    rand.Text(),
+		box:         newOutbox(env.SessionDir, memLimit, env.Logger),
+		perms:       map[string]chan PermissionOutcome{},
+		fenceRaised: make(chan struct{}),
+	}
+}
+
+func staleFence(got, have uint64) error {
+	return status.Errorf(codes.FailedPrecondition, "stale fence: the call carries fence %d, this plugin is attached at fence %d", got, have)
+}
+
+// check admits a call carrying fence: the plugin must be attached at exactly
+// that fence. Callers hold s.mu.
+func (s *server) check(fence uint64) error {
+	switch {
+	case !s.bound:
+		return status.Error(codes.FailedPrecondition, "not attached: call Attach first")
+	case fence < s.fence:
+		return staleFence(fence, s.fence)
+	case fence > s.fence:
+		return status.Errorf(codes.FailedPrecondition, "fence %d was never attached (attached at %d): call Attach first", fence, s.fence)
+	case s.closed:
+		return status.Error(codes.FailedPrecondition, "session closed")
+	}
+	return nil
+}
+
+func (s *server) Identify(ctx context.Context, _ *agentpb.IdentifyRequest) (*agentpb.IdentifyResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	version := ""
+	if d, ok := s.agent.(Describer); ok {
+		version = d.AgentVersion()
+	}
+	return &agentpb.IdentifyResponse{
+		SessionId: s.sessionID, SpawnToken: s.token, Pid: int64(s.pid), InstanceId: s.instance,
+		ProtocolVersion: ProtocolVersion, AgentName: s.name, AgentVersion: version,
+		Fence: s.fence, Handle: s.handle, LastSeq: s.box.lastSeq(),
+	}, nil
+}
+
+func (s *server) Attach(ctx context.Context, req *agentpb.AttachRequest) (*agentpb.AttachResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.Fence == 0 {
+		return nil, status.Error(codes.InvalidArgument, "attach needs a fence above 0")
+	}
+	if req.Fence < s.fence {
+		return nil, staleFence(req.Fence, s.fence)
+	}
+	if s.bound && req.SessionId != s.sessionID {
+		return nil, status.Errorf(codes.FailedPrecondition, "this plugin process serves session %q, not %q", s.sessionID, req.SessionId)
+	}
+	s.sessionID, s.bound = req.SessionId, true
+	if req.Fence > s.fence {
+		s.fence = req.Fence
+		close(s.fenceRaised)
+		s.fenceRaised = make(chan struct{})
+		s.log.Info("attached", "fence", req.Fence)
+	}
+	return &agentpb.AttachResponse{Fence: s.fence, LastSeq: s.box.lastSeq()}, nil
+}
+
+func (s *server) NewSession(ctx context.Context, req *agentpb.NewSessionRequest) (*agentpb.SessionResponse, error) {
+	return s.open(ctx, req.Fence, func(a Agent) (SessionInfo, error) {
+		return a.NewSession(ctx, NewSessionRequest{Workspace: req.Workspace, Options: req.Options})
+	})
+}
+
+func (s *server) ResumeSession(ctx context.Context, req *agentpb.ResumeSessionRequest) (*agentpb.SessionResponse, error) {
+	if req.Handle == "" {
+		return nil, status.Error(codes.InvalidArgument, "resume needs the provider handle")
+	}
+	return s.open(ctx, req.Fence, func(a Agent) (SessionInfo, error) {
+		return a.ResumeSession(ctx, ResumeSessionRequest{Workspace: req.Workspace, Options: req.Options, Handle: req.Handle})
+	})
+}
+
+// open creates the agent if needed and opens the session with it. Agent
+// errors travel as FAILED_PRECONDITION with the agent's own message, which
+// the host reports as the readiness failure.
+func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (SessionInfo, error)) (*agentpb.SessionResponse, error) {
+	s.mu.Lock()
+	if err := s.check(fence); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if s.handle != "" {
+		s.mu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, "a session is already open in this plugin process")
+	}
+	a := s.agent
+	s.mu.Unlock()
+	if a == nil {
+		var err error
+		if a, err = s.factory(ctx, s.env); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		if a == nil {
+			return nil, status.Error(codes.Internal, "the plugin's factory returned no agent")
+		}
+	}
+	info, err := do(a)
+	if err != nil {
+		s.mu.Lock()
+		s.agent = a
+		s.mu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if info.Handle == "" {
+		return nil, status.Error(codes.Internal, "the agent opened a session without a provider handle")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.agent, s.handle = a, info.Handle
+	return &agentpb.SessionResponse{Handle: info.Handle, Options: info.Options}, nil
+}
+
+func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agentpb.PromptResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(req.Fence); err != nil {
+		return nil, err
+	}
+	if s.handle == "" {
+		return nil, status.Error(codes.FailedPrecondition, "no session is open: call NewSession or ResumeSession first")
+	}
+	if s.turn != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "turn %s is still running", s.turn.id)
+	}
+	id := req.TurnId
+	if id == "" {
+		id = newTurnID()
+	}
+	turnCtx, cancel := context.WithCancel(context.Background())
+	rt := &runningTurn{id: id, cancel: cancel, done: make(chan struct{})}
+	s.turn = rt
+	prompt := PromptRequest{TurnID: id, Prompt: blocksFromProto(req.Prompt)}
+	a := s.agent
+	go s.runTurn(turnCtx, a, prompt, rt)
+	return &agentpb.PromptResponse{TurnId: id}, nil
+}
+
+// runTurn runs one turn and always ends it with a turn_stopped update. A
+// panicking agent fails the turn instead of taking the plugin down.
+func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *runningTurn) {
+	defer close(rt.done)
+	defer rt.cancel()
+	reason, err := func() (reason StopReason, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("agent panicked during a turn", "panic", p)
+				err = fmt.Errorf("the agent panicked: %v", p)
+			}
+		}()
+		return a.Prompt(ctx, req, &Turn{id: req.TurnID, srv: s})
+	}()
+	stop := &TurnStopped{StopReason: reason}
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		stop.StopReason = StopCancelled
+	case err != nil:
+		stop.StopReason, stop.Error = StopFailed, err.Error()
+	case stop.StopReason == "":
+		stop.StopReason = StopEndTurn
+	}
+	// Mark the turn over before publishing its end, so a host that sees
+	// turn_stopped can start the next turn at once.
+	s.mu.Lock()
+	if s.turn == rt {
+		s.turn = nil
+	}
+	s.mu.Unlock()
+	s.emit(Update{TurnID: req.TurnID, TurnStopped: stop})
+}
+
+func (s *server) emit(u Update) {
+	if u.Time.IsZero() {
+		u.Time = time.Now()
+	}
+	s.box.append(updateToProto(u))
+}
+
+// maxBatch bounds how many updates one read of the outbox sends.
+const maxBatch = 256
+
+func (s *server) Updates(req *agentpb.UpdatesRequest, stream agentpb.Agent_UpdatesServer) error {
+	s.mu.Lock()
+	if err := s.check(req.Fence); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	raised := s.fenceRaised
+	s.mu.Unlock()
+	from := max(req.FromSeq, 1)
+	for {
+		batch, changed, err := s.box.read(from, maxBatch)
+		if err != nil {
+			return status.Error(codes.DataLoss, err.Error())
+		}
+		for _, u := range batch {
+			if err := stream.Send(u); err != nil {
+				// The host is gone. The updates stay in the outbox until a
+				// host acknowledges them.
+				return err
+			}
+			from = u.Seq + 1
+		}
+		if len(batch) == maxBatch {
+			continue
+		}
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-raised:
+			s.mu.Lock()
+			f := s.fence
+			s.mu.Unlock()
+			return staleFence(req.Fence, f)
+		case <-changed:
+		}
+	}
+}
+
+func (s *server) Acknowledge(ctx context.Context, req *agentpb.AcknowledgeRequest) (*agentpb.AcknowledgeResponse, error) {
+	s.mu.Lock()
+	err := s.check(req.Fence)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s.box.ack(req.Seq)
+	return &agentpb.AcknowledgeResponse{}, nil
+}
+
+func (s *server) requestPermission(ctx context.Context, turnID string, req PermissionRequest) (PermissionOutcome, error) {
+	ch := make(chan PermissionOutcome, 1)
+	s.mu.Lock()
+	s.perms[req.RequestID] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.perms, req.RequestID)
+		s.mu.Unlock()
+	}()
+	s.emit(Update{TurnID: turnID, PermissionRequest: &req})
+	select {
+	case out := <-ch:
+		return out, nil
+	case <-ctx.Done():
+		out := PermissionOutcome{Outcome: "cancelled"}
+		s.emit(Update{TurnID: turnID, PermissionResolved: &PermissionResolved{RequestID: req.RequestID, Outcome: out}})
+		return out, ctx.Err()
+	}
+}
+
+func (s *server) AnswerPermission(ctx context.Context, req *agentpb.AnswerPermissionRequest) (*agentpb.AnswerPermissionResponse, error) {
+	s.mu.Lock()
+	if err := s.check(req.Fence); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	ch, ok := s.perms[req.RequestId]
+	delete(s.perms, req.RequestId)
+	s.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no pending permission request %q", req.RequestId)
+	}
+	out := PermissionOutcome{Outcome: "cancelled"}
+	if req.Outcome != nil {
+		out = PermissionOutcome{Outcome: req.Outcome.Outcome, OptionID: req.Outcome.OptionId}
+	}
+	ch <- out
+	s.emit(Update{PermissionResolved: &PermissionResolved{RequestID: req.RequestId, Outcome: out}})
+	return &agentpb.AnswerPermissionResponse{}, nil
+}
+
+func (s *server) Cancel(ctx context.Context, req *agentpb.CancelRequest) (*agentpb.CancelResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(req.Fence); err != nil {
+		return nil, err
+	}
+	if s.turn != nil {
+		s.turn.cancel()
+	}
+	return &agentpb.CancelResponse{}, nil
+}
+
+func (s *server) Close(ctx context.Context, req *agentpb.CloseRequest) (*agentpb.CloseResponse, error) {
+	s.mu.Lock()
+	if err := s.check(req.Fence); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.mu.Unlock()
+	if err := s.shutdown(ctx); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &agentpb.CloseResponse{}, nil
+}
+
+// shutdown cancels the running turn, waits for it to end (bounded by ctx)
+// and closes the agent. It is idempotent.
+func (s *server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	rt, a := s.turn, s.agent
+	s.mu.Unlock()
+	if rt != nil {
+		rt.cancel()
+		select {
+		case <-rt.done:
+		case <-ctx.Done():
+			s.log.Warn("turn did not end before shutdown", "turn", rt.id)
+		}
+	}
+	if c, ok := a.(Closer); ok {
+		if err := c.Close(ctx); err != nil {
+			return fmt.Errorf("close agent: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package sdk
+
+import "time"
+
+// ContentBlock is an ACP content block. Type "text" carries Text; any other
+// type carries its ACP JSON in JSON.
+type ContentBlock struct {
+	Type string
+	Text string
+	JSON string
+}
+
+// TextBlock returns a text content block.
+func TextBlock(text string) ContentBlock { return ContentBlock{Type: "text", Text: text} }
+
+// ToolCall announces a tool invocation (ACP tool_call).
+type ToolCall struct {
+	ToolCallID string
+	Title      string
+	// Kind is the ACP tool kind: read, edit, delete, move, search, execute,
+	// think, fetch, other.
+	Kind string
+	// Status: pending, in_progress, completed, failed.
+	Status       string
+	RawInputJSON string
+}
+
+// ToolCallUpdate reports progress of a tool call (ACP tool_call_update).
+type ToolCallUpdate struct {
+	ToolCallID    string
+	Status        string
+	Content       []ContentBlock
+	RawOutputJSON string
+}
+
+// PlanEntry is one step of an agent's plan.
+type PlanEntry struct {
+	Content  string
+	Priority string // high, medium, low
+	Status   string // pending, in_progress, completed
+}
+
+// Usage reports token usage and cost.
+type Usage struct {
+	InputTokens       int64
+	OutputTokens      int64
+	CachedInputTokens int64
+	ReasoningTokens   int64
+	CostUSD           float64
+}
+
+// PermissionOption is one answer a permission request offers.
+type PermissionOption struct {
+	OptionID string
+	Name     string
+	// Kind: allow_once, allow_always, reject_once, reject_always.
+	Kind string
+}
+
+// PermissionRequest asks the user whether a tool call may run.
+type PermissionRequest struct {
+	// RequestID is assigned by the SDK when empty.
+	RequestID string
+	ToolCall  ToolCall
+	Options   []PermissionOption
+}
+
+// PermissionOutcome is the answer to a permission request.
+type PermissionOutcome struct {
+	// Outcome is "selected" (OptionID names the choice) or "cancelled".
+	Outcome  string
+	OptionID string
+}
+
+// Cancelled reports whether the request was cancelled rather than answered.
+func (o PermissionOutcome) Cancelled() bool { return o.Outcome != "selected" }
+
+// Update is one event of a session, as the host journals it. Exactly one of
+// the kind fields is set. Seq and Time are assigned by the SDK's outbox.
+type Update struct {
+	Seq    uint64
+	TurnID string
+	Time   time.Time
+
+	AgentMessage       *ContentBlock
+	AgentThought       *ContentBlock
+	UserMessage        *ContentBlock
+	ToolCall           *ToolCall
+	ToolCallUpdate     *ToolCallUpdate
+	Plan               []PlanEntry
+	Usage              *Usage
+	HandleChanged      *HandleChanged
+	PermissionRequest  *PermissionRequest
+	PermissionResolved *PermissionResolved
+	TurnStopped        *TurnStopped
+}
+
+// HandleChanged reports a new provider handle for the session.
+type HandleChanged struct {
+	Handle string
+	Origin string // created, resumed, forked
+}
+
+// PermissionResolved reports how a permission request was answered.
+type PermissionResolved struct {
+	RequestID string
+	Outcome   PermissionOutcome
+}
+
+// TurnStopped ends a turn.
+type TurnStopped struct {
+	StopReason StopReason
+	// Error is set when StopReason is StopFailed.
+	Error string
+}
