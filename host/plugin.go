@@ -1,0 +1,318 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// Errors a plugin start or stop reports. They wrap the detail; match them
+// with errors.Is.
+var (
+	// ErrStartupTimeout: the plugin did not become ready in time; it was
+	// killed and reaped.
+	ErrStartupTimeout = errors.New("plugin startup timed out")
+	// ErrExitedBeforeReady: the plugin process exited during startup.
+	ErrExitedBeforeReady = errors.New("plugin exited before readiness")
+	// ErrPluginFailed: the plugin reported a failure (its message follows).
+	ErrPluginFailed = errors.New("plugin failed")
+	// ErrInvalidIdentity: the plugin reported another session id, spawn
+	// token or pid than the host started it with.
+	ErrInvalidIdentity = errors.New("plugin reported an invalid identity")
+	// ErrExitedUnexpectedly: the plugin exited after readiness without being
+	// asked to stop.
+	ErrExitedUnexpectedly = errors.New("plugin exited unexpectedly")
+)
+
+// pluginSpec describes one plugin process start.
+type pluginSpec struct {
+	Agent      string
+	Path       string
+	Args       []string
+	SessionID  string
+	SessionDir string // absolute; the plugin's state and log live here
+	SocketDir  string // absolute, short; go-plugin makes the socket under it
+	Env        []string
+	Fence      uint64
+	// Open opens the session once the process is attached and identified:
+	// it calls NewSession or ResumeSession and returns the provider handle.
+	Open           func(ctx context.Context, c agentpb.AgentClient) (handle string, err error)
+	SpawnToken     string
+	StartupTimeout time.Duration
+	StopTimeout    time.Duration
+	Logger         hclog.Logger
+	// OnStart runs as soon as the process exists (see procRunner.onStart).
+	OnStart func(pid int) error
+}
+
+// pluginProc is one running plugin process and its connection.
+type pluginProc struct {
+	spec     pluginSpec
+	client   *plugin.Client
+	rpc      agentpb.AgentClient
+	runner   *procRunner
+	handle   string
+	instance string
+	version  int
+	reattach leasestore.Reattach
+
+	stopOnce      sync.Once
+	stopErr       error
+	stopRequested chan struct{}
+	terminated    chan struct{} // closed once the process exited
+	termErr       error         // valid after terminated
+	mu            sync.Mutex
+}
+
+// startPlugin starts a plugin process and waits for it to be ready: the
+// go-plugin handshake, an Attach at spec.Fence binding it to the session, an
+// Identify that must name the same session id, spawn token and pid, then
+// spec.Open. One timeout covers all of it. On any failure the process is
+// killed with its group and reaped before startPlugin returns.
+func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
+	if !filepath.IsAbs(spec.SessionDir) {
+		return nil, fmt.Errorf("%w: session directory must be absolute, got %q", leasestore.ErrInvalidArgument, spec.SessionDir)
+	}
+	if !filepath.IsAbs(spec.Path) {
+		return nil, fmt.Errorf("%w: plugin path must be absolute, got %q", leasestore.ErrInvalidArgument, spec.Path)
+	}
+	if spec.StartupTimeout <= 0 {
+		spec.StartupTimeout = 30 * time.Second
+	}
+	if spec.StopTimeout <= 0 {
+		spec.StopTimeout = 5 * time.Second
+	}
+	if err := os.MkdirAll(spec.SessionDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create session directory: %w", err)
+	}
+	if err := os.MkdirAll(spec.SocketDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	deadline := time.Now().Add(spec.StartupTimeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	r := &procRunner{
+		path: spec.Path, args: spec.Args, logPath: filepath.Join(spec.SessionDir, "plugin.log"),
+		log: spec.Logger, onStart: spec.OnStart,
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake(),
+		VersionedPlugins: wire.PluginSets(nil),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		SkipHostEnv:      true,
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: spec.SocketDir},
+		StartTimeout:     spec.StartupTimeout,
+		Logger:           spec.Logger.Named("go-plugin"),
+		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
+			// go-plugin's entries (cookie, versions, socket dir) first, then
+			// the policy's; for a duplicate key the last one wins.
+			r.env = append(append([]string{}, cmd.Env...), spec.Env...)
+			return r, nil
+		},
+	})
+	p := &pluginProc{spec: spec, client: client, runner: r, stopRequested: make(chan struct{}), terminated: make(chan struct{})}
+	fail := func(err error) (*pluginProc, error) {
+		p.kill()
+		return nil, err
+	}
+
+	rpcClient, err := client.Client()
+	if err != nil {
+		return fail(p.classifyStartError(ctx, err))
+	}
+	raw, err := rpcClient.Dispense(wire.PluginName)
+	if err != nil {
+		return fail(fmt.Errorf("dispense plugin: %w", err))
+	}
+	p.rpc = raw.(agentpb.AgentClient)
+	p.version = client.NegotiatedVersion()
+	go p.watchExit()
+
+	if _, err := p.rpc.Attach(ctx, &agentpb.AttachRequest{Fence: spec.Fence, SessionId: spec.SessionID}); err != nil {
+		return fail(p.classifyStartError(ctx, err))
+	}
+	id, err := p.rpc.Identify(ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return fail(p.classifyStartError(ctx, err))
+	}
+	if id.SessionId != spec.SessionID || id.SpawnToken != spec.SpawnToken || int(id.Pid) != r.pid {
+		return fail(fmt.Errorf("%w: expected session %q, token %q…, pid %d; it reported session %q, token %q…, pid %d",
+			ErrInvalidIdentity, spec.SessionID, short(spec.SpawnToken), r.pid, id.SessionId, short(id.SpawnToken), id.Pid))
+	}
+	p.instance = id.InstanceId
+	if spec.Open != nil {
+		handle, err := spec.Open(ctx, p.rpc)
+		if err != nil {
+			return fail(p.classifyStartError(ctx, err))
+		}
+		p.handle = handle
+	}
+	addr := client.ReattachConfig()
+	p.reattach = leasestore.Reattach{
+		ProtocolVersion: p.version, PluginPath: spec.Path, LogPath: r.logPath,
+	}
+	if addr != nil && addr.Addr != nil {
+		p.reattach.Network, p.reattach.Address = addr.Addr.Network(), addr.Addr.String()
+	}
+	return p, nil
+}
+
+func short(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}
+
+// classifyStartError turns a startup failure into the error a user can act
+// on. A failed RPC usually means the process died: wait briefly for its exit
+// status so the error can say how it ended.
+func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
+	if st, ok := status.FromError(err); ok && p.runner.exited != nil && pluginReported(st.Code()) && !p.exitedWithin(50*time.Millisecond) {
+		return fmt.Errorf("%w: %s", ErrPluginFailed, st.Message())
+	}
+	if p.runner.exited != nil && p.exitedWithin(500*time.Millisecond) {
+		return fmt.Errorf("%w (%s); see its log %s", ErrExitedBeforeReady, p.runner.exitDescription(), p.runner.logPath)
+	}
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+		return fmt.Errorf("%w after %s", ErrStartupTimeout, p.spec.StartupTimeout)
+	}
+	if p.runner.exited == nil {
+		// The process never started.
+		return fmt.Errorf("start plugin %s: %w", p.spec.Path, err)
+	}
+	return fmt.Errorf("plugin startup: %w", err)
+}
+
+// pluginReported reports whether a gRPC code is an answer from the plugin
+// rather than a transport failure or a deadline.
+func pluginReported(c codes.Code) bool {
+	switch c {
+	case codes.OK, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return false
+	}
+	return true
+}
+
+func (p *pluginProc) exitedWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.runner.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// watchExit records how the process ended: nil after a requested stop, an
+// error naming the session and the exit otherwise.
+func (p *pluginProc) watchExit() {
+	<-p.runner.exited
+	p.mu.Lock()
+	select {
+	case <-p.stopRequested:
+	default:
+		p.termErr = fmt.Errorf("%w: session %q plugin (pid %d) %s", ErrExitedUnexpectedly,
+			p.spec.SessionID, p.runner.pid, p.runner.exitDescription())
+	}
+	p.mu.Unlock()
+	close(p.terminated)
+}
+
+// Terminated is closed when the plugin process has exited.
+func (p *pluginProc) Terminated() <-chan struct{} { return p.terminated }
+
+// TermErr is nil if the plugin exited because it was asked to stop, and an
+// error naming the session and the exit otherwise. Valid after Terminated.
+func (p *pluginProc) TermErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.termErr
+}
+
+// kill kills the process group, waits until it is reaped, and releases the
+// go-plugin client and the socket directory. Used for failed starts.
+func (p *pluginProc) kill() {
+	p.stopOnce.Do(func() {
+		close(p.stopRequested)
+		_ = p.runner.Kill(context.Background())
+		p.client.Kill() // ends go-plugin's goroutines; the process is gone
+		if p.runner.exited != nil {
+			<-p.runner.exited
+		}
+		_ = os.RemoveAll(p.spec.SocketDir)
+	})
+}
+
+// Stop stops the plugin: Close (the agent releases its CLI), SIGTERM to the
+// group, and SIGKILL to the group if it has not exited after StopTimeout —
+// never go-plugin's fixed 2 s. It returns once the process is reaped. It is
+// idempotent and safe to call concurrently: every caller waits for the same
+// stop.
+func (p *pluginProc) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() {
+		close(p.stopRequested)
+		timeout := p.spec.StopTimeout
+		deadline := time.Now().Add(timeout)
+		// Ask the agent to close its session first, bounded by half the
+		// stop budget so a hung plugin still gets SIGTERM in time.
+		cctx, cancel := context.WithTimeout(ctx, timeout/2)
+		_, _ = p.rpc.Close(cctx, &agentpb.CloseRequest{Fence: p.spec.Fence})
+		cancel()
+		_ = p.runner.signal(unix.SIGTERM)
+		if !p.exitedWithin(time.Until(deadline)) {
+			p.spec.Logger.Warn("plugin ignored graceful shutdown; killing its process group", "pid", p.runner.pid, "timeout", timeout)
+			_ = p.runner.signal(unix.SIGKILL)
+			<-p.runner.exited
+		}
+		p.client.Kill()
+		_ = os.RemoveAll(p.spec.SocketDir)
+	})
+	<-p.terminated
+	return p.stopErr
+}
+
+// Detach lets the plugin outlive this host: the connection is dropped and
+// the process is neither signalled nor watched any more.
+func (p *pluginProc) Detach() {
+	p.stopOnce.Do(func() {
+		close(p.stopRequested)
+		p.runner.detach()
+		if c, ok := p.clientConn(); ok {
+			_ = c.Close()
+		}
+	})
+}
+
+func (p *pluginProc) clientConn() (interface{ Close() error }, bool) {
+	rpc, err := p.client.Client()
+	if err != nil {
+		return nil, false
+	}
+	g, ok := rpc.(*plugin.GRPCClient)
+	if !ok {
+		return nil, false
+	}
+	return g.Conn, true
+}
+
+// PID returns the plugin's process id.
+func (p *pluginProc) PID() int { return p.runner.pid }

@@ -1,0 +1,217 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// procRunner is agenthost's go-plugin runner (the RunnerFunc path): it starts
+// the plugin as the leader of a new session and process group, with stdin on
+// /dev/null, stdout a pipe that carries only go-plugin's handshake line, and
+// stderr a per-session log file, so a plugin whose host died never dies of
+// SIGPIPE and its logs survive. Its environment is exactly what the host's
+// policy built: nothing is inherited wholesale.
+//
+// It watches the plugin through a pidfd registered with the Go netpoller, so
+// an exit is seen within milliseconds (go-plugin's own runner polls once a
+// second, and counts a zombie as alive) without tying up a thread, and so
+// signals reach exactly the process that was started, never a recycled pid.
+type procRunner struct {
+	path    string
+	args    []string
+	env     []string
+	logPath string
+	log     hclog.Logger
+	// onStart runs right after the process exists, before the handshake.
+	// Its error aborts the start (the process is killed and reaped).
+	onStart func(pid int) error
+
+	cmd    *exec.Cmd
+	stdout io.ReadCloser
+	pid    int
+	pidfd  *os.File // non-blocking, registered with the netpoller
+
+	exited   chan struct{} // closed once the process has exited and been reaped
+	state    *os.ProcessState
+	waitErr  error
+	detachMu sync.Mutex
+	detached bool
+}
+
+func (r *procRunner) Start(ctx context.Context) error {
+	logFile, err := os.OpenFile(r.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open plugin log %s: %w", r.logPath, err)
+	}
+	defer logFile.Close() // the child holds its own copy as fd 2
+
+	pidfd := -1
+	cmd := exec.Command(r.path, r.args...)
+	cmd.Env = r.env
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start plugin %s: %w", r.path, err)
+	}
+	r.cmd, r.stdout, r.pid = cmd, stdout, cmd.Process.Pid
+	r.exited = make(chan struct{})
+	if pidfd >= 0 {
+		if err := unix.SetNonblock(pidfd, true); err == nil {
+			r.pidfd = os.NewFile(uintptr(pidfd), "pidfd:"+strconv.Itoa(r.pid))
+		} else {
+			_ = unix.Close(pidfd)
+		}
+	}
+	go r.watch()
+	if r.onStart != nil {
+		if err := r.onStart(r.pid); err != nil {
+			_ = r.Kill(context.Background())
+			<-r.exited
+			return err
+		}
+	}
+	return nil
+}
+
+// watch waits for the process to exit, sweeps what is left of its process
+// group while the unreaped leader still pins the group id (so the sweep can
+// only reach the plugin's own tree), then reaps it.
+func (r *procRunner) watch() {
+	if r.pidfd != nil {
+		if rc, err := r.pidfd.SyscallConn(); err == nil {
+			err = rc.Read(func(fd uintptr) bool {
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				n, err := unix.Poll(fds, 0)
+				return err != nil || n > 0
+			})
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// Detached: the host lets the plugin outlive it.
+				return
+			}
+		}
+		if !r.isDetached() {
+			_ = unix.Kill(-r.pid, unix.SIGKILL)
+		}
+	}
+	state, err := r.cmd.Process.Wait()
+	r.state, r.waitErr = state, err
+	_ = r.stdout.Close()
+	if r.pidfd != nil {
+		_ = r.pidfd.Close()
+	}
+	close(r.exited)
+}
+
+func (r *procRunner) isDetached() bool {
+	r.detachMu.Lock()
+	defer r.detachMu.Unlock()
+	return r.detached
+}
+
+// detach stops watching without stopping the process: the plugin outlives
+// this host and a later host reattaches to it.
+func (r *procRunner) detach() {
+	r.detachMu.Lock()
+	r.detached = true
+	r.detachMu.Unlock()
+	if r.pidfd != nil {
+		_ = r.pidfd.SetReadDeadline(time.Now())
+	}
+}
+
+// Wait implements runner.AttachedRunner: it returns once the process has
+// exited and been reaped (or the host detached).
+func (r *procRunner) Wait(ctx context.Context) error {
+	select {
+	case <-r.exited:
+		return r.waitErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// signal sends sig to the plugin's whole process group while the leader is
+// not yet reaped (its pid, and so the group id, cannot have been reused).
+func (r *procRunner) signal(sig syscall.Signal) error {
+	select {
+	case <-r.exited:
+		return nil
+	default:
+	}
+	if err := unix.Kill(-r.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal plugin group %d: %w", r.pid, err)
+	}
+	return nil
+}
+
+// Kill implements runner.AttachedRunner: SIGKILL to the whole group.
+func (r *procRunner) Kill(ctx context.Context) error { return r.signal(unix.SIGKILL) }
+
+func (r *procRunner) ID() string { return strconv.Itoa(r.pid) }
+
+func (r *procRunner) Stdout() io.ReadCloser { return r.stdout }
+
+// Stderr returns an empty reader: the plugin's stderr goes to its log file,
+// and go-plugin needs a non-nil reader that ends.
+func (r *procRunner) Stderr() io.ReadCloser { return io.NopCloser(strings.NewReader("")) }
+
+func (r *procRunner) Name() string { return r.path }
+
+// Diagnose returns the tail of the plugin's log, which go-plugin appends to
+// its "Unrecognized remote plugin message" so start-up failures show the
+// plugin's own words.
+func (r *procRunner) Diagnose(ctx context.Context) string {
+	return "plugin log tail:\n" + tailFile(r.logPath, 2048)
+}
+
+func (r *procRunner) PluginToHost(n, a string) (string, string, error) { return n, a, nil }
+func (r *procRunner) HostToPlugin(n, a string) (string, string, error) { return n, a, nil }
+
+// exitDescription says how the process ended: "exit status N" or
+// "signal: killed".
+func (r *procRunner) exitDescription() string {
+	select {
+	case <-r.exited:
+	default:
+		return "still running"
+	}
+	if r.state == nil {
+		return fmt.Sprintf("unknown (%v)", r.waitErr)
+	}
+	if ws, ok := r.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "signal " + unix.SignalName(ws.Signal())
+	}
+	return "exit status " + strconv.Itoa(r.state.ExitCode())
+}
+
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	buf := make([]byte, fi.Size()-off)
+	_, _ = f.ReadAt(buf, off)
+	return string(buf)
+}
