@@ -35,8 +35,11 @@
 //     reservation-unused without a scan (nothing was minted that a child
 //     could carry); reserved with no token is indeterminate; otherwise one
 //     scan of the process table decides — a host that cannot enumerate
-//     tokens, a live process carrying the token, or a provider handle
-//     reported at this fence each leave it indeterminate.
+//     tokens, a process of this user whose environment cannot be read, a
+//     live process carrying the token, or a provider handle reported at
+//     this fence each leave it indeterminate.
+//   - A boot id belongs to the start evidence: another boot is a mismatch,
+//     unless the token matched (contradictory, so indeterminate).
 //
 // All local owners are judged from one read of the process table, and all
 // reservations from one token scan, however many sessions there are.
@@ -48,7 +51,10 @@
 // directories such plugins left behind. It signals a plugin's whole process
 // group, SIGTERM then SIGKILL after a grace period, and re-identifies every
 // process through a pidfd right before each signal, so a recycled pid is
-// never signalled. Its failures go to an error callback with the scope
+// never signalled. It never touches its own process, its ancestors or their
+// process groups (a host may be started from inside an old plugin's tree),
+// nor a token it inherited; and when it cannot tell which tokens leases own,
+// it signals nothing. Its failures go to an error callback with the scope
 // ReaperScope, or to the log; it never fails the host's start.
 //
 // CanVerifyIdentity says whether this platform can do all of this for a

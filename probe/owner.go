@@ -2,7 +2,9 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/agenthost/agenthost/leasestore"
@@ -161,22 +163,44 @@ type tokenScan struct {
 	err    error
 }
 
+// errHiddenEnvironment: a process that could be one of this host's plugins
+// has an environment the scan cannot read, so "no process carries the
+// token" cannot be proven.
+var errHiddenEnvironment = errors.New("cannot read the environment of a process this host may have started")
+
 func (ts *tokenScan) find(ctx context.Context, t Table, token string) ([]int, error) {
 	if !ts.done {
 		ts.done = true
-		procs, err := t.Scan(ctx)
-		if err != nil {
-			ts.err = err
-		} else {
-			ts.tokens = make(map[string][]int)
-			for _, proc := range procs {
-				if proc.Token != "" {
-					ts.tokens[proc.Token] = append(ts.tokens[proc.Token], proc.PID)
-				}
-			}
-		}
+		ts.tokens, ts.err = scanTokens(ctx, t)
 	}
 	return ts.tokens[token], ts.err
+}
+
+// scanTokens indexes the spawn tokens of every process. A live process whose
+// environment cannot be read, and that runs as this user (or whose owner is
+// unknown), could be carrying any token: the scan then fails rather than
+// answer "none". Exempt are processes that cannot be a plugin this host
+// started: other users' (a non-dumpable process shows as root and is
+// exempt on the same grounds), the namespace's init (pid 1), and kernel
+// threads (kthreadd, pid 2, and its children).
+func scanTokens(ctx context.Context, t Table) (map[string][]int, error) {
+	procs, err := t.Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	uid := os.Getuid()
+	tokens := make(map[string][]int)
+	for _, proc := range procs {
+		if proc.Token != "" {
+			tokens[proc.Token] = append(tokens[proc.Token], proc.PID)
+			continue
+		}
+		exempt := proc.PID == 1 || proc.PID == 2 || proc.PPID == 2 || proc.PID == os.Getpid()
+		if !proc.TokenRead && !proc.Zombie && !exempt && (proc.UID < 0 || proc.UID == uid) {
+			return nil, fmt.Errorf("%w: pid %d: %v", errHiddenEnvironment, proc.PID, proc.Err)
+		}
+	}
+	return tokens, nil
 }
 
 // judge compares a recorded owner with what the table read at its pid.
@@ -188,15 +212,21 @@ func (p *Prober) judge(owner leasestore.ProcessIdentity, proc Process, boot stri
 		// Permission and transient failures fail closed.
 		return indeterminate("pid %d cannot be inspected: %v", owner.PID, proc.Err)
 	}
-	if owner.BootID != "" && bootErr == nil && boot != "" && boot != owner.BootID {
-		return mismatch(FieldBootID, "the owner was started in boot %s; this is boot %s", owner.BootID, boot)
-	}
 	var matched []Field
 	if proc.TokenRead && proc.Token != "" {
 		if proc.Token != owner.SpawnToken {
 			return mismatch(FieldSpawnToken, "pid %d carries another spawn token", owner.PID)
 		}
 		matched = append(matched, FieldSpawnToken)
+	}
+	// A boot id is part of the start evidence: start ticks count from a
+	// boot. Another boot means the recorded process cannot be running —
+	// unless the token says it is, and then the evidence contradicts itself.
+	if owner.StartTicks != 0 && owner.BootID != "" && bootErr == nil && boot != "" && boot != owner.BootID {
+		if len(matched) > 0 {
+			return indeterminate("pid %d echoes the spawn token but the owner was recorded in another boot: contradictory evidence", owner.PID)
+		}
+		return mismatch(FieldBootID, "the owner was started in boot %s; this is boot %s", owner.BootID, boot)
 	}
 	if same, known := p.sameStart(owner, proc, boot, bootErr); known {
 		switch {

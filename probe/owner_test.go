@@ -63,8 +63,12 @@ func (c *countingTable) Scan(ctx context.Context) ([]probe.Process, error) {
 	return c.Table.Scan(ctx)
 }
 
-func proberOver(tree probetest.Tree) (*probe.Prober, *countingTable, *probetest.CountingFS) {
-	cfs := &probetest.CountingFS{FS: tree.FS()}
+func proberOver(tree probetest.Tree, errs ...map[string]error) (*probe.Prober, *countingTable, *probetest.CountingFS) {
+	var fsys fs.FS = tree.FS()
+	if len(errs) > 0 {
+		fsys = probetest.FailingFS{FS: fsys, Errs: errs[0]}
+	}
+	cfs := &probetest.CountingFS{FS: fsys}
 	ct := &countingTable{Table: &probe.ProcFS{FS: cfs, TokenVar: tokenVar}}
 	return &probe.Prober{HostID: hostID, Table: ct}, ct, cfs
 }
@@ -82,6 +86,7 @@ func TestOwnerProbe(t *testing.T) {
 		procs     []probetest.Proc
 		sess      leasestore.Session
 		scanErr   error
+		fsErrs    map[string]error
 		want      probe.Outcome
 		field     probe.Field
 		matched   []probe.Field
@@ -136,16 +141,24 @@ func TestOwnerProbe(t *testing.T) {
 			procs: []probetest.Proc{{PID: owner.PID, StartTicks: owner.StartTicks}},
 			sess:  session("s", &owner, nil), want: probe.IdentityMatched, matched: []probe.Field{probe.FieldStartTime}, reads: 1},
 		{name: "another boot is a mismatch",
-			procs: []probetest.Proc{aliveOwner},
+			procs: []probetest.Proc{{PID: owner.PID, StartTicks: owner.StartTicks}},
 			sess:  session("s", &leasestore.ProcessIdentity{HostID: hostID, PID: owner.PID, StartTicks: owner.StartTicks, BootID: "boot-0", SpawnToken: "token-1"}, nil),
 			want:  probe.IdentityMismatch, field: probe.FieldBootID, reads: 1},
+		{name: "another boot but the echoed token matches: contradictory, indeterminate",
+			procs: []probetest.Proc{aliveOwner},
+			sess:  session("s", &leasestore.ProcessIdentity{HostID: hostID, PID: owner.PID, StartTicks: owner.StartTicks, BootID: "boot-0", SpawnToken: "token-1"}, nil),
+			want:  probe.Indeterminate, reads: 1, reasonHas: "contradictory"},
+		{name: "a reservation is not freed while a process of this user hides its environment",
+			procs:  []probetest.Proc{{PID: 900, StartTicks: 5, Env: tokenEnv("other")}},
+			fsErrs: map[string]error{"900/environ": fs.ErrPermission},
+			sess:   session("s", nil, reserved("token-1")), want: probe.Indeterminate, scans: 1, reasonHas: "cannot read the environment"},
 		{name: "a bare pid with nothing verifiable is indeterminate",
 			procs: []probetest.Proc{{PID: owner.PID, StartTicks: 99}},
 			sess:  session("s", &leasestore.ProcessIdentity{HostID: hostID, PID: owner.PID, SpawnToken: "token-1"}, nil),
 			want:  probe.Indeterminate, reads: 1, reasonHas: "neither"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, ct, _ := proberOver(probetest.Tree{BootID: bootID, Procs: tc.procs})
+			p, ct, _ := proberOver(probetest.Tree{BootID: bootID, Procs: tc.procs}, tc.fsErrs)
 			ct.scanErr = tc.scanErr
 			got := p.Probe(ctx, tc.sess)
 			if got.Outcome != tc.want || got.Field != tc.field || !slices.Equal(got.MatchedOn, tc.matched) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"runtime"
 	"strconv"
 	"time"
@@ -15,6 +16,9 @@ import (
 )
 
 func platformTable(tokenVar string) Table { return &gopsutilTable{tokenVar: tokenVar} }
+
+// entryUID: /proc trees exist only on Linux.
+func entryUID(fs.DirEntry) int { return -1 }
 
 // gopsutilTable reads creation times and environments through gopsutil v4
 // (never v3: its Linux boot time and 1 s resolution break identity).
@@ -37,7 +41,7 @@ func (t *gopsutilTable) Read(ctx context.Context, pids []int) ([]Process, error)
 }
 
 func (t *gopsutilTable) read(ctx context.Context, pid int) Process {
-	proc := Process{PID: pid}
+	proc := Process{PID: pid, UID: -1}
 	p, err := process.NewProcessWithContext(ctx, int32(pid))
 	switch {
 	case errors.Is(err, process.ErrorProcessNotRunning):

@@ -79,6 +79,10 @@ func (p *ProcFS) Scan(ctx context.Context) ([]Process, error) {
 		if proc.Presence == Absent {
 			continue // exited while we listed: not evidence either way
 		}
+		if !proc.TokenRead {
+			// Only an unreadable environment needs to know its owner.
+			proc.UID = entryUID(e)
+		}
 		out = append(out, proc)
 	}
 	return out, nil
@@ -86,7 +90,7 @@ func (p *ProcFS) Scan(ctx context.Context) ([]Process, error) {
 
 // read reads one pid: its stat, and its environment if it is present.
 func (p *ProcFS) read(fsys fs.FS, pid int) Process {
-	proc := Process{PID: pid}
+	proc := Process{PID: pid, UID: -1}
 	stat, err := fs.ReadFile(fsys, strconv.Itoa(pid)+"/stat")
 	switch {
 	case err == nil:
@@ -138,6 +142,11 @@ func parseStat(b []byte, proc *Process) error {
 		return fmt.Errorf("malformed stat: %d fields after the command name", len(fields))
 	}
 	proc.Zombie = fields[0] == "Z" || fields[0] == "X"
+	ppid, err := strconv.Atoi(fields[1]) // field 4
+	if err != nil {
+		return fmt.Errorf("malformed stat: parent %q", fields[1])
+	}
+	proc.PPID = ppid
 	pgid, err := strconv.Atoi(fields[2]) // field 5
 	if err != nil {
 		return fmt.Errorf("malformed stat: process group %q", fields[2])

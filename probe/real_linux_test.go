@@ -24,7 +24,16 @@ import (
 	"github.com/agenthost/agenthost/probe/probetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("PROBE_TEST_CHILD") == "reap" {
+		// Run a reaper that owns nothing, from wherever the test put us.
+		rep := (&probe.Reaper{TokenVar: tokenVar, Grace: 200 * time.Millisecond,
+			Owned: func(string) (bool, error) { return false, nil }}).Reap(context.Background())
+		fmt.Printf("stopped %v failures %d\n", rep.Stopped, rep.Failures)
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // child is a real process started for a test, stopped and reaped when the
 // test ends.
@@ -238,7 +247,7 @@ func TestReaperStopsOnlyOrphans(t *testing.T) {
 	var errs []error
 	r := &probe.Reaper{
 		TokenVar:   tokenVar,
-		Owned:      func(token string) bool { return token == "owned-1" },
+		Owned:      func(token string) (bool, error) { return token == "owned-1", nil },
 		Grace:      300 * time.Millisecond,
 		SocketRoot: sockets,
 		OnError:    func(scope string, err error) { errs = append(errs, fmt.Errorf("%s: %w", scope, err)) },
@@ -312,7 +321,7 @@ func TestReaperReportsFailuresWithScope(t *testing.T) {
 	r := &probe.Reaper{
 		TokenVar: tokenVar,
 		Table:    failingScan{&probe.ProcFS{TokenVar: tokenVar}},
-		Owned:    func(string) bool { return false },
+		Owned:    func(string) (bool, error) { return false, nil },
 		OnError:  func(s string, err error) { scope, got = s, err },
 	}
 	rep := r.Reap(context.Background())
@@ -326,7 +335,7 @@ func TestReaperLogsFailuresWithoutReporter(t *testing.T) {
 	r := &probe.Reaper{
 		TokenVar: tokenVar,
 		Table:    failingScan{&probe.ProcFS{TokenVar: tokenVar}},
-		Owned:    func(string) bool { return false },
+		Owned:    func(string) (bool, error) { return false, nil },
 		Logger:   hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info}),
 	}
 	r.Reap(context.Background())
@@ -355,4 +364,43 @@ func TestCanVerifyIdentity(t *testing.T) {
 
 func treeWith(pid int, ticks uint64, token string) probetest.Tree {
 	return probetest.Tree{BootID: bootID, Procs: []probetest.Proc{{PID: pid, StartTicks: ticks, Env: tokenEnv(token)}}}
+}
+
+// A host started from inside an old plugin's tree (say, from an agent's
+// shell) must not stop its own ancestors or their process group, even when
+// they carry a spawn token no lease owns.
+func TestReaperSparesItsOwnLineage(t *testing.T) {
+	script := "env " + tokenVar + "=reaper-own PROBE_TEST_CHILD=reap " + os.Args[0] + " -test.run=^$; sleep 300"
+	leader := spawn(t, script, []string{tokenVar + "=stale-ancestor"}, true)
+	// Wait for the reaper child to appear and finish.
+	seen := false
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		procs, err := (&probe.ProcFS{TokenVar: tokenVar}).Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := slices.ContainsFunc(procs, func(p probe.Process) bool { return p.Token == "reaper-own" && !p.Zombie })
+		if live {
+			seen = true
+		} else if seen || !running(t, leader.pid(), 0) {
+			break
+		}
+	}
+	if !seen {
+		t.Fatal("the reaper child never ran")
+	}
+	if !running(t, leader.pid(), 0) {
+		t.Fatal("the reaper stopped its own ancestor")
+	}
+}
+
+func TestReaperStopsWhenOwnershipIsUnknown(t *testing.T) {
+	c := spawn(t, "exec sleep 300", []string{tokenVar + "=maybe-owned"}, true)
+	var reported error
+	rep := (&probe.Reaper{TokenVar: tokenVar, Grace: 100 * time.Millisecond,
+		Owned:   func(string) (bool, error) { return false, errors.New("store partly unreadable") },
+		OnError: func(_ string, err error) { reported = err }}).Reap(context.Background())
+	if reported == nil || !strings.Contains(reported.Error(), "store partly unreadable") || len(rep.Stopped) != 0 || !running(t, c.pid(), 0) {
+		t.Fatalf("unknown ownership: report %+v, error %v", rep, reported)
+	}
 }

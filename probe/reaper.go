@@ -37,8 +37,10 @@ type Reaper struct {
 	// Owned reports whether some lease owns token, as its reserved spawn
 	// token or its owner's. It must read the store's current state when
 	// called: the reaper asks after its scan, so a reservation made
-	// meanwhile protects its child. Required.
-	Owned func(token string) bool
+	// meanwhile protects its child. When it cannot tell (the store could not
+	// be read completely) it returns an error and the reaper stops without
+	// signalling anything. Required.
+	Owned func(token string) (bool, error)
 	// Grace is how long a process group gets between SIGTERM and SIGKILL.
 	// Default: 2s.
 	Grace time.Duration
@@ -110,12 +112,28 @@ func (r *Reaper) Reap(ctx context.Context) (rep ReapReport) {
 		r.report(&rep, fmt.Errorf("scan for orphan plugins: %w", err))
 		return rep
 	}
-	self, selfGroup := os.Getpid(), ownGroup()
+	// Never touch this process, its ancestors (the host may have been
+	// started from inside an old plugin's tree, say from an agent's shell),
+	// or their process groups; and never a token this process inherited.
+	self := os.Getpid()
+	protected, protectedGroups := lineage(procs, self)
+	protectedGroups[ownGroup()] = true
+	inherited := ""
+	if r.TokenVar != "" {
+		inherited = os.Getenv(r.TokenVar)
+	}
 	for _, p := range procs {
-		if p.Token == "" || p.PID == self || r.Owned(p.Token) {
+		if p.Token == "" || protected[p.PID] || (inherited != "" && p.Token == inherited) {
 			continue
 		}
-		rep.Orphans = append(rep.Orphans, p)
+		owned, err := r.Owned(p.Token)
+		if err != nil {
+			r.report(&rep, fmt.Errorf("cannot tell which spawn tokens leases own, so no process is judged an orphan: %w", err))
+			return rep
+		}
+		if !owned {
+			rep.Orphans = append(rep.Orphans, p)
+		}
 	}
 	grace := r.Grace
 	if grace <= 0 {
@@ -129,16 +147,19 @@ func (r *Reaper) Reap(ctx context.Context) (rep ReapReport) {
 		}) {
 			continue
 		}
+		// The group is signalled only when the orphan leads it and it is
+		// not a group this process or its ancestors belong to.
+		group := orphan.PGID == orphan.PID && !protectedGroups[orphan.PGID]
 		var members []Process
-		if orphan.PGID == orphan.PID && orphan.PGID != selfGroup {
+		if group {
 			for _, p := range procs {
-				if p.PGID == orphan.PGID && p.PID != orphan.PID && p.PID != self {
+				if p.PGID == orphan.PGID && p.PID != orphan.PID && !protected[p.PID] {
 					members = append(members, p)
 				}
 			}
 		}
-		r.log().Info("stopping orphan plugin", "pid", orphan.PID, "group_members", len(members))
-		gone, err := stopOrphan(ctx, table, orphan, members, grace)
+		r.log().Info("stopping orphan plugin", "pid", orphan.PID, "whole_group", group, "group_members", len(members))
+		gone, err := stopOrphan(ctx, table, orphan, members, group, grace)
 		if err != nil {
 			r.report(&rep, fmt.Errorf("stop orphan pid %d: %w", orphan.PID, err))
 		}
@@ -180,7 +201,15 @@ func (r *Reaper) removeStaleSockets(ctx context.Context, table Table, rep *ReapR
 	}
 	for _, e := range entries {
 		token := e.Name()
-		if live[token] || r.Owned(token) {
+		if live[token] {
+			continue
+		}
+		owned, err := r.Owned(token)
+		if err != nil {
+			r.report(rep, fmt.Errorf("cannot tell whether socket %s is owned; leaving it: %w", token, err))
+			return
+		}
+		if owned {
 			continue
 		}
 		path := filepath.Join(r.SocketRoot, token)
@@ -206,4 +235,26 @@ func sameOrphan(scanned, cur Process) bool {
 		return false
 	}
 	return !cur.TokenRead || cur.Token == "" || cur.Token == scanned.Token
+}
+
+// lineage returns self and its ancestors as the scan saw them, and their
+// process groups.
+func lineage(procs []Process, self int) (pids, groups map[int]bool) {
+	byPID := make(map[int]Process, len(procs))
+	for _, p := range procs {
+		byPID[p.PID] = p
+	}
+	pids, groups = map[int]bool{}, map[int]bool{}
+	for pid := self; pid > 0 && !pids[pid]; {
+		pids[pid] = true
+		p, ok := byPID[pid]
+		if !ok {
+			break
+		}
+		if p.PGID > 0 {
+			groups[p.PGID] = true
+		}
+		pid = p.PPID
+	}
+	return pids, groups
 }

@@ -32,7 +32,7 @@ func TestStopNeverSignalsAnotherProcessAtTheSamePID(t *testing.T) {
 	earlier := scanned
 	earlier.StartTicks-- // the scan saw a process that started earlier at this pid
 
-	gone, err := stopOrphan(context.Background(), table, earlier, nil, 100*time.Millisecond)
+	gone, err := stopOrphan(context.Background(), table, earlier, nil, true, 100*time.Millisecond)
 	if err != nil || !gone {
 		t.Fatalf("stale snapshot: gone %v, err %v; want the scanned process reported gone", gone, err)
 	}
@@ -43,7 +43,7 @@ func TestStopNeverSignalsAnotherProcessAtTheSamePID(t *testing.T) {
 	}
 
 	// The matching snapshot is stopped.
-	gone, err = stopOrphan(context.Background(), table, scanned, nil, time.Second)
+	gone, err = stopOrphan(context.Background(), table, scanned, nil, true, time.Second)
 	if err != nil || !gone {
 		t.Fatalf("current snapshot: gone %v, err %v", gone, err)
 	}
@@ -54,9 +54,11 @@ func TestStopNeverSignalsAnotherProcessAtTheSamePID(t *testing.T) {
 	}
 }
 
-// An injected process table never makes a platform count as supported:
-// the answer comes from the operating system and its real /proc only.
-func TestInjectedReaderDoesNotCountAsSupport(t *testing.T) {
+// Platform support comes from the operating system and its real /proc
+// only. CanVerifyIdentity takes no table, so an injected reader cannot
+// count as support by construction; this checks the per-OS answers, with a
+// perfect injected reader at hand to show it changes nothing.
+func TestPlatformSupportIgnoresInjectedReaders(t *testing.T) {
 	perfect := &ProcFS{FS: fakeProcWithSelf(t)}
 	p := &Prober{HostID: "local", Table: perfect}
 	if _, err := p.Identify(context.Background(), 1); err != nil {

@@ -34,11 +34,12 @@ func (a anchor) exited() bool {
 	return err == nil && n > 0
 }
 
-// stopOrphan stops an orphan (and, when it leads its own process group, the
-// group's members): SIGTERM, up to grace for everyone to exit, then SIGKILL.
+// stopOrphan stops an orphan (and, when group is set and it leads its own
+// process group, the group's members): SIGTERM, up to grace for everyone to
+// exit, then SIGKILL.
 // Each process is re-identified through its pidfd before every signal. It
 // reports whether the orphan is gone at the end.
-func stopOrphan(ctx context.Context, table Table, orphan Process, members []Process, grace time.Duration) (gone bool, err error) {
+func stopOrphan(ctx context.Context, table Table, orphan Process, members []Process, group bool, grace time.Duration) (gone bool, err error) {
 	leader, err := pin(orphan)
 	if errors.Is(err, unix.ESRCH) {
 		return true, nil
@@ -56,7 +57,7 @@ func stopOrphan(ctx context.Context, table Table, orphan Process, members []Proc
 		defer unix.Close(a.fd)
 		anchors = append(anchors, a)
 	}
-	group := orphan.PGID == orphan.PID
+	group = group && orphan.PGID == orphan.PID
 
 	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGKILL} {
 		verified, err := verify(ctx, table, anchors)

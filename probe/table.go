@@ -41,8 +41,14 @@ type Process struct {
 	StartTicks uint64
 	// StartTime is the creation time where exact ticks are not available.
 	StartTime time.Time
+	// PPID is the parent process, 0 when unknown.
+	PPID int
 	// PGID is the process group, 0 when unknown.
 	PGID int
+	// UID owns the process as /proc shows it (a non-dumpable process shows
+	// as root); -1 when unknown. Filled by scans, where it decides whether
+	// an unreadable environment could hide one of this host's plugins.
+	UID int
 	// Zombie: the process has exited and waits to be reaped.
 	Zombie bool
 	// Token is the value of the table's spawn-token variable in the
