@@ -290,6 +290,16 @@ func (p *pluginProc) Stop(ctx context.Context) error {
 	return p.stopErr
 }
 
+// release frees the connection and the socket directory of a plugin that
+// has already exited. It is a no-op after Stop, kill or Detach.
+func (p *pluginProc) release() {
+	p.stopOnce.Do(func() {
+		close(p.stopRequested)
+		p.client.Kill()
+		_ = os.RemoveAll(p.spec.SocketDir)
+	})
+}
+
 // Detach lets the plugin outlive this host: the connection is dropped and
 // the process is neither signalled nor watched any more.
 func (p *pluginProc) Detach() {

@@ -39,7 +39,8 @@ type Closer interface {
 }
 
 // Describer is implemented by agents that report their version in the
-// plugin's identity.
+// plugin's identity. The agent exists only once a session is open, so the
+// version is empty in identities reported before that.
 type Describer interface {
 	AgentVersion() string
 }
@@ -66,7 +67,8 @@ var ErrNotImplemented = errors.New("not implemented by this agent plugin")
 
 // Factory creates the session's Agent. It runs once, when the host first
 // opens or resumes the session; its error is reported to the host as the
-// plugin's readiness failure.
+// plugin's readiness failure. ctx belongs to that request and ends with it:
+// do not keep it, or anything started from it, beyond the factory call.
 type Factory func(ctx context.Context, env Environment) (Agent, error)
 
 // Environment is what a Factory gets from the host and the SDK.

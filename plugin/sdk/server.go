@@ -37,11 +37,16 @@ type server struct {
 	agent     Agent
 	handle    string
 	turn      *runningTurn
-	perms     map[string]chan PermissionOutcome
+	perms     map[string]*pendingPermission
 	closed    bool
 	// fenceRaised is closed and replaced whenever the fence rises, so
 	// streams of an older host end.
 	fenceRaised chan struct{}
+}
+
+type pendingPermission struct {
+	turnID string
+	answer chan PermissionOutcome // buffered; receives at most one answer
 }
 
 type runningTurn struct {
@@ -55,7 +60,7 @@ func newServer(name string, factory Factory, env Environment, pid int, token str
 		name: name, factory: factory, env: env, log: env.Logger, pid: pid, token: token,
 		instance:    rand.Text(),
 		box:         newOutbox(env.SessionDir, memLimit, env.Logger),
-		perms:       map[string]chan PermissionOutcome{},
+		perms:       map[string]*pendingPermission{},
 		fenceRaised: make(chan struct{}),
 	}
 }
@@ -149,7 +154,7 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 	if a == nil {
 		var err error
 		if a, err = s.factory(ctx, s.env); err != nil {
-			return nil, status.Error(codes.FailedPrecondition, err.Error())
+			return nil, agentError(err)
 		}
 		if a == nil {
 			return nil, status.Error(codes.Internal, "the plugin's factory returned no agent")
@@ -160,7 +165,7 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 		s.mu.Lock()
 		s.agent = a
 		s.mu.Unlock()
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, agentError(err)
 	}
 	if info.Handle == "" {
 		return nil, status.Error(codes.Internal, "the agent opened a session without a provider handle")
@@ -229,6 +234,18 @@ func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *ru
 	s.emit(Update{TurnID: req.TurnID, TurnStopped: stop})
 }
 
+// emitInTurn appends an agent's update unless its turn has ended.
+func (s *server) emitInTurn(turnID string, u Update) error {
+	s.mu.Lock()
+	running := s.turn != nil && s.turn.id == turnID
+	s.mu.Unlock()
+	if !running {
+		return fmt.Errorf("sdk: turn %s has ended; its updates are closed", turnID)
+	}
+	s.emit(u)
+	return nil
+}
+
 func (s *server) emit(u Update) {
 	if u.Time.IsZero() {
 		u.Time = time.Now()
@@ -289,24 +306,28 @@ func (s *server) Acknowledge(ctx context.Context, req *agentpb.AcknowledgeReques
 }
 
 func (s *server) requestPermission(ctx context.Context, turnID string, req PermissionRequest) (PermissionOutcome, error) {
-	ch := make(chan PermissionOutcome, 1)
+	pp := &pendingPermission{turnID: turnID, answer: make(chan PermissionOutcome, 1)}
 	s.mu.Lock()
-	s.perms[req.RequestID] = ch
+	s.perms[req.RequestID] = pp
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.perms, req.RequestID)
-		s.mu.Unlock()
-	}()
 	s.emit(Update{TurnID: turnID, PermissionRequest: &req})
 	select {
-	case out := <-ch:
+	case out := <-pp.answer:
 		return out, nil
 	case <-ctx.Done():
-		out := PermissionOutcome{Outcome: "cancelled"}
-		s.emit(Update{TurnID: turnID, PermissionResolved: &PermissionResolved{RequestID: req.RequestID, Outcome: out}})
-		return out, ctx.Err()
 	}
+	// Cancelled. An answer may have won the race: whoever removes the
+	// request from the table resolves it, exactly once.
+	s.mu.Lock()
+	_, stillPending := s.perms[req.RequestID]
+	delete(s.perms, req.RequestID)
+	s.mu.Unlock()
+	if !stillPending {
+		return <-pp.answer, nil
+	}
+	out := PermissionOutcome{Outcome: "cancelled"}
+	s.emit(Update{TurnID: turnID, PermissionResolved: &PermissionResolved{RequestID: req.RequestID, Outcome: out}})
+	return out, ctx.Err()
 }
 
 func (s *server) AnswerPermission(ctx context.Context, req *agentpb.AnswerPermissionRequest) (*agentpb.AnswerPermissionResponse, error) {
@@ -315,7 +336,7 @@ func (s *server) AnswerPermission(ctx context.Context, req *agentpb.AnswerPermis
 		s.mu.Unlock()
 		return nil, err
 	}
-	ch, ok := s.perms[req.RequestId]
+	pp, ok := s.perms[req.RequestId]
 	delete(s.perms, req.RequestId)
 	s.mu.Unlock()
 	if !ok {
@@ -325,8 +346,10 @@ func (s *server) AnswerPermission(ctx context.Context, req *agentpb.AnswerPermis
 	if req.Outcome != nil {
 		out = PermissionOutcome{Outcome: req.Outcome.Outcome, OptionID: req.Outcome.OptionId}
 	}
-	ch <- out
-	s.emit(Update{PermissionResolved: &PermissionResolved{RequestID: req.RequestId, Outcome: out}})
+	// Record the answer before the agent can act on it, so the journal
+	// never shows the agent's reaction ahead of the answer.
+	s.emit(Update{TurnID: pp.turnID, PermissionResolved: &PermissionResolved{RequestID: req.RequestId, Outcome: out}})
+	pp.answer <- out
 	return &agentpb.AnswerPermissionResponse{}, nil
 }
 
@@ -380,4 +403,14 @@ func (s *server) shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// agentError carries an agent's error to the host with its own message:
+// ErrNotImplemented as UNIMPLEMENTED, anything else as FAILED_PRECONDITION,
+// which the host reports as the plugin's failure.
+func agentError(err error) error {
+	if errors.Is(err, ErrNotImplemented) {
+		return status.Error(codes.Unimplemented, err.Error())
+	}
+	return status.Error(codes.FailedPrecondition, err.Error())
 }

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 )
 
@@ -18,10 +19,26 @@ type Turn struct {
 // ID returns the turn's id.
 func (t *Turn) ID() string { return t.id }
 
-// Emit appends any update. Its TurnID, Seq and Time are filled in.
-func (t *Turn) Emit(u Update) {
+// Emit appends an update built by hand. Its TurnID, Seq and Time are filled
+// in. It refuses an update that sets no kind or more than one, and the kinds
+// only the SDK may produce (turn ends and permission requests and answers:
+// use Prompt's return and RequestPermission). After the turn has ended it
+// refuses everything: the host has already recorded the turn's end.
+func (t *Turn) Emit(u Update) error {
+	switch n := u.kinds(); {
+	case n != 1:
+		return fmt.Errorf("sdk: an update must set exactly one kind, this one sets %d", n)
+	case u.TurnStopped != nil || u.PermissionRequest != nil || u.PermissionResolved != nil:
+		return errors.New("sdk: turn ends and permission updates are produced by the SDK, not emitted")
+	}
 	u.TurnID = t.id
-	t.srv.emit(u)
+	return t.srv.emitInTurn(t.id, u)
+}
+
+func (t *Turn) emit(u Update) {
+	if err := t.Emit(u); err != nil {
+		t.srv.log.Warn("update dropped", "turn", t.id, "error", err)
+	}
 }
 
 // Message streams a chunk of the agent's reply.
@@ -35,21 +52,26 @@ func (t *Turn) Thought(text string) {
 }
 
 // ToolCall announces a tool call.
-func (t *Turn) ToolCall(c ToolCall) { t.Emit(Update{ToolCall: &c}) }
+func (t *Turn) ToolCall(c ToolCall) { t.emit(Update{ToolCall: &c}) }
 
 // ToolCallUpdate reports a tool call's progress.
-func (t *Turn) ToolCallUpdate(u ToolCallUpdate) { t.Emit(Update{ToolCallUpdate: &u}) }
+func (t *Turn) ToolCallUpdate(u ToolCallUpdate) { t.emit(Update{ToolCallUpdate: &u}) }
 
-// Plan reports the agent's plan.
-func (t *Turn) Plan(entries []PlanEntry) { t.Emit(Update{Plan: entries}) }
+// Plan reports the agent's plan; an empty plan clears it.
+func (t *Turn) Plan(entries []PlanEntry) {
+	if entries == nil {
+		entries = []PlanEntry{}
+	}
+	t.emit(Update{Plan: entries})
+}
 
 // Usage reports token usage.
-func (t *Turn) Usage(u Usage) { t.Emit(Update{Usage: &u}) }
+func (t *Turn) Usage(u Usage) { t.emit(Update{Usage: &u}) }
 
 // HandleChanged reports that the provider minted a new handle for the
 // conversation; the host records it in the session's handle chain.
 func (t *Turn) HandleChanged(handle, origin string) {
-	t.Emit(Update{HandleChanged: &HandleChanged{Handle: handle, Origin: origin}})
+	t.emit(Update{HandleChanged: &HandleChanged{Handle: handle, Origin: origin}})
 }
 
 // RequestPermission asks the user and waits for the answer. A request

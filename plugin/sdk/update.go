@@ -113,3 +113,18 @@ type TurnStopped struct {
 	// Error is set when StopReason is StopFailed.
 	Error string
 }
+
+// kinds counts the kind fields u sets.
+func (u Update) kinds() int {
+	n := 0
+	for _, set := range []bool{
+		u.AgentMessage != nil, u.AgentThought != nil, u.UserMessage != nil, u.ToolCall != nil,
+		u.ToolCallUpdate != nil, u.Plan != nil, u.Usage != nil, u.HandleChanged != nil,
+		u.PermissionRequest != nil, u.PermissionResolved != nil, u.TurnStopped != nil,
+	} {
+		if set {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,105 @@
+package scripted
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// op is what a turn does.
+type op int
+
+const (
+	opEcho op = iota
+	opCount
+	opSleep
+	opFail
+	opTool
+	opAsk
+)
+
+var opNames = [...]string{opEcho: "echo", opCount: "count", opSleep: "sleep", opFail: "fail", opTool: "tool", opAsk: "ask"}
+
+func (o op) String() string { return opNames[o] }
+
+// command is a parsed prompt.
+type command struct {
+	op op
+	// n is how many chunks count streams.
+	n int
+	// d is the interval between count's chunks, or how long sleep holds
+	// the turn.
+	d time.Duration
+	// text is the reply of an echo, or the message of a fail.
+	text string
+}
+
+// Usage lines, quoted by the errors of malformed commands.
+const (
+	usageCount = `count N [INTERVAL], with N a whole number and INTERVAL a Go duration, e.g. "count 3 100ms"`
+	usageSleep = `sleep DURATION, with DURATION a Go duration, e.g. "sleep 2s"`
+	usageFail  = `fail MESSAGE, e.g. "fail out of tokens"`
+	usageTool  = `tool, with no arguments`
+	usageAsk   = `ask, with no arguments`
+)
+
+// parse reads the command in a prompt's text. Text whose first word is not
+// a keyword is an echo; a keyword with malformed arguments is an error that
+// says what was expected.
+func parse(text string) (command, error) {
+	text = strings.TrimSpace(text)
+	keyword, rest := text, ""
+	if i := strings.IndexFunc(text, unicode.IsSpace); i >= 0 {
+		keyword, rest = text[:i], strings.TrimSpace(text[i:])
+	}
+	args := strings.Fields(rest)
+
+	switch keyword {
+	case "count":
+		if len(args) < 1 || len(args) > 2 {
+			return command{}, malformed(text, usageCount)
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 0 {
+			return command{}, malformed(text, usageCount)
+		}
+		var d time.Duration
+		if len(args) == 2 {
+			if d, err = time.ParseDuration(args[1]); err != nil || d < 0 {
+				return command{}, malformed(text, usageCount)
+			}
+		}
+		return command{op: opCount, n: n, d: d}, nil
+	case "sleep":
+		if len(args) != 1 {
+			return command{}, malformed(text, usageSleep)
+		}
+		d, err := time.ParseDuration(args[0])
+		if err != nil || d < 0 {
+			return command{}, malformed(text, usageSleep)
+		}
+		return command{op: opSleep, d: d}, nil
+	case "fail":
+		if rest == "" {
+			return command{}, malformed(text, usageFail)
+		}
+		return command{op: opFail, text: rest}, nil
+	case "tool":
+		if rest != "" {
+			return command{}, malformed(text, usageTool)
+		}
+		return command{op: opTool}, nil
+	case "ask":
+		if rest != "" {
+			return command{}, malformed(text, usageAsk)
+		}
+		return command{op: opAsk}, nil
+	}
+	return command{op: opEcho, text: text}, nil
+}
+
+func malformed(text, usage string) error {
+	return fmt.Errorf("scripted: cannot run %q: expected %s", text, usage)
+}

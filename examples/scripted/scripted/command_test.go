@@ -1,0 +1,74 @@
+package scripted
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		want command
+	}{
+		{"count 3", command{op: opCount, n: 3}},
+		{"  count 3 100ms \n", command{op: opCount, n: 3, d: 100 * time.Millisecond}},
+		{"count\t2\t1s", command{op: opCount, n: 2, d: time.Second}},
+		{"count 0", command{op: opCount}},
+		{"sleep 2s", command{op: opSleep, d: 2 * time.Second}},
+		{"sleep 0s", command{op: opSleep}},
+		{"fail out of tokens", command{op: opFail, text: "out of tokens"}},
+		{"fail  two  blanks ", command{op: opFail, text: "two  blanks"}},
+		{"tool", command{op: opTool}},
+		{"ask", command{op: opAsk}},
+		{"hello", command{op: opEcho, text: "hello"}},
+		{"  hello world  ", command{op: opEcho, text: "hello world"}},
+		{"", command{op: opEcho}},
+		// Keywords are whole, lower-case words.
+		{"counting sheep", command{op: opEcho, text: "counting sheep"}},
+		{"Count 3", command{op: opEcho, text: "Count 3"}},
+		{"tools", command{op: opEcho, text: "tools"}},
+	} {
+		got, err := parse(tt.text)
+		if err != nil {
+			t.Errorf("parse(%q): %v", tt.text, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("parse(%q) = %+v, want %+v", tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestParseMalformed(t *testing.T) {
+	for _, tt := range []struct {
+		text, usage string
+	}{
+		{"count", "count N [INTERVAL]"},
+		{"count x", "count N [INTERVAL]"},
+		{"count -1", "count N [INTERVAL]"},
+		{"count 1.5", "count N [INTERVAL]"},
+		{"count 3 soon", "count N [INTERVAL]"},
+		{"count 3 -1s", "count N [INTERVAL]"},
+		{"count 3 1s extra", "count N [INTERVAL]"},
+		{"count 99999999999999999999", "count N [INTERVAL]"},
+		{"sleep", "sleep DURATION"},
+		{"sleep 5", "sleep DURATION"},
+		{"sleep -1s", "sleep DURATION"},
+		{"sleep 1s 2s", "sleep DURATION"},
+		{"fail", "fail MESSAGE"},
+		{"fail   ", "fail MESSAGE"},
+		{"tool ls", "tool, with no arguments"},
+		{"ask now", "ask, with no arguments"},
+	} {
+		_, err := parse(tt.text)
+		if err == nil {
+			t.Errorf("parse(%q) succeeded, want an error", tt.text)
+			continue
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "scripted: ") || !strings.Contains(msg, "expected "+tt.usage) {
+			t.Errorf("parse(%q) error = %q, want it to give the syntax %q", tt.text, msg, tt.usage)
+		}
+	}
+}

@@ -1,0 +1,415 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// ErrUnknownAgent: the host has no plugin configured for the agent.
+var ErrUnknownAgent = errors.New("unknown agent")
+
+// SessionRequest asks for a session to be started or resumed.
+type SessionRequest struct {
+	// ID names an existing session to resume, or the id for a new one;
+	// empty generates one. Any valid UTF-8, NUL included.
+	ID        string
+	Agent     string
+	Workspace string
+	Options   map[string]string
+}
+
+// TurnResult is how a turn ended.
+type TurnResult struct {
+	TurnID     string
+	StopReason string
+	// Error is the agent's message when StopReason is "failed".
+	Error string
+}
+
+// Session is one running agent session: its plugin process holds the
+// session's lease, and every update it produces is journaled before it is
+// acknowledged.
+type Session struct {
+	h       *Host
+	id      string
+	fence   uint64
+	handle  string
+	proc    *pluginProc
+	journal *leasestore.Journal
+
+	mu      sync.Mutex
+	waiters map[string]chan TurnResult
+	stopped bool
+
+	pumpDone chan struct{}
+	done     chan struct{}
+	err      error
+}
+
+// StartSession starts (or resumes, when req.ID names an existing session)
+// a session. In order, at one fence: the lease is reserved; the plugin is
+// spawned carrying the reserved spawn token; its identity, read back from
+// the process table, is committed as the owner; it answers readiness and
+// opens the conversation; its provider handle is proved. Only then does the
+// session accept prompts. A failure before the spawn records durable
+// pre-spawn proof; any failure releases the lease.
+func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, error) {
+	agent, ok := h.cfg.Agents[req.Agent]
+	if !ok {
+		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
+	}
+	if req.Workspace != "" && !filepath.IsAbs(req.Workspace) {
+		return nil, fmt.Errorf("%w: workspace must be an absolute path, got %q", leasestore.ErrInvalidArgument, req.Workspace)
+	}
+	store := h.store
+	rec, err := store.Get(ctx, req.ID)
+	resume := err == nil
+	switch {
+	case resume && rec.Agent != req.Agent:
+		return nil, fmt.Errorf("%w: session %q belongs to agent %q, not %q", leasestore.ErrInvalidArgument, req.ID, rec.Agent, req.Agent)
+	case req.ID == "" || errors.Is(err, leasestore.ErrNotFound):
+		if rec, err = store.Create(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: req.Workspace, Options: req.Options}); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	}
+	if req.Workspace == "" {
+		req.Workspace = rec.Workspace
+	}
+	id := rec.ID
+	rec, err = store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence, ClaimKeyID: h.cfg.ClaimKeyID})
+	if err != nil {
+		return nil, fmt.Errorf("reserve session %q: %w", id, err)
+	}
+	fence, token := rec.Lease.Fence, rec.Lease.ReservedSpawnToken
+
+	// Before any spawn: a missing plugin is durable proof that no process
+	// was started, so the reservation can be released outright.
+	if err := checkExecutable(agent.Path); err != nil {
+		_, _ = store.Apply(ctx, id, leasestore.PreSpawnFailure{Fence: fence, Reason: err.Error()})
+		_, _ = store.Apply(ctx, id, leasestore.Release{Fence: fence, Detail: "plugin not started"})
+		return nil, fmt.Errorf("start session %q: %w", id, err)
+	}
+	if _, err := store.Apply(ctx, id, leasestore.BeginSpawn{Fence: fence}); err != nil {
+		return nil, fmt.Errorf("start session %q: %w", id, err)
+	}
+
+	sessionDir := filepath.Join(h.cfg.StateDir, "sessions", dirName(id, fence))
+	env := append(h.environment(agent),
+		wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+token, wire.EnvSessionDir+"="+sessionDir)
+	committed := false
+	spec := pluginSpec{
+		Agent: req.Agent, Path: agent.Path, Args: agent.Args, SessionID: id, SessionDir: sessionDir,
+		SocketDir: filepath.Join(h.socketRoot(), token), Env: env, Fence: fence, SpawnToken: token,
+		StartupTimeout: h.cfg.StartupTimeout, StopTimeout: h.cfg.StopTimeout,
+		Logger: h.log.Named("plugin").With("session", id, "agent", req.Agent),
+		OnStart: func(pid int) error {
+			ident, err := h.prober.Identify(ctx, pid)
+			if err != nil {
+				return fmt.Errorf("read the identity of plugin pid %d: %w", pid, err)
+			}
+			ident.InstanceID = ""
+			if _, err := store.Apply(ctx, id, leasestore.CommitOwner{Fence: fence, Owner: ident}); err != nil {
+				return fmt.Errorf("commit plugin pid %d as owner: %w", pid, err)
+			}
+			committed = true
+			return nil
+		},
+		Open: func(ctx context.Context, c agentpb.AgentClient) (string, error) {
+			if resume && rec.Handle() != "" {
+				r, err := c.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: fence, Workspace: req.Workspace, Options: req.Options, Handle: rec.Handle()})
+				return r.GetHandle(), err
+			}
+			r, err := c.NewSession(ctx, &agentpb.NewSessionRequest{Fence: fence, Workspace: req.Workspace, Options: req.Options})
+			return r.GetHandle(), err
+		},
+	}
+	proc, err := startPlugin(ctx, spec)
+	if err != nil {
+		// The process, if one was spawned, has been killed and reaped by
+		// this host: that is an observed exit.
+		if committed {
+			_, _ = store.Apply(ctx, id, leasestore.Release{Fence: fence, Detail: err.Error()})
+		} else {
+			_, _ = store.Apply(ctx, id, leasestore.Evict{Fence: fence, Evidence: leasestore.DeathEvidence{
+				Kind: leasestore.EvidenceExitObserved, Detail: "the plugin was stopped and reaped before its identity was committed: " + err.Error()}})
+		}
+		return nil, fmt.Errorf("start session %q: %w", id, err)
+	}
+	origin := leasestore.HandleCreated
+	if resume && rec.Handle() != "" {
+		origin = leasestore.HandleResumed
+	}
+	if _, err := store.Apply(ctx, id, leasestore.ProveOwner{Fence: fence, Handle: proc.handle, Origin: origin}); err != nil {
+		_ = proc.Stop(context.WithoutCancel(ctx))
+		_, _ = store.Apply(context.WithoutCancel(ctx), id, leasestore.Release{Fence: fence, Detail: "owner could not be proven"})
+		return nil, fmt.Errorf("prove plugin of session %q: %w", id, err)
+	}
+	journal, err := store.OpenJournal(ctx, id, fence)
+	if err != nil {
+		_ = proc.Stop(context.WithoutCancel(ctx))
+		_, _ = store.Apply(context.WithoutCancel(ctx), id, leasestore.Release{Fence: fence, Detail: "journal unavailable"})
+		return nil, err
+	}
+	s := &Session{
+		h: h, id: id, fence: fence, handle: proc.handle, proc: proc, journal: journal,
+		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
+	}
+	h.mu.Lock()
+	h.sessions[id] = s
+	h.mu.Unlock()
+	go s.pump()
+	go s.watch()
+	return s, nil
+}
+
+func checkExecutable(path string) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("plugin path must be absolute, got %q", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("plugin not found at %s: install it or fix the agent's configuration: %w", path, err)
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("plugin %s is not an executable file", path)
+	}
+	return nil
+}
+
+// dirName is a file-system-safe directory name for a session generation;
+// session ids are opaque and may hold any byte.
+func dirName(id string, fence uint64) string {
+	return fmt.Sprintf("%s-%d", hex.EncodeToString([]byte(id))[:min(2*len(id), 32)]+"-"+shortHash(id), fence)
+}
+
+func shortHash(s string) string {
+	sum := make([]byte, 0, 8)
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	for i := range 8 {
+		sum = append(sum, byte(h>>(8*i)))
+	}
+	return hex.EncodeToString(sum)
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// Handle returns the provider handle the plugin proved.
+func (s *Session) Handle() string { return s.handle }
+
+// Fence returns the fence this session's writer holds.
+func (s *Session) Fence() uint64 { return s.fence }
+
+// PID returns the plugin's process id.
+func (s *Session) PID() int { return s.proc.PID() }
+
+// Done is closed when the session has ended (stopped or its plugin died)
+// and its lease has been released.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil after a requested stop, and names the session and how its
+// plugin died otherwise. Valid after Done.
+func (s *Session) Err() error { return s.err }
+
+// pump receives the plugin's updates, journals each batch durably and only
+// then acknowledges it to the plugin, which may then forget it.
+func (s *Session) pump() {
+	defer close(s.pumpDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.proc.Terminated():
+		case <-s.proc.stopRequested:
+		}
+		cancel()
+	}()
+	stream, err := s.proc.rpc.Updates(ctx, &agentpb.UpdatesRequest{Fence: s.fence, FromSeq: 1})
+	if err != nil {
+		return
+	}
+	updates := make(chan *agentpb.Update, 256)
+	go func() {
+		defer close(updates)
+		for {
+			u, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			updates <- u
+		}
+	}()
+	for u := range updates {
+		batch := []*agentpb.Update{u}
+	drain:
+		for len(batch) < 256 {
+			select {
+			case more, ok := <-updates:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, more)
+			default:
+				break drain
+			}
+		}
+		if err := s.record(ctx, batch); err != nil {
+			s.h.log.Error("journaling plugin updates failed; they stay in the plugin's outbox", "session", s.id, "error", err)
+			return
+		}
+	}
+}
+
+// record journals a batch, applies handle changes, acknowledges the batch
+// and wakes whoever waits for a turn that ended in it.
+func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
+	entries := make([]leasestore.EntryInput, len(batch))
+	for i, u := range batch {
+		entries[i] = journalEntry(u)
+	}
+	if _, err := s.journal.Append(context.WithoutCancel(ctx), entries...); err != nil {
+		return err
+	}
+	for _, u := range batch {
+		if hc, ok := u.Kind.(*agentpb.Update_HandleChanged); ok {
+			origin := leasestore.HandleOrigin(hc.HandleChanged.GetOrigin())
+			if origin == "" {
+				origin = leasestore.HandleResumed
+			}
+			if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.HandleChanged.GetHandle(), Origin: origin}); err != nil {
+				s.h.log.Error("recording a provider handle change failed", "session", s.id, "error", err)
+			}
+		}
+	}
+	last := batch[len(batch)-1].Seq
+	if _, err := s.proc.rpc.Acknowledge(ctx, &agentpb.AcknowledgeRequest{Fence: s.fence, Seq: last}); err != nil && ctx.Err() == nil {
+		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
+	}
+	for _, u := range batch {
+		if ts, ok := u.Kind.(*agentpb.Update_TurnStopped); ok {
+			s.finishTurn(TurnResult{TurnID: u.TurnId, StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()})
+		}
+	}
+	return nil
+}
+
+func (s *Session) finishTurn(r TurnResult) {
+	s.mu.Lock()
+	ch, ok := s.waiters[r.TurnID]
+	delete(s.waiters, r.TurnID)
+	s.mu.Unlock()
+	if ok {
+		ch <- r
+	}
+}
+
+// watch ends the session when its plugin exits: the exit is observed by
+// this host, so the lease is released at the next fence with that evidence.
+func (s *Session) watch() {
+	<-s.proc.Terminated()
+	<-s.pumpDone
+	s.proc.release()
+	s.err = s.proc.TermErr()
+	detail := "plugin stopped"
+	if s.err != nil {
+		detail = s.err.Error()
+	}
+	ctx := context.Background()
+	if err := s.journal.Close(ctx); err != nil {
+		s.h.log.Error("closing the session journal failed", "session", s.id, "error", err)
+	}
+	if _, err := s.h.store.Apply(ctx, s.id, leasestore.Release{Fence: s.fence, Detail: detail}); err != nil {
+		s.h.log.Error("releasing the lease of an exited plugin failed", "session", s.id, "error", err)
+	}
+	s.mu.Lock()
+	for id, ch := range s.waiters {
+		ch <- TurnResult{TurnID: id, StopReason: "failed", Error: detail}
+		delete(s.waiters, id)
+	}
+	s.mu.Unlock()
+	s.h.mu.Lock()
+	if s.h.sessions[s.id] == s {
+		delete(s.h.sessions, s.id)
+	}
+	s.h.mu.Unlock()
+	close(s.done)
+}
+
+// Prompt runs one turn: the prompt is journaled durably before it is
+// dispatched, then Prompt waits for the turn to end and returns how.
+func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
+	turnID := "turn-" + rand.Text()[:16]
+	block, _ := json.Marshal(acpContent{Type: "text", Text: text})
+	rec, _ := json.Marshal(PromptRecord{TurnID: turnID, Prompt: []json.RawMessage{block}})
+	ch := make(chan TurnResult, 1)
+	s.mu.Lock()
+	s.waiters[turnID] = ch
+	s.mu.Unlock()
+	forget := func() {
+		s.mu.Lock()
+		delete(s.waiters, turnID)
+		s.mu.Unlock()
+	}
+	if _, err := s.journal.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindPrompt, Payload: rec}); err != nil {
+		forget()
+		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
+	}
+	if _, err := s.proc.rpc.Prompt(ctx, &agentpb.PromptRequest{Fence: s.fence, TurnId: turnID,
+		Prompt: []*agentpb.ContentBlock{{Type: "text", Text: text}}}); err != nil {
+		forget()
+		return TurnResult{}, fmt.Errorf("prompt session %q: %w", s.id, err)
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		forget()
+		return TurnResult{TurnID: turnID}, ctx.Err()
+	}
+}
+
+// Cancel cancels the running turn; it ends with stop reason "cancelled".
+func (s *Session) Cancel(ctx context.Context) error {
+	_, err := s.proc.rpc.Cancel(ctx, &agentpb.CancelRequest{Fence: s.fence})
+	return err
+}
+
+// AnswerPermission answers a permission request: optionID selects an
+// option; empty cancels the request.
+func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID string) error {
+	out := &agentpb.PermissionOutcome{Outcome: "cancelled"}
+	if optionID != "" {
+		out = &agentpb.PermissionOutcome{Outcome: "selected", OptionId: optionID}
+	}
+	_, err := s.proc.rpc.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: s.fence, RequestId: requestID, Outcome: out})
+	return err
+}
+
+// Stop stops the session's plugin gracefully and waits until its lease is
+// released. It is idempotent and safe to call concurrently.
+func (s *Session) Stop(ctx context.Context) error {
+	err := s.proc.Stop(ctx)
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}

@@ -1,0 +1,232 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+func openHost(t *testing.T) *Host {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ah-host-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h, err := Open(context.Background(), Config{
+		StateDir: dir,
+		Agents: map[string]AgentPlugin{
+			"scripted": {Path: bins.scripted},
+			"missing":  {Path: filepath.Join(dir, "no-such-plugin")},
+		},
+		StartupTimeout: 20 * time.Second, StopTimeout: 5 * time.Second,
+		Logger: logtest.New(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Close(context.Background()); err != nil {
+			t.Errorf("close host: %v", err)
+		}
+	})
+	return h
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// journalOf returns the session's journal entries by kind.
+func journalOf(t *testing.T, h *Host, id string) []leasestore.Entry {
+	t.Helper()
+	var out []leasestore.Entry
+	if err := h.store.Replay(testCtx(t), id, 0, func(e leasestore.Entry) error { out = append(out, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestSessionLifecycleWithLeases(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "s\x00/1", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.store.Get(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := rec.Lease
+	if !l.AdmitsWriter() || l.Fence != s.Fence() || l.Owner == nil || l.Owner.PID != s.PID() || l.Owner.SpawnToken != l.ReservedSpawnToken {
+		t.Fatalf("lease of a started session: %+v", l)
+	}
+	if rec.Handle() == "" || rec.Handle() != s.Handle() {
+		t.Errorf("proved handle %q, session handle %q", rec.Handle(), s.Handle())
+	}
+
+	res, err := s.Prompt(ctx, "count 3")
+	if err != nil || res.StopReason != "end_turn" {
+		t.Fatalf("count turn: %+v, %v", res, err)
+	}
+	// The prompt is journaled before any of the turn's updates, and every
+	// update reaches the journal in order, in ACP shape.
+	var kinds []string
+	var texts []string
+	for _, e := range journalOf(t, h, s.ID()) {
+		switch e.Kind {
+		case leasestore.KindPrompt, leasestore.KindStop:
+			kinds = append(kinds, string(e.Kind))
+		case leasestore.KindUpdate:
+			kinds = append(kinds, "update")
+			var ur UpdateRecord
+			if err := json.Unmarshal(e.Payload, &ur); err != nil {
+				t.Fatal(err)
+			}
+			var u struct {
+				SessionUpdate string `json:"sessionUpdate"`
+				Content       struct{ Text string }
+			}
+			if err := json.Unmarshal(ur.Update, &u); err != nil || u.SessionUpdate != "agent_message_chunk" {
+				t.Fatalf("update %s: %v", ur.Update, err)
+			}
+			texts = append(texts, u.Content.Text)
+		}
+	}
+	if strings.Join(kinds, ",") != "prompt,update,update,update,stop" || strings.Join(texts, ",") != "1,2,3" {
+		t.Errorf("journal kinds %v, texts %v", kinds, texts)
+	}
+
+	// Cancel ends a turn as cancelled, not as an error.
+	done := make(chan TurnResult, 1)
+	go func() {
+		r, _ := s.Prompt(ctx, "sleep 30s")
+		done <- r
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.StopReason != "cancelled" {
+			t.Errorf("cancelled turn ended %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not end the turn")
+	}
+	if r, err := s.Prompt(ctx, "fail out of tokens"); err != nil || r.StopReason != "failed" || r.Error != "out of tokens" {
+		t.Errorf("failing turn: %+v, %v", r, err)
+	}
+
+	pid := s.PID()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if alive(t, pid) {
+		t.Error("plugin alive after Stop")
+	}
+	if s.Err() != nil {
+		t.Errorf("a requested stop ended with %v", s.Err())
+	}
+	rec, err = h.store.Get(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lease.Claim != leasestore.ClaimReleased || rec.Lease.Fence != l.Fence+1 || rec.Lease.DeathEvidence.Kind != leasestore.EvidenceExitObserved {
+		t.Errorf("lease after stop: %+v", rec.Lease)
+	}
+
+	// Resuming continues the conversation from its proved handle.
+	s2, err := h.StartSession(ctx, SessionRequest{ID: s.ID(), Agent: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Handle() != s.Handle() || s2.Fence() != l.Fence+2 {
+		t.Errorf("resumed handle %q fence %d, want %q at %d", s2.Handle(), s2.Fence(), s.Handle(), l.Fence+2)
+	}
+}
+
+func TestPluginDeathReleasesTheLeaseWithEvidence(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "dies", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin's death went unnoticed")
+	}
+	if !errors.Is(s.Err(), ErrExitedUnexpectedly) || !strings.Contains(s.Err().Error(), "SIGKILL") || !strings.Contains(s.Err().Error(), `"dies"`) {
+		t.Errorf("session error %v, want one naming the session and SIGKILL", s.Err())
+	}
+	rec, err := h.store.Get(ctx, "dies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lease.Claim != leasestore.ClaimReleased || rec.Lease.DeathEvidence == nil || !strings.Contains(rec.Lease.DeathEvidence.Detail, "SIGKILL") {
+		t.Errorf("lease after the plugin died: %+v", rec.Lease)
+	}
+}
+
+func TestMissingPluginRecordsPreSpawnProof(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	_, err := h.StartSession(ctx, SessionRequest{ID: "nope", Agent: "missing", Workspace: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "plugin not found") {
+		t.Fatalf("got %v, want a clear missing-plugin error", err)
+	}
+	rec, err := h.store.Get(ctx, "nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lease.Claim != leasestore.ClaimReleased || rec.Lease.DeathEvidence == nil || rec.Lease.DeathEvidence.Kind != leasestore.EvidencePIDAbsent {
+		t.Errorf("lease after a pre-spawn failure: %+v", rec.Lease)
+	}
+	var events []string
+	for _, e := range journalOf(t, h, "nope") {
+		var ev leasestore.LifecycleEvent
+		_ = json.Unmarshal(e.Payload, &ev)
+		events = append(events, ev.Event)
+	}
+	if strings.Join(events, ",") != "created,reserved,pre-spawn-failure,released" {
+		t.Errorf("lifecycle %v", events)
+	}
+	if _, err := h.StartSession(ctx, SessionRequest{Agent: "claude"}); !errors.Is(err, ErrUnknownAgent) {
+		t.Errorf("unknown agent: %v", err)
+	}
+}
+
+func TestNoConfiguredModelSurfacesThePluginsMessage(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	_, err := h.StartSession(ctx, SessionRequest{ID: "no-model", Agent: "scripted", Workspace: t.TempDir(),
+		Options: map[string]string{"require_model": "true"}})
+	if !errors.Is(err, ErrPluginFailed) || !strings.Contains(err.Error(), "no model configured") {
+		t.Fatalf("got %v, want the plugin's own no-model message", err)
+	}
+	rec, err := h.store.Get(ctx, "no-model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lease.Claim != leasestore.ClaimReleased || rec.Lease.Owner != nil {
+		t.Errorf("lease after a failed start: %+v", rec.Lease)
+	}
+}
