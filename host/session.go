@@ -50,7 +50,6 @@ type Session struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan TurnResult
-	stopped bool
 
 	pumpDone chan struct{}
 	done     chan struct{}
