@@ -263,6 +263,12 @@ type ProveOwner struct {
 	Fence  uint64
 	Handle string
 	Origin HandleOrigin
+	// InstanceID is the plugin instance id the owner reported over its
+	// identity RPC; recorded in the owner identity (empty: unchanged).
+	InstanceID string
+	// Reattach is how a later host reconnects to the owner (nil:
+	// unchanged).
+	Reattach *Reattach
 }
 
 func (ProveOwner) Name() string      { return "prove-owner" }
@@ -285,6 +291,15 @@ func (t ProveOwner) Apply(s Session, env Env) (Session, *EntryInput, error) {
 	}
 	s.Handles = handles
 	s.Lease.Claim, s.Lease.Stage = ClaimLive, StageNone
+	if t.InstanceID != "" {
+		owner := *s.Lease.Owner
+		owner.InstanceID = t.InstanceID
+		s.Lease.Owner = &owner
+	}
+	if t.Reattach != nil {
+		r := *t.Reattach
+		s.Lease.Reattach = &r
+	}
 	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "owner-proven", PID: s.Lease.Owner.PID, Handle: t.Handle}), nil
 }
 

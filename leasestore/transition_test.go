@@ -207,6 +207,13 @@ func TestTransitions(t *testing.T) {
 			s.Handles = []leasestore.HandleLink{{Handle: "thread-1", Origin: leasestore.HandleCreated, Fence: 9}}
 			return s
 		}(), leasestore.ProveOwner{Fence: 4, Handle: "thread-2", Origin: leasestore.HandleResumed}, leasestore.ErrStaleFence, nil, false},
+		{"prove records the instance and reattach address", stateReservedOwner(), leasestore.ProveOwner{Fence: 4, Handle: "h", Origin: leasestore.HandleCreated,
+			InstanceID: "inst-2", Reattach: &leasestore.Reattach{Network: "unix", Address: "/s/plugin"}}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				if s.Lease.Owner.InstanceID != "inst-2" || s.Lease.Owner.PID != owner.PID || s.Lease.Reattach == nil || s.Lease.Reattach.Address != "/s/plugin" {
+					t.Errorf("proven owner %+v, reattach %+v", s.Lease.Owner, s.Lease.Reattach)
+				}
+			}, false},
 		{"prove without an owner", stateReserved(), leasestore.ProveOwner{Fence: 4, Handle: "h", Origin: leasestore.HandleCreated}, leasestore.ErrInvalidTransition, nil, false},
 		{"prove with an unknown origin", stateReservedOwner(), leasestore.ProveOwner{Fence: 4, Handle: "h", Origin: "guessed"}, leasestore.ErrInvalidArgument, nil, false},
 		{"prove without a handle", stateReservedOwner(), leasestore.ProveOwner{Fence: 4, Origin: leasestore.HandleCreated}, leasestore.ErrInvalidArgument, nil, false},
