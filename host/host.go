@@ -25,8 +25,33 @@ type AgentPlugin struct {
 	// Args are passed to the plugin.
 	Args []string
 	// Env is extra environment for this agent's plugins (KEY=VALUE), on
-	// top of the host's allowlist.
+	// top of the host's allowlist. The credential policy does not apply to
+	// it: it is configuration, not inherited.
 	Env []string
+}
+
+// CredentialPolicy says which environment variables carry an agent's
+// credentials. They are removed from the environment a plugin inherits
+// (through Config.ResolveEnvironment) unless the session allows them.
+type CredentialPolicy struct {
+	Variables []string
+}
+
+// DefaultCredentialPolicies strips the provider credentials the reference
+// CLIs read, so a key in a developer's shell never silently overrides the
+// login a user chose for a session.
+func DefaultCredentialPolicies() map[string]CredentialPolicy {
+	return map[string]CredentialPolicy{
+		"claude": {Variables: []string{
+			"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_OAUTH_REFRESH_TOKEN",
+			"CLAUDE_CODE_SESSION_ACCESS_TOKEN", "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR", "ANTHROPIC_IDENTITY_TOKEN",
+			"ANTHROPIC_IDENTITY_TOKEN_FILE", "ANTHROPIC_FOUNDRY_API_KEY", "ANTHROPIC_FOUNDRY_AUTH_TOKEN",
+			"ANTHROPIC_AWS_API_KEY", "AWS_BEARER_TOKEN_BEDROCK", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
+		}},
+		"codex": {Variables: []string{
+			"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", "OPENAI_BASE_URL", "OPENAI_ORGANIZATION", "AZURE_OPENAI_API_KEY",
+		}},
+	}
 }
 
 // Config configures a Host. StateDir is required; every other field's zero
@@ -41,15 +66,68 @@ type Config struct {
 	ClaimKeyID string
 	// Agents maps agent names to their plugins.
 	Agents map[string]AgentPlugin
+	// ResolveWorkspace turns the workspace a session asks for into the
+	// absolute directory its agent runs in. Default: the request itself,
+	// which must be absolute.
+	ResolveWorkspace func(ctx context.Context, agent, workspace string) (string, error)
+	// ResolveEnvironment returns extra environment (KEY=VALUE) for an
+	// agent's plugin, for example a login shell's. It passes through the
+	// agent's credential policy. Default: none beyond the allowlist.
+	ResolveEnvironment func(ctx context.Context, agent string) ([]string, error)
+	// Credentials maps agents to credential policies. Default:
+	// DefaultCredentialPolicies().
+	Credentials map[string]CredentialPolicy
+	// OnError receives failures of background work (the orphan reaper,
+	// re-probes, journaling) with a scope name. Default: logged at error
+	// level.
+	OnError func(scope string, err error)
+	// ProcessTable reads the process table. Default: the platform's. Tests
+	// inject one; it never makes SupportsCreate true where the platform
+	// cannot verify identities.
+	ProcessTable probe.Table
+	// ReapOrphans replaces the orphan reaper run in the background at
+	// open. Default: a probe.Reaper over this host's leases and sockets.
+	ReapOrphans func(ctx context.Context) error
 	// StartupTimeout bounds a plugin's start, handshake to open session.
 	// Default: 30s.
 	StartupTimeout time.Duration
 	// StopTimeout is how long a plugin gets to stop gracefully before its
 	// process group is killed. Default: 5s.
 	StopTimeout time.Duration
+	// ReattachTimeout bounds reconnecting to one surviving plugin at open.
+	// Default: 10s.
+	ReattachTimeout time.Duration
+	// ReprobeInterval is how often latched sessions are probed again.
+	// Default: 30s.
+	ReprobeInterval time.Duration
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
 }
+
+func (c Config) withDefaults() Config {
+	if c.HostID == "" {
+		c.HostID = "local"
+	}
+	if c.ClaimKeyID == "" {
+		c.ClaimKeyID = "default"
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Credentials == nil {
+		c.Credentials = DefaultCredentialPolicies()
+	}
+	if c.ReattachTimeout <= 0 {
+		c.ReattachTimeout = 10 * time.Second
+	}
+	if c.ReprobeInterval <= 0 {
+		c.ReprobeInterval = 30 * time.Second
+	}
+	return c
+}
+
+// ReaperScope is the scope of orphan-reaper failures sent to OnError.
+const ReaperScope = probe.ReaperScope
 
 // Host supervises agent sessions: one plugin process per session, each
 // admitted as the session's writer only through the lease store.
@@ -60,60 +138,178 @@ type Host struct {
 	prober   *probe.Prober
 	tokenVar string
 
+	// Decisions made at open, by session id.
+	decisions map[string]Decision
+
+	bg     sync.WaitGroup // background work: reaper, re-prober
+	stopBg context.CancelFunc
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool
 }
 
-// Open opens the host's state directory.
+// Open opens the host's state directory and reconciles every session the
+// previous host left: each lease is marked unreconciled, all owners are
+// probed in one batch, and each session is readopted (its plugin survived
+// and proves it is the recorded owner), evicted (its owner is proven gone;
+// the session stays resumable from its provider handle), or latched (the
+// evidence is incomplete; re-probed periodically and on every start
+// attempt). No prompt is accepted for a session before its decision. Then
+// orphaned plugins are reaped in the background; their failures never fail
+// Open.
+//
+// A failed Open leaves nothing open: the store is closed again.
 func Open(ctx context.Context, cfg Config) (*Host, error) {
 	if !filepath.IsAbs(cfg.StateDir) {
 		return nil, fmt.Errorf("%w: state directory must be absolute, got %q", leasestore.ErrInvalidArgument, cfg.StateDir)
 	}
-	if cfg.HostID == "" {
-		cfg.HostID = "local"
-	}
-	if cfg.ClaimKeyID == "" {
-		cfg.ClaimKeyID = "default"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
+	cfg = cfg.withDefaults()
 	store, err := leasestore.OpenBadger(ctx, cfg.StateDir, leasestore.Options{Logger: cfg.Logger.Named("store")})
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	tokenVar := probe.TokenVariable(hex.EncodeToString(sum[:4]))
-	return &Host{
+	// A host started from inside one of its own plugins' trees must not
+	// pass that plugin's token on to the plugins it starts.
+	_ = os.Unsetenv(tokenVar)
+	h := &Host{
 		cfg: cfg, log: cfg.Logger, store: store, tokenVar: tokenVar,
-		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar},
-		sessions: map[string]*Session{},
-	}, nil
+		prober:    &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
+		sessions:  map[string]*Session{},
+		decisions: map[string]Decision{},
+	}
+	if err := h.reconcile(ctx); err != nil {
+		h.detachAll()
+		_ = store.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("reconcile sessions: %w", err)
+	}
+	bgCtx, cancel := context.WithCancel(context.Background())
+	h.stopBg = cancel
+	h.bg.Add(2)
+	go func() {
+		defer h.bg.Done()
+		h.reapOrphans(bgCtx)
+	}()
+	go func() {
+		defer h.bg.Done()
+		h.reprobeLoop(bgCtx)
+	}()
+	return h, nil
 }
 
 // Store returns the host's lease store.
 func (h *Host) Store() leasestore.Store { return h.store }
 
-// Close stops every session the host runs and closes the store.
-func (h *Host) Close(ctx context.Context) error {
+// Decisions returns what Open decided for each session it found.
+func (h *Host) Decisions() map[string]Decision {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]Decision, len(h.decisions))
+	for k, v := range h.decisions {
+		out[k] = v
+	}
+	return out
+}
+
+// report sends a background failure to OnError, or logs it.
+func (h *Host) report(scope string, err error) {
+	if h.cfg.OnError != nil {
+		h.cfg.OnError(scope, err)
+		return
+	}
+	h.log.Error(scope+" failed", "error", err)
+}
+
+// Close detaches from every session: plugins keep running (and keep their
+// leases), and the next host readopts them. Then it closes the store. A
+// Close whose journal teardown fails reports it and keeps the failed handles;
+// the next Close retries them.
+func (h *Host) Close(ctx context.Context) error {
+	return h.close(ctx, false)
+}
+
+// Shutdown stops every session gracefully (each releases its lease), then
+// closes like Close.
+func (h *Host) Shutdown(ctx context.Context) error {
+	return h.close(ctx, true)
+}
+
+func (h *Host) close(ctx context.Context, stop bool) error {
+	h.mu.Lock()
+	first := !h.closed
 	h.closed = true
 	sessions := make([]*Session, 0, len(h.sessions))
 	for _, s := range h.sessions {
 		sessions = append(sessions, s)
 	}
 	h.mu.Unlock()
+	if first {
+		h.stopBg()
+		h.bg.Wait()
+	}
 	var errs []error
 	for _, s := range sessions {
-		if err := s.Stop(ctx); err != nil {
-			errs = append(errs, err)
+		if stop {
+			if err := s.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		} else {
+			s.detach()
 		}
 	}
 	if err := h.store.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func (h *Host) detachAll() {
+	h.mu.Lock()
+	sessions := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		sessions = append(sessions, s)
+	}
+	h.mu.Unlock()
+	for _, s := range sessions {
+		s.detach()
+	}
+}
+
+// SupportsCreate reports whether this host can run agent at loc: the agent
+// must be configured, loc must be this host, and this platform must be able
+// to verify process identities (an injected process table does not count).
+func (h *Host) SupportsCreate(loc probe.Location, agent string) bool {
+	_, ok := h.cfg.Agents[agent]
+	return ok && probe.CanVerifyIdentity(h.cfg.HostID, loc)
+}
+
+// reapOrphans runs the orphan reaper once; failures go to OnError.
+func (h *Host) reapOrphans(ctx context.Context) {
+	if h.cfg.ReapOrphans != nil {
+		if err := h.cfg.ReapOrphans(ctx); err != nil {
+			h.report(ReaperScope, err)
+		}
+		return
+	}
+	r := &probe.Reaper{
+		TokenVar: h.tokenVar, Table: h.cfg.ProcessTable, SocketRoot: h.socketRoot(),
+		Owned: func(token string) (bool, error) {
+			sessions, err := h.store.List(ctx)
+			if err != nil {
+				return false, err
+			}
+			return probe.OwnsToken(sessions, token), nil
+		},
+		Grace:   h.cfg.StopTimeout,
+		OnError: h.report,
+		Logger:  h.log.Named("reaper"),
+	}
+	rep := r.Reap(ctx)
+	if len(rep.Orphans) > 0 || len(rep.RemovedSockets) > 0 {
+		h.log.Info("reaped orphans", "stopped", rep.Stopped, "sockets", len(rep.RemovedSockets))
+	}
 }
 
 // socketRoot is where plugin socket directories live: under the state
@@ -128,18 +324,47 @@ func (h *Host) socketRoot() string {
 	return filepath.Join(os.TempDir(), "agenthost-"+hex.EncodeToString(sum[:6]))
 }
 
+// allowlist is the part of the host's own environment every plugin gets.
+func allowlist() []string {
+	return []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+		"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR"}
+}
+
 // environment builds a plugin's environment by policy: an allowlist of the
-// host's variables, the agent's own extras, and what the protocol needs.
-// Nothing else is inherited: credentials in the host's environment reach a
-// plugin only when its configuration says so.
-func (h *Host) environment(agent AgentPlugin) []string {
+// host's variables, the resolved environment less the agent's credential
+// variables (unless the session allows them), and the agent's configured
+// extras. Nothing else is inherited.
+func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, allowCredentials bool) ([]string, error) {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR"} {
+	for _, k := range allowlist() {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
-	return append(env, agent.Env...)
+	if h.cfg.ResolveEnvironment != nil {
+		resolved, err := h.cfg.ResolveEnvironment(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("resolve environment for agent %q: %w", name, err)
+		}
+		strip := h.cfg.Credentials[name].Variables
+		for _, kv := range resolved {
+			k, _, _ := cut(kv, '=')
+			if !allowCredentials && slices.Contains(strip, k) {
+				continue
+			}
+			env = append(env, kv)
+		}
+	}
+	return append(env, agent.Env...), nil
+}
+
+func cut(s string, sep byte) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
 }
 
 func (h *Host) agentNames() []string {

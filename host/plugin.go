@@ -66,6 +66,7 @@ type pluginProc struct {
 	spec     pluginSpec
 	client   *plugin.Client
 	rpc      agentpb.AgentClient
+	conn     interface{ Close() error } // the gRPC connection, once made
 	runner   *procRunner
 	handle   string
 	instance string
@@ -136,6 +137,9 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	rpcClient, err := client.Client()
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))
+	}
+	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
+		p.conn = g.Conn
 	}
 	raw, err := rpcClient.Dispense(wire.PluginName)
 	if err != nil {
@@ -225,7 +229,11 @@ func (p *pluginProc) exitedWithin(d time.Duration) bool {
 // watchExit records how the process ended: nil after a requested stop, an
 // error naming the session and the exit otherwise.
 func (p *pluginProc) watchExit() {
-	<-p.runner.exited
+	select {
+	case <-p.runner.exited:
+	case <-p.runner.detachedCh:
+		return // the plugin lives on; nobody here will see it exit
+	}
 	p.mu.Lock()
 	select {
 	case <-p.stopRequested:
@@ -286,7 +294,10 @@ func (p *pluginProc) Stop(ctx context.Context) error {
 		p.client.Kill()
 		_ = os.RemoveAll(p.spec.SocketDir)
 	})
-	<-p.terminated
+	select {
+	case <-p.terminated:
+	case <-p.runner.detachedCh: // detached before: the plugin lives on
+	}
 	return p.stopErr
 }
 
@@ -306,23 +317,16 @@ func (p *pluginProc) Detach() {
 	p.stopOnce.Do(func() {
 		close(p.stopRequested)
 		p.runner.detach()
-		if c, ok := p.clientConn(); ok {
-			_ = c.Close()
+		if p.conn != nil {
+			_ = p.conn.Close()
 		}
+		// The client's goroutines end now that the runner reports the
+		// plugin detached; Kill is not called, so the process lives on.
 	})
 }
 
-func (p *pluginProc) clientConn() (interface{ Close() error }, bool) {
-	rpc, err := p.client.Client()
-	if err != nil {
-		return nil, false
-	}
-	g, ok := rpc.(*plugin.GRPCClient)
-	if !ok {
-		return nil, false
-	}
-	return g.Conn, true
-}
+// Detached is closed once Detach was called.
+func (p *pluginProc) Detached() <-chan struct{} { return p.runner.detachedCh }
 
 // PID returns the plugin's process id.
 func (p *pluginProc) PID() int { return p.runner.pid }

@@ -43,11 +43,15 @@ type procRunner struct {
 	pid    int
 	pidfd  *os.File // non-blocking, registered with the netpoller
 
-	exited   chan struct{} // closed once the process has exited and been reaped
-	state    *os.ProcessState
-	waitErr  error
-	detachMu sync.Mutex
-	detached bool
+	exited chan struct{} // closed once the process has exited and been reaped
+	state  *os.ProcessState
+	// attachedStatus is the exit of a reattached plugin that was this
+	// process's child; nil when unknown.
+	attachedStatus *unix.Siginfo
+	waitErr        error
+	detachMu       sync.Mutex
+	detached       bool
+	detachedCh     chan struct{} // closed by detach
 }
 
 func (r *procRunner) Start(ctx context.Context) error {
@@ -70,7 +74,7 @@ func (r *procRunner) Start(ctx context.Context) error {
 		return fmt.Errorf("start plugin %s: %w", r.path, err)
 	}
 	r.cmd, r.stdout, r.pid = cmd, stdout, cmd.Process.Pid
-	r.exited = make(chan struct{})
+	r.exited, r.detachedCh = make(chan struct{}), make(chan struct{})
 	if pidfd >= 0 {
 		if err := unix.SetNonblock(pidfd, true); err == nil {
 			r.pidfd = os.NewFile(uintptr(pidfd), "pidfd:"+strconv.Itoa(r.pid))
@@ -109,13 +113,50 @@ func (r *procRunner) watch() {
 			_ = unix.Kill(-r.pid, unix.SIGKILL)
 		}
 	}
-	state, err := r.cmd.Process.Wait()
-	r.state, r.waitErr = state, err
-	_ = r.stdout.Close()
+	if r.cmd != nil {
+		state, err := r.cmd.Process.Wait()
+		r.state, r.waitErr = state, err
+		_ = r.stdout.Close()
+	} else {
+		r.reapIfChild()
+	}
 	if r.pidfd != nil {
 		_ = r.pidfd.Close()
 	}
 	close(r.exited)
+}
+
+// reapIfChild reaps a reattached plugin that happens to be this process's
+// child (a host reopened within one process); for anyone else's child the
+// kernel's reaper does it and the exit status stays unknown.
+func (r *procRunner) reapIfChild() {
+	if r.pidfd == nil {
+		return
+	}
+	rc, err := r.pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED, nil); err == nil {
+			r.attachedStatus = &info
+		}
+	})
+}
+
+// attach builds a runner for a plugin this host did not start (or started
+// before it restarted): pid must already have been verified against the
+// lease through pidfd, whose ownership passes to the runner.
+func attachRunner(pid int, pidfd int, logPath string, log hclog.Logger) (*procRunner, error) {
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		_ = unix.Close(pidfd)
+		return nil, err
+	}
+	r := &procRunner{pid: pid, logPath: logPath, log: log, exited: make(chan struct{}), detachedCh: make(chan struct{}),
+		pidfd: os.NewFile(uintptr(pidfd), "pidfd:"+strconv.Itoa(pid))}
+	go r.watch()
+	return r, nil
 }
 
 func (r *procRunner) isDetached() bool {
@@ -128,10 +169,21 @@ func (r *procRunner) isDetached() bool {
 // this host and a later host reattaches to it.
 func (r *procRunner) detach() {
 	r.detachMu.Lock()
+	defer r.detachMu.Unlock()
+	if r.detached {
+		return
+	}
 	r.detached = true
-	r.detachMu.Unlock()
+	close(r.detachedCh)
 	if r.pidfd != nil {
 		_ = r.pidfd.SetReadDeadline(time.Now())
+	}
+	// go-plugin reads the handshake pipe until EOF before it waits for the
+	// process; a plugin that lives on never closes it, so close our end.
+	// The plugin's later writes to fd 1 fail with EPIPE, which the SDK
+	// handles.
+	if r.stdout != nil {
+		_ = r.stdout.Close()
 	}
 }
 
@@ -141,6 +193,8 @@ func (r *procRunner) Wait(ctx context.Context) error {
 	select {
 	case <-r.exited:
 		return r.waitErr
+	case <-r.detachedCh:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -190,6 +244,12 @@ func (r *procRunner) exitDescription() string {
 	case <-r.exited:
 	default:
 		return "still running"
+	}
+	if r.cmd == nil {
+		if r.attachedStatus == nil {
+			return "exited (status unknown: this host did not start it)"
+		}
+		return "exited"
 	}
 	if r.state == nil {
 		return fmt.Sprintf("unknown (%v)", r.waitErr)

@@ -27,6 +27,9 @@ type SessionRequest struct {
 	Agent     string
 	Workspace string
 	Options   map[string]string
+	// AllowCredentials passes the agent's credential variables from the
+	// resolved environment through to the plugin (see CredentialPolicy).
+	AllowCredentials bool
 }
 
 // TurnResult is how a turn ended.
@@ -51,9 +54,26 @@ type Session struct {
 	mu      sync.Mutex
 	waiters map[string]chan TurnResult
 
+	fromSeq  uint64 // first plugin update to ask for
 	pumpDone chan struct{}
 	done     chan struct{}
 	err      error
+}
+
+// ErrDetached ends a session whose host let its plugin live on (Close):
+// the plugin keeps the lease, and the next host readopts it.
+var ErrDetached = errors.New("host detached from the session; its plugin keeps running")
+
+func newSession(h *Host, id string, fence uint64, handle string, proc *pluginProc, journal *leasestore.Journal, fromSeq uint64) *Session {
+	return &Session{
+		h: h, id: id, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
+		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+func (s *Session) run() {
+	go s.pump()
+	go s.watch()
 }
 
 // StartSession starts (or resumes, when req.ID names an existing session)
@@ -68,8 +88,15 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if !ok {
 		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
 	}
-	if req.Workspace != "" && !filepath.IsAbs(req.Workspace) {
-		return nil, fmt.Errorf("%w: workspace must be an absolute path, got %q", leasestore.ErrInvalidArgument, req.Workspace)
+	h.mu.Lock()
+	closed := h.closed
+	running := h.sessions[req.ID]
+	h.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("start session: %w", leasestore.ErrClosed)
+	}
+	if running != nil && req.ID != "" {
+		return running, nil
 	}
 	store := h.store
 	rec, err := store.Get(ctx, req.ID)
@@ -78,14 +105,42 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	case resume && rec.Agent != req.Agent:
 		return nil, fmt.Errorf("%w: session %q belongs to agent %q, not %q", leasestore.ErrInvalidArgument, req.ID, rec.Agent, req.Agent)
 	case req.ID == "" || errors.Is(err, leasestore.ErrNotFound):
-		if rec, err = store.Create(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: req.Workspace, Options: req.Options}); err != nil {
-			return nil, err
-		}
+		resume = false
 	case err != nil:
 		return nil, err
 	}
-	if req.Workspace == "" {
-		req.Workspace = rec.Workspace
+	if resume && rec.Lease.Stage.Latched() {
+		// Every attach attempt re-probes a latched session: it leaves the
+		// latch only on evidence.
+		if err := h.reprobeLatched(ctx, rec.ID); err != nil {
+			return nil, err
+		}
+		h.mu.Lock()
+		running = h.sessions[rec.ID]
+		h.mu.Unlock()
+		if running != nil {
+			return running, nil
+		}
+		if rec, err = store.Get(ctx, rec.ID); err != nil {
+			return nil, err
+		}
+	}
+	workspace := req.Workspace
+	if workspace == "" && resume {
+		workspace = rec.Workspace
+	}
+	if h.cfg.ResolveWorkspace != nil {
+		if workspace, err = h.cfg.ResolveWorkspace(ctx, req.Agent, workspace); err != nil {
+			return nil, fmt.Errorf("resolve workspace: %w", err)
+		}
+	}
+	if workspace != "" && !filepath.IsAbs(workspace) {
+		return nil, fmt.Errorf("%w: workspace must be an absolute path, got %q", leasestore.ErrInvalidArgument, workspace)
+	}
+	if !resume {
+		if rec, err = store.Create(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options}); err != nil {
+			return nil, err
+		}
 	}
 	id := rec.ID
 	rec, err = store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence, ClaimKeyID: h.cfg.ClaimKeyID})
@@ -94,21 +149,28 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	}
 	fence, token := rec.Lease.Fence, rec.Lease.ReservedSpawnToken
 
-	// Before any spawn: a missing plugin is durable proof that no process
+	// Before any spawn: a failure here is durable proof that no process
 	// was started, so the reservation can be released outright.
-	if err := checkExecutable(agent.Path); err != nil {
-		_, _ = store.Apply(ctx, id, leasestore.PreSpawnFailure{Fence: fence, Reason: err.Error()})
+	preSpawn := func(cause error) (*Session, error) {
+		_, _ = store.Apply(ctx, id, leasestore.PreSpawnFailure{Fence: fence, Reason: cause.Error()})
 		_, _ = store.Apply(ctx, id, leasestore.Release{Fence: fence, Detail: "plugin not started"})
-		return nil, fmt.Errorf("start session %q: %w", id, err)
+		return nil, fmt.Errorf("start session %q: %w", id, cause)
+	}
+	if err := checkExecutable(agent.Path); err != nil {
+		return preSpawn(err)
+	}
+	env, err := h.environment(ctx, req.Agent, agent, req.AllowCredentials)
+	if err != nil {
+		return preSpawn(err)
 	}
 	if _, err := store.Apply(ctx, id, leasestore.BeginSpawn{Fence: fence}); err != nil {
 		return nil, fmt.Errorf("start session %q: %w", id, err)
 	}
 
 	sessionDir := filepath.Join(h.cfg.StateDir, "sessions", dirName(id, fence))
-	env := append(h.environment(agent),
-		wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+token, wire.EnvSessionDir+"="+sessionDir)
+	env = append(env, wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+token, wire.EnvSessionDir+"="+sessionDir)
 	committed := false
+	handle := rec.Handle()
 	spec := pluginSpec{
 		Agent: req.Agent, Path: agent.Path, Args: agent.Args, SessionID: id, SessionDir: sessionDir,
 		SocketDir: filepath.Join(h.socketRoot(), token), Env: env, Fence: fence, SpawnToken: token,
@@ -119,7 +181,6 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			if err != nil {
 				return fmt.Errorf("read the identity of plugin pid %d: %w", pid, err)
 			}
-			ident.InstanceID = ""
 			if _, err := store.Apply(ctx, id, leasestore.CommitOwner{Fence: fence, Owner: ident}); err != nil {
 				return fmt.Errorf("commit plugin pid %d as owner: %w", pid, err)
 			}
@@ -127,11 +188,11 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			return nil
 		},
 		Open: func(ctx context.Context, c agentpb.AgentClient) (string, error) {
-			if resume && rec.Handle() != "" {
-				r, err := c.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: fence, Workspace: req.Workspace, Options: req.Options, Handle: rec.Handle()})
+			if handle != "" {
+				r, err := c.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: fence, Workspace: workspace, Options: req.Options, Handle: handle})
 				return r.GetHandle(), err
 			}
-			r, err := c.NewSession(ctx, &agentpb.NewSessionRequest{Fence: fence, Workspace: req.Workspace, Options: req.Options})
+			r, err := c.NewSession(ctx, &agentpb.NewSessionRequest{Fence: fence, Workspace: workspace, Options: req.Options})
 			return r.GetHandle(), err
 		},
 	}
@@ -148,10 +209,12 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		return nil, fmt.Errorf("start session %q: %w", id, err)
 	}
 	origin := leasestore.HandleCreated
-	if resume && rec.Handle() != "" {
+	if handle != "" {
 		origin = leasestore.HandleResumed
 	}
-	if _, err := store.Apply(ctx, id, leasestore.ProveOwner{Fence: fence, Handle: proc.handle, Origin: origin}); err != nil {
+	reattach := proc.reattach
+	if _, err := store.Apply(ctx, id, leasestore.ProveOwner{Fence: fence, Handle: proc.handle, Origin: origin,
+		InstanceID: proc.instance, Reattach: &reattach}); err != nil {
 		_ = proc.Stop(context.WithoutCancel(ctx))
 		_, _ = store.Apply(context.WithoutCancel(ctx), id, leasestore.Release{Fence: fence, Detail: "owner could not be proven"})
 		return nil, fmt.Errorf("prove plugin of session %q: %w", id, err)
@@ -162,15 +225,11 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		_, _ = store.Apply(context.WithoutCancel(ctx), id, leasestore.Release{Fence: fence, Detail: "journal unavailable"})
 		return nil, err
 	}
-	s := &Session{
-		h: h, id: id, fence: fence, handle: proc.handle, proc: proc, journal: journal,
-		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
-	}
+	s := newSession(h, id, fence, proc.handle, proc, journal, 1)
 	h.mu.Lock()
 	h.sessions[id] = s
 	h.mu.Unlock()
-	go s.pump()
-	go s.watch()
+	s.run()
 	return s, nil
 }
 
@@ -237,10 +296,11 @@ func (s *Session) pump() {
 		select {
 		case <-s.proc.Terminated():
 		case <-s.proc.stopRequested:
+		case <-ctx.Done():
 		}
 		cancel()
 	}()
-	stream, err := s.proc.rpc.Updates(ctx, &agentpb.UpdatesRequest{Fence: s.fence, FromSeq: 1})
+	stream, err := s.proc.rpc.Updates(ctx, &agentpb.UpdatesRequest{Fence: s.fence, FromSeq: s.fromSeq})
 	if err != nil {
 		return
 	}
@@ -321,21 +381,32 @@ func (s *Session) finishTurn(r TurnResult) {
 
 // watch ends the session when its plugin exits: the exit is observed by
 // this host, so the lease is released at the next fence with that evidence.
+// When the host detaches instead, the lease stays with the plugin.
 func (s *Session) watch() {
-	<-s.proc.Terminated()
-	<-s.pumpDone
-	s.proc.release()
-	s.err = s.proc.TermErr()
-	detail := "plugin stopped"
-	if s.err != nil {
-		detail = s.err.Error()
+	detached := false
+	select {
+	case <-s.proc.Terminated():
+	case <-s.proc.Detached():
+		detached = true
 	}
+	<-s.pumpDone
 	ctx := context.Background()
 	if err := s.journal.Close(ctx); err != nil {
-		s.h.log.Error("closing the session journal failed", "session", s.id, "error", err)
+		s.h.report("journal", fmt.Errorf("close the journal of session %q: %w", s.id, err))
 	}
-	if _, err := s.h.store.Apply(ctx, s.id, leasestore.Release{Fence: s.fence, Detail: detail}); err != nil {
-		s.h.log.Error("releasing the lease of an exited plugin failed", "session", s.id, "error", err)
+	detail := "host detached"
+	if detached {
+		s.err = ErrDetached
+	} else {
+		s.proc.release()
+		s.err = s.proc.TermErr()
+		detail = "plugin stopped"
+		if s.err != nil {
+			detail = s.err.Error()
+		}
+		if _, err := s.h.store.Apply(ctx, s.id, leasestore.Release{Fence: s.fence, Detail: detail}); err != nil && !errors.Is(err, leasestore.ErrClosed) {
+			s.h.report("release", fmt.Errorf("release the lease of session %q: %w", s.id, err))
+		}
 	}
 	s.mu.Lock()
 	for id, ch := range s.waiters {
@@ -349,6 +420,13 @@ func (s *Session) watch() {
 	}
 	s.h.mu.Unlock()
 	close(s.done)
+}
+
+// detach lets the plugin live on with its lease and waits until this
+// host's side of the session has wound down.
+func (s *Session) detach() {
+	s.proc.Detach()
+	<-s.done
 }
 
 // Prompt runs one turn: the prompt is journaled durably before it is

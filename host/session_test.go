@@ -35,8 +35,8 @@ func openHost(t *testing.T) *Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := h.Close(context.Background()); err != nil {
-			t.Errorf("close host: %v", err)
+		if err := h.Shutdown(context.Background()); err != nil {
+			t.Errorf("shut the host down: %v", err)
 		}
 	})
 	return h

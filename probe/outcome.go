@@ -12,7 +12,8 @@ import (
 type Outcome string
 
 const (
-	// ExitObserved: this host watched the exact process exit.
+	// ExitObserved: this host watched the exact process exit, or the
+	// kernel shows the recorded process exited (a zombie awaiting reaping).
 	ExitObserved Outcome = "exit-observed"
 	// PIDAbsent: the kernel says no process has the recorded pid.
 	PIDAbsent Outcome = "pid-absent"

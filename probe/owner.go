@@ -230,6 +230,10 @@ func (p *Prober) judge(owner leasestore.ProcessIdentity, proc Process, boot stri
 	}
 	if same, known := p.sameStart(owner, proc, boot, bootErr); known {
 		switch {
+		case same && proc.Zombie:
+			// The recorded process itself has exited and awaits reaping:
+			// the kernel shows its exit.
+			return Result{Outcome: ExitObserved, Reason: fmt.Sprintf("pid %d has exited and awaits reaping (zombie)", owner.PID)}
 		case !same && len(matched) > 0:
 			return indeterminate("pid %d echoes the spawn token but its start time differs: contradictory evidence", owner.PID)
 		case !same:

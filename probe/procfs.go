@@ -106,6 +106,13 @@ func (p *ProcFS) read(fsys fs.FS, pid int) Process {
 		return proc
 	}
 	proc.Presence = Present
+	if proc.Zombie {
+		// A thread-group leader that exited while other threads run also
+		// shows as a zombie: only a zombie with no live threads has exited.
+		if tasks, err := fs.ReadDir(fsys, strconv.Itoa(pid)+"/task"); err == nil && len(tasks) > 1 {
+			proc.Zombie = false
+		}
+	}
 	if p.TokenVar == "" {
 		return proc
 	}

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		// Run a reaper that owns nothing, from wherever the test put us.
 		rep := (&probe.Reaper{TokenVar: tokenVar, Grace: 200 * time.Millisecond,
 			Owned: func(string) (bool, error) { return false, nil }}).Reap(context.Background())
-		fmt.Printf("stopped %v failures %d\n", rep.Stopped, rep.Failures)
+		_ = os.WriteFile(os.Getenv("PROBE_TEST_OUT"), fmt.Appendf(nil, "stopped %v failures %d\n", rep.Stopped, rep.Failures), 0o600)
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
@@ -370,25 +370,17 @@ func treeWith(pid int, ticks uint64, token string) probetest.Tree {
 // shell) must not stop its own ancestors or their process group, even when
 // they carry a spawn token no lease owns.
 func TestReaperSparesItsOwnLineage(t *testing.T) {
-	script := "env " + tokenVar + "=reaper-own PROBE_TEST_CHILD=reap " + os.Args[0] + " -test.run=^$; sleep 300"
+	out := filepath.Join(t.TempDir(), "report")
+	script := "env " + tokenVar + "=reaper-own PROBE_TEST_CHILD=reap PROBE_TEST_OUT=" + out + " " + os.Args[0] + " -test.run=^$; sleep 300"
 	leader := spawn(t, script, []string{tokenVar + "=stale-ancestor"}, true)
-	// Wait for the reaper child to appear and finish.
-	seen := false
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		procs, err := (&probe.ProcFS{TokenVar: tokenVar}).Scan(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		live := slices.ContainsFunc(procs, func(p probe.Process) bool { return p.Token == "reaper-own" && !p.Zombie })
-		if live {
-			seen = true
-		} else if seen || !running(t, leader.pid(), 0) {
-			break
-		}
+	var report []byte
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && len(report) == 0; time.Sleep(20 * time.Millisecond) {
+		report, _ = os.ReadFile(out)
 	}
-	if !seen {
-		t.Fatal("the reaper child never ran")
+	if len(report) == 0 {
+		t.Fatal("the reaper child never reported")
 	}
+	t.Logf("reaper child: %s", report)
 	if !running(t, leader.pid(), 0) {
 		t.Fatal("the reaper stopped its own ancestor")
 	}

@@ -117,6 +117,7 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 
 	var mu sync.Mutex
 	var grpcServer *grpc.Server
+	stopping := false // a SIGTERM arrived; a server built later stops at once
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopped := make(chan struct{})
@@ -137,6 +138,7 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 				}
 				scancel()
 				mu.Lock()
+				stopping = true
 				if grpcServer != nil {
 					// GracefulStop never returns while a host holds go-plugin's
 					// stdio stream; Stop is what go-plugin's own shutdown uses.
@@ -156,6 +158,11 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 			mu.Lock()
 			defer mu.Unlock()
 			grpcServer = plugin.DefaultGRPCServer(opts)
+			if stopping {
+				// SIGTERM came before go-plugin built the server: serve
+				// nothing, so Serve returns.
+				grpcServer.Stop()
+			}
 			return grpcServer
 		},
 		Logger: log,

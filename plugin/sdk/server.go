@@ -36,6 +36,7 @@ type server struct {
 	bound     bool
 	agent     Agent
 	handle    string
+	opening   bool // an open is in progress
 	turn      *runningTurn
 	perms     map[string]*pendingPermission
 	closed    bool
@@ -145,12 +146,18 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 		s.mu.Unlock()
 		return nil, err
 	}
-	if s.handle != "" {
+	if s.handle != "" || s.opening {
 		s.mu.Unlock()
-		return nil, status.Error(codes.FailedPrecondition, "a session is already open in this plugin process")
+		return nil, status.Error(codes.FailedPrecondition, "a session is already open (or opening) in this plugin process")
 	}
+	s.opening = true
 	a := s.agent
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.opening = false
+		s.mu.Unlock()
+	}()
 	if a == nil {
 		var err error
 		if a, err = s.factory(ctx, s.env); err != nil {
@@ -167,12 +174,17 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 		s.mu.Unlock()
 		return nil, agentError(err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.agent = a
 	if info.Handle == "" {
 		return nil, status.Error(codes.Internal, "the agent opened a session without a provider handle")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.agent, s.handle = a, info.Handle
+	// A newer host may have attached while the agent was opening.
+	if err := s.check(fence); err != nil {
+		return nil, err
+	}
+	s.handle = info.Handle
 	return &agentpb.SessionResponse{Handle: info.Handle, Options: info.Options}, nil
 }
 
@@ -217,7 +229,10 @@ func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *ru
 	}()
 	stop := &TurnStopped{StopReason: reason}
 	switch {
-	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	case err != nil && ctx.Err() != nil:
+		// Cancelled: whatever the agent's error says (a CLI killed by the
+		// cancellation reports "signal: killed"), the turn was cancelled.
+		s.log.Debug("turn ended with an error after it was cancelled", "turn", req.TurnID, "error", err)
 		stop.StopReason = StopCancelled
 	case err != nil:
 		stop.StopReason, stop.Error = StopFailed, err.Error()

@@ -1,0 +1,137 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
+	"golang.org/x/sys/unix"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/probe"
+)
+
+// ErrNotAnswering: the recorded owner is alive but did not answer its
+// identity as the lease expects; it keeps the session (latched), and no
+// second writer is started.
+var ErrNotAnswering = errors.New("plugin is alive but did not prove its identity")
+
+// reattachSpec is what a new host knows about a plugin that outlived the
+// previous one.
+type reattachSpec struct {
+	SessionID   string
+	Owner       leasestore.ProcessIdentity
+	Reattach    leasestore.Reattach
+	Fence       uint64 // the lease fence the new host will attach at
+	StopTimeout time.Duration
+	Timeout     time.Duration
+	Logger      hclog.Logger
+	Prober      *probe.Prober
+}
+
+// reattachPlugin reconnects to a running plugin: it pins the process with a
+// pidfd and re-verifies its identity (so a recycled pid is never adopted),
+// reconnects through go-plugin with the recorded address and the
+// negotiated version (go-plugin does not record it), and checks the
+// plugin's own identity: session id, spawn token, pid and instance id.
+// It does not attach: the caller moves the lease first, then attaches at
+// the new fence.
+func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error) {
+	if spec.Timeout <= 0 {
+		spec.Timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	pid := spec.Owner.PID
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pin plugin pid %d: %w", pid, err)
+	}
+	// Read the identity after the pidfd exists: if it still matches, the
+	// pidfd refers to the recorded process.
+	res := spec.Prober.Probe(ctx, leasestore.Session{ID: spec.SessionID, Lease: leasestore.Lease{Claim: leasestore.ClaimLive, Owner: &spec.Owner}})
+	if !res.ProvenAlive() {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("plugin pid %d is no longer the recorded owner: %v", pid, res)
+	}
+	r, err := attachRunner(pid, fd, spec.Reattach.LogPath, spec.Logger)
+	if err != nil {
+		return nil, err
+	}
+	version := spec.Reattach.ProtocolVersion
+	sets := wire.PluginSets(nil)
+	pset, ok := sets[version]
+	if !ok {
+		return nil, fmt.Errorf("plugin speaks protocol version %d, this host speaks %d", version, wire.ProtocolVersion)
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake(),
+		Plugins:          pset, // the reattach path does not negotiate: give the recorded version's set
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           spec.Logger.Named("go-plugin"),
+		Reattach: &plugin.ReattachConfig{
+			Protocol: plugin.ProtocolGRPC, ProtocolVersion: version, Pid: pid,
+			Addr:         &net.UnixAddr{Net: spec.Reattach.Network, Name: spec.Reattach.Address},
+			ReattachFunc: func() (runner.AttachedRunner, error) { return r, nil },
+		},
+	})
+	p := &pluginProc{
+		spec: pluginSpec{SessionID: spec.SessionID, Fence: spec.Fence, StopTimeout: spec.StopTimeout, Logger: spec.Logger,
+			SocketDir: socketDirOf(spec.Reattach.Address)},
+		client: client, runner: r, version: version, reattach: spec.Reattach,
+		stopRequested: make(chan struct{}), terminated: make(chan struct{}),
+	}
+	fail := func(err error) (*pluginProc, error) {
+		// The plugin is alive and may hold the session: never kill it
+		// here; just let go of it.
+		p.Detach()
+		return nil, err
+	}
+	rpcClient, err := client.Client()
+	if err != nil {
+		return fail(fmt.Errorf("%w: reconnect: %v", ErrNotAnswering, err))
+	}
+	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
+		p.conn = g.Conn
+	}
+	raw, err := rpcClient.Dispense(wire.PluginName)
+	if err != nil {
+		return fail(fmt.Errorf("%w: dispense: %v", ErrNotAnswering, err))
+	}
+	p.rpc = raw.(agentpb.AgentClient)
+	id, err := p.rpc.Identify(ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return fail(fmt.Errorf("%w: identify: %v", ErrNotAnswering, err))
+	}
+	if id.SessionId != spec.SessionID || id.SpawnToken != spec.Owner.SpawnToken || int(id.Pid) != pid ||
+		(spec.Owner.InstanceID != "" && id.InstanceId != spec.Owner.InstanceID) || int(id.ProtocolVersion) != version {
+		return fail(fmt.Errorf("%w: it reports session %q, pid %d, instance %q, protocol %d", ErrInvalidIdentity,
+			id.SessionId, id.Pid, id.InstanceId, id.ProtocolVersion))
+	}
+	p.instance, p.handle = id.InstanceId, id.Handle
+	go p.watchExit()
+	return p, nil
+}
+
+// socketDirOf returns the per-plugin socket directory a reattach address
+// lives in: <root>/<token>/plugin-dirN/pluginN.
+func socketDirOf(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	d := addr
+	for range 2 {
+		for len(d) > 0 && d[len(d)-1] != '/' {
+			d = d[:len(d)-1]
+		}
+		d = d[:max(len(d)-1, 0)]
+	}
+	return d
+}

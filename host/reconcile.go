@@ -1,0 +1,292 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/probe"
+)
+
+// Action is what a host decided for a session whose owner it probed.
+type Action string
+
+const (
+	// ActionFree: nobody held the lease; nothing to decide.
+	ActionFree Action = "free"
+	// ActionReadopted: the plugin survived, proved it is the recorded
+	// owner, and this host drives it at the next fence.
+	ActionReadopted Action = "readopted"
+	// ActionEvicted: the owner is proven gone; the lease was released with
+	// the evidence and the session is resumable from its provider handle.
+	ActionEvicted Action = "evicted"
+	// ActionLatched: the evidence is incomplete; the session stays latched
+	// (recovering or manual-recovery) until new evidence arrives.
+	ActionLatched Action = "latched"
+)
+
+// Decision is a host's verdict on one session, with what it rests on.
+type Decision struct {
+	Action Action
+	Probe  probe.Result
+	Reason string
+}
+
+// ReconcileScope is the scope of reconciliation failures sent to OnError.
+const ReconcileScope = "reconcile"
+
+// reconcile decides every session found in the store; see Open.
+func (h *Host) reconcile(ctx context.Context) error {
+	if _, err := h.store.MarkAllUnreconciled(ctx); err != nil {
+		return err
+	}
+	sessions, err := h.store.List(ctx)
+	if err != nil {
+		if len(sessions) == 0 {
+			return err
+		}
+		// Unreadable records stay unreconciled, so they never get a
+		// writer; everything else is decided.
+		h.report(ReconcileScope, err)
+	}
+	results := h.prober.ProbeAll(ctx, sessions)
+	for _, s := range sessions {
+		d := h.decide(ctx, s, results[s.ID])
+		h.mu.Lock()
+		h.decisions[s.ID] = d
+		h.mu.Unlock()
+		h.log.Info("session reconciled", "session", s.ID, "action", d.Action, "probe", d.Probe.String(), "reason", d.Reason)
+	}
+	return nil
+}
+
+// decide applies the restart decision for one session. Every path fails
+// closed: only proof of death frees a lease, only a verified identity
+// readopts one, and anything else latches.
+func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Result) Decision {
+	l := s.Lease
+	latch := func(reason string) Decision {
+		stage := leasestore.StageManualRecovery
+		if l.Owner != nil && l.Claim != leasestore.ClaimConflicted {
+			stage = leasestore.StageRecovering
+		}
+		if _, err := h.store.Apply(ctx, s.ID, leasestore.Latch{Fence: l.Fence, Stage: stage, Reason: reason}); err != nil {
+			h.report(ReconcileScope, fmt.Errorf("latch session %q: %w", s.ID, err))
+		}
+		return Decision{Action: ActionLatched, Probe: res, Reason: reason}
+	}
+	switch {
+	case l.Claim == leasestore.ClaimReleased && !l.Stage.Latched():
+		if _, err := h.store.Apply(ctx, s.ID, leasestore.Reconciled{Fence: l.Fence}); err != nil {
+			h.report(ReconcileScope, fmt.Errorf("reconcile session %q: %w", s.ID, err))
+		}
+		return Decision{Action: ActionFree, Probe: res}
+	case l.Claim == leasestore.ClaimConflicted && l.Owner == nil:
+		return latch("conflicted, and no process is named to probe")
+	case res.ProvenDead() || res.Outcome == probe.ReservationUnused:
+		ev, _ := res.Evidence(time.Now())
+		if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err != nil {
+			h.report(ReconcileScope, fmt.Errorf("evict session %q: %w", s.ID, err))
+			return Decision{Action: ActionLatched, Probe: res, Reason: err.Error()}
+		}
+		return Decision{Action: ActionEvicted, Probe: res, Reason: ev.Detail}
+	case res.ProvenAlive() && l.Claim == leasestore.ClaimLive:
+		if err := h.readopt(ctx, s); err != nil {
+			return latch("the owner is alive but could not be readopted: " + err.Error())
+		}
+		return Decision{Action: ActionReadopted, Probe: res}
+	case res.ProvenAlive() && l.Claim == leasestore.ClaimReserved:
+		// The plugin never became the writer. Stop it (it is verified to
+		// be the recorded owner) and evict on the observed exit; the next
+		// start resumes the conversation at a new fence.
+		if err := h.stopUnproven(ctx, s); err != nil {
+			return latch("the owner never proved itself and could not be stopped: " + err.Error())
+		}
+		ev := leasestore.DeathEvidence{Kind: leasestore.EvidenceExitObserved, Detail: "stopped at restart before it proved itself"}
+		if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err != nil {
+			return latch(err.Error())
+		}
+		return Decision{Action: ActionEvicted, Probe: res, Reason: ev.Detail}
+	default:
+		return latch(res.String())
+	}
+}
+
+// readopt reconnects to a live owner, moves the lease to the next fence,
+// attaches the plugin there, and drains its outbox into the journal from
+// the last update already journaled.
+func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
+	l := s.Lease
+	if l.Owner == nil || l.Reattach == nil || l.Reattach.Address == "" {
+		return errors.New("the lease records no reattach address")
+	}
+	next := l.NextFence()
+	proc, err := reattachPlugin(ctx, reattachSpec{
+		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: next,
+		StopTimeout: h.cfg.StopTimeout, Timeout: h.cfg.ReattachTimeout,
+		Logger: h.log.Named("plugin").With("session", s.ID, "agent", s.Agent), Prober: h.prober,
+	})
+	if err != nil {
+		return err
+	}
+	rec, err := h.store.Apply(ctx, s.ID, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach})
+	if err != nil {
+		proc.Detach()
+		return fmt.Errorf("move the lease: %w", err)
+	}
+	fence := rec.Lease.Fence
+	proc.spec.Fence = fence
+	if _, err := proc.rpc.Attach(ctx, &agentpb.AttachRequest{Fence: fence, SessionId: s.ID}); err != nil {
+		// The lease already names this host's fence; the plugin will be
+		// re-probed and readopted again rather than trusted half-way.
+		proc.Detach()
+		return fmt.Errorf("attach at fence %d: %w", fence, err)
+	}
+	last, err := h.lastPluginSeq(ctx, s.ID)
+	if err != nil {
+		proc.Detach()
+		return fmt.Errorf("find the last journaled update: %w", err)
+	}
+	journal, err := h.store.OpenJournal(ctx, s.ID, fence)
+	if err != nil {
+		proc.Detach()
+		return err
+	}
+	sess := newSession(h, s.ID, fence, rec.Handle(), proc, journal, last+1)
+	h.mu.Lock()
+	h.sessions[s.ID] = sess
+	h.mu.Unlock()
+	sess.run()
+	return nil
+}
+
+// stopUnproven stops a verified-alive plugin that never proved its session.
+func (h *Host) stopUnproven(ctx context.Context, s leasestore.Session) error {
+	l := s.Lease
+	if l.Reattach == nil || l.Reattach.Address == "" {
+		return errors.New("no reattach address to reach it")
+	}
+	proc, err := reattachPlugin(ctx, reattachSpec{
+		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: l.Fence,
+		StopTimeout: h.cfg.StopTimeout, Timeout: h.cfg.ReattachTimeout,
+		Logger: h.log.Named("plugin").With("session", s.ID), Prober: h.prober,
+	})
+	if err != nil {
+		return err
+	}
+	return proc.Stop(ctx)
+}
+
+// lastPluginSeq returns the newest plugin sequence number journaled for the
+// session's current plugin process: the update entries after that process's
+// owner-committed entry. 0 when none is journaled.
+func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
+	last, err := h.store.LastSeq(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	const window = 256
+	for hi := last; hi > 0; {
+		lo := uint64(1)
+		if hi > window {
+			lo = hi - window + 1
+		}
+		var entries []leasestore.Entry
+		errEnough := errors.New("window read")
+		err := h.store.Replay(ctx, id, lo, func(e leasestore.Entry) error {
+			if e.Seq > hi {
+				return errEnough
+			}
+			entries = append(entries, e)
+			return nil
+		})
+		if err != nil && !errors.Is(err, errEnough) {
+			return 0, err
+		}
+		for i := len(entries) - 1; i >= 0; i-- {
+			e := entries[i]
+			switch e.Kind {
+			case leasestore.KindUpdate, leasestore.KindStop:
+				var r struct {
+					PluginSeq uint64 `json:"pluginSeq"`
+				}
+				if json.Unmarshal(e.Payload, &r) == nil && r.PluginSeq > 0 {
+					return r.PluginSeq, nil
+				}
+			case leasestore.KindLifecycle:
+				var ev leasestore.LifecycleEvent
+				if json.Unmarshal(e.Payload, &ev) == nil && ev.Event == "owner-committed" {
+					return 0, nil
+				}
+			}
+		}
+		hi = lo - 1
+	}
+	return 0, nil
+}
+
+// ReprobeScope is the scope of re-probe failures sent to OnError.
+const ReprobeScope = "reprobe"
+
+// reprobeLoop probes latched sessions again every ReprobeInterval; only new
+// evidence moves them.
+func (h *Host) reprobeLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.ReprobeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := h.reprobeLatched(ctx, ""); err != nil && ctx.Err() == nil {
+				h.report(ReprobeScope, err)
+			}
+		}
+	}
+}
+
+// reprobeLatched probes latched sessions (only id when it is not empty)
+// and applies a new decision where the evidence changed.
+func (h *Host) reprobeLatched(ctx context.Context, id string) error {
+	var sessions []leasestore.Session
+	if id != "" {
+		s, err := h.store.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		sessions = []leasestore.Session{s}
+	} else {
+		all, err := h.store.List(ctx)
+		if err != nil && len(all) == 0 {
+			return err
+		}
+		sessions = all
+	}
+	var latched []leasestore.Session
+	for _, s := range sessions {
+		if s.Lease.Stage.Latched() {
+			latched = append(latched, s)
+		}
+	}
+	if len(latched) == 0 {
+		return nil
+	}
+	results := h.prober.ProbeAll(ctx, latched)
+	for _, s := range latched {
+		res := results[s.ID]
+		// Only evidence moves a latch: proven dead evicts, a verified
+		// identity readopts; anything else leaves it as it is.
+		if !res.ProvenDead() && res.Outcome != probe.ReservationUnused && !res.ProvenAlive() {
+			continue
+		}
+		d := h.decide(ctx, s, res)
+		h.mu.Lock()
+		h.decisions[s.ID] = d
+		h.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package host
+
+import (
+	"context"
+	"sync"
+)
+
+// Runtime owns at most one Host for an application: Host opens it on first
+// use (single-flight: concurrent callers share one open, and a failed open
+// leaves nothing behind so the next call tries again), and Stop closes it.
+// A Stop whose teardown fails keeps the host, so the next Stop retries the
+// very handles that failed instead of forgetting them.
+//
+// The zero value is not usable; set Config.
+type Runtime struct {
+	Config Config
+
+	mu      sync.Mutex
+	host    *Host
+	opening *openCall
+	pending *Host // a host whose Close failed; Stop retries it
+}
+
+type openCall struct {
+	done chan struct{}
+	host *Host
+	err  error
+}
+
+// Host returns the running host, opening it if needed.
+func (r *Runtime) Host(ctx context.Context) (*Host, error) {
+	r.mu.Lock()
+	if r.host != nil {
+		h := r.host
+		r.mu.Unlock()
+		return h, nil
+	}
+	call := r.opening
+	if call == nil {
+		call = &openCall{done: make(chan struct{})}
+		r.opening = call
+		go func() {
+			h, err := Open(context.WithoutCancel(ctx), r.Config)
+			r.mu.Lock()
+			call.host, call.err = h, err
+			if err == nil {
+				r.host = h
+			}
+			r.opening = nil
+			r.mu.Unlock()
+			close(call.done)
+		}()
+	}
+	r.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.host, call.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Stop closes the host (its plugins keep running, see Host.Close) and any
+// host whose earlier Stop failed. If closing fails, the host is kept and the
+// error returned; the next Stop retries.
+func (r *Runtime) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if call := r.opening; call != nil {
+		r.mu.Unlock()
+		<-call.done
+		r.mu.Lock()
+	}
+	h := r.host
+	if h == nil {
+		h = r.pending
+	}
+	r.host, r.pending = nil, nil
+	r.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	if err := h.Close(ctx); err != nil {
+		r.mu.Lock()
+		r.pending = h
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
