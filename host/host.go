@@ -143,6 +143,7 @@ type Host struct {
 
 	bg     sync.WaitGroup // background work: reaper, re-prober
 	stopBg context.CancelFunc
+	reaped chan struct{} // closed when the reaper's first pass ended
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -179,6 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:    &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions:  map[string]*Session{},
 		decisions: map[string]Decision{},
+		reaped:    make(chan struct{}),
 	}
 	if err := h.reconcile(ctx); err != nil {
 		h.detachAll()
@@ -190,6 +192,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	h.bg.Add(2)
 	go func() {
 		defer h.bg.Done()
+		defer close(h.reaped)
 		h.reapOrphans(bgCtx)
 	}()
 	go func() {

@@ -18,6 +18,9 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
+	if code := tortureRole(); code >= 0 {
+		os.Exit(code)
+	}
 	dir, err := os.MkdirTemp("", "agenthost-host-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -111,9 +111,39 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 			return latch(err.Error())
 		}
 		return Decision{Action: ActionEvicted, Probe: res, Reason: ev.Detail}
+	case l.Owner == nil && l.Claim == leasestore.ClaimReserved && l.ReservedSpawnToken != "" && res.Outcome == probe.Indeterminate:
+		// The previous host died between spawning a plugin and committing
+		// it. Only a process started for this very reservation carries its
+		// token: stop exactly those (each re-identified before every
+		// signal), then decide again on the new evidence.
+		if err := h.stopTokenHolders(ctx, l.ReservedSpawnToken); err != nil {
+			return latch(res.String() + "; stopping the unproven plugin failed: " + err.Error())
+		}
+		again := h.prober.Probe(ctx, s)
+		if again.Outcome == probe.ReservationUnused {
+			ev, _ := again.Evidence(time.Now())
+			ev.Detail = "this host stopped the plugin started for the reservation before it was committed"
+			if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err == nil {
+				return Decision{Action: ActionEvicted, Probe: again, Reason: ev.Detail}
+			}
+		}
+		return latch(again.String())
 	default:
 		return latch(res.String())
 	}
+}
+
+// stopTokenHolders stops the processes carrying token, and nothing else.
+func (h *Host) stopTokenHolders(ctx context.Context, token string) error {
+	var failures []error
+	r := &probe.Reaper{
+		TokenVar: h.tokenVar, Table: h.cfg.ProcessTable, Grace: h.cfg.StopTimeout,
+		Owned:   func(t string) (bool, error) { return t != token, nil },
+		OnError: func(_ string, err error) { failures = append(failures, err) },
+		Logger:  h.log.Named("reaper"),
+	}
+	r.Reap(ctx)
+	return errors.Join(failures...)
 }
 
 // readopt reconnects to a live owner, moves the lease to the next fence,
@@ -164,21 +194,17 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
 	return nil
 }
 
-// stopUnproven stops a verified-alive plugin that never proved its session.
+// stopUnproven stops a verified-alive plugin that never proved its session:
+// the processes carrying its spawn token, each re-identified before every
+// signal. It returns once a probe shows the owner gone.
 func (h *Host) stopUnproven(ctx context.Context, s leasestore.Session) error {
-	l := s.Lease
-	if l.Reattach == nil || l.Reattach.Address == "" {
-		return errors.New("no reattach address to reach it")
-	}
-	proc, err := reattachPlugin(ctx, reattachSpec{
-		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: l.Fence,
-		StopTimeout: h.cfg.StopTimeout, Timeout: h.cfg.ReattachTimeout,
-		Logger: h.log.Named("plugin").With("session", s.ID), Prober: h.prober,
-	})
-	if err != nil {
+	if err := h.stopTokenHolders(ctx, s.Lease.Owner.SpawnToken); err != nil {
 		return err
 	}
-	return proc.Stop(ctx)
+	if res := h.prober.Probe(ctx, s); !res.ProvenDead() {
+		return fmt.Errorf("the owner is still not proven gone: %v", res)
+	}
+	return nil
 }
 
 // lastPluginSeq returns the newest plugin sequence number journaled for the
