@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -32,7 +33,30 @@ type Options struct {
 	// (Badger panics inside its own goroutines on some damaged tables,
 	// which no caller can recover) before the store is treated as damaged,
 	// moved aside and restored from its backup. Default: 2.
+	//
+	// The guard counts every death during an open, whatever killed the
+	// process; see ProbeOpen for telling a damaged store from a watchdog
+	// or a power cut during a slow open. Deaths after OpenBadger returned
+	// are not counted: the guard is about opening, not running.
 	OpenAttempts int
+	// ProbeOpen, when set, is asked before a store whose last OpenAttempts
+	// opens died is moved aside: it must open storeDir in a short-lived
+	// child process (one that may die instead of the host) and report
+	// whether that worked. A nil error means the store opens: the deaths
+	// had another cause, so the marker is cleared and the store is opened
+	// normally. An error (the child failed or died) means the store is
+	// damaged and is restored from the backup. If ctx ends first, OpenBadger
+	// fails with ctx's error and decides nothing.
+	//
+	// The store cannot start a process of its own (it does not know the
+	// binary), so a host sets ProbeOpen to re-execute itself in a probe
+	// mode whose whole job is
+	//
+	//	if err := leasestore.ProbeStore(storeDir); err != nil { os.Exit(1) }
+	//	os.Exit(0)
+	//
+	// Nil (the default) keeps the plain rule: OpenAttempts deaths restore.
+	ProbeOpen func(ctx context.Context, storeDir string) error
 	// BackupDelay is how long lease changes are coalesced before the backup
 	// of session records is rewritten. Default: 200ms.
 	BackupDelay time.Duration
@@ -40,6 +64,9 @@ type Options struct {
 	// Close succeeds in closing them. Default: a registry owned by the
 	// store (see BadgerStore.CloseRetries).
 	CloseRetries *CloseRetries
+
+	// restoreHook, set only by tests, runs between the steps of a restore.
+	restoreHook func(step string)
 }
 
 func (o Options) withDefaults() Options {
@@ -111,42 +138,65 @@ type BadgerStore struct {
 	// readMu keeps reads out of a closing database.
 	readMu sync.RWMutex
 
+	// closeSem admits one Close at a time (a channel, so that a waiting
+	// Close can give up when its context ends).
+	closeSem chan struct{}
+
+	// testHookCommit replaces txn.Commit in tests that inject commit
+	// failures. Set before the first write.
+	testHookCommit func(*badger.Txn) error
+
 	mu       sync.Mutex
-	closing  bool                     // a Close has begun: no new writes
+	closing  bool                     // a Close is under way or succeeded: no new writes
 	closed   bool                     // a Close succeeded
+	failed   error                    // set by a commit that may or may not have landed: no more writes
 	journals map[*Journal]struct{}    // handles from OpenJournal not yet closed
 	watchers map[string]chan struct{} // closed when a session's journal or record changes
 }
 
 var _ Store = (*BadgerStore)(nil)
 
-// Recovery describes what OpenBadger did to a damaged store.
+// Recovery describes a restore from backup. The report is kept in the
+// state directory (store.recovered.json) from before the restored store is
+// put in place until the next Close that succeeds, so a host that dies
+// before it could tell anyone still reports the restore on its next start.
 type Recovery struct {
 	// Reason says why the store was judged damaged.
-	Reason string
+	Reason string `json:"reason"`
 	// DamagedDir is where the damaged Badger directory was moved; nothing in
-	// it was deleted.
-	DamagedDir string
+	// it was deleted. Empty when there was no directory to move (the store
+	// was missing).
+	DamagedDir string `json:"damagedDir,omitempty"`
 	// Sessions is how many session records the backup restored.
-	Sessions int
+	Sessions int `json:"sessions"`
+	// RestoredAt is when the restore ran.
+	RestoredAt time.Time `json:"restoredAt"`
 }
 
 func (r *Recovery) String() string {
-	return fmt.Sprintf("state store was damaged (%s); restored %d session(s) from backup; "+
-		"their journals restart empty after the last sequence number the backup knew; "+
-		"the damaged store is kept at %s", r.Reason, r.Sessions, r.DamagedDir)
+	kept := "there was no store directory to keep"
+	if r.DamagedDir != "" {
+		kept = "the damaged store is kept at " + r.DamagedDir
+	}
+	return fmt.Sprintf("state store was damaged (%s); restored %d session(s) from backup at %s; "+
+		"their journals restart empty (the backup holds no entries), numbered from %d past "+
+		"the last sequence number the backup knew; %s",
+		r.Reason, r.Sessions, r.RestoredAt.Format(time.RFC3339), restoredSeqGap, kept)
 }
 
 // OpenBadger opens (creating if needed) the lease store in stateDir, which
 // must be an absolute path. It takes an exclusive lock on the directory; a
 // second opener gets a *LockedError naming the holder's pid.
 //
-// If the previous opens died, or Badger cannot open the store, the damaged
-// directory is moved aside and the session records are restored from the
-// backup (see Recovery); every restored lease gets a fence floor above
-// anything the lost commits could have granted, and is marked unreconciled.
-// Without a usable backup OpenBadger refuses with ErrDamaged and says what
-// to do.
+// If the previous opens died (see Options.OpenAttempts and ProbeOpen), or
+// Badger reports damage it recognisably cannot open (a corrupt MANIFEST, a
+// missing or unreadable table, a checksum mismatch), the damaged directory
+// is moved aside and the session records are restored from the backup (see
+// Recovery); every restored lease gets a fence floor above anything the lost
+// commits could have granted, and is marked unreconciled. Without a usable
+// backup OpenBadger refuses with ErrDamaged and says what to do. Any other
+// open error (a lock held by another process, a store written by a newer
+// Badger, a full disk) is returned with advice and nothing is moved.
 func OpenBadger(ctx context.Context, stateDir string, opts Options) (*BadgerStore, error) {
 	if !filepath.IsAbs(stateDir) {
 		return nil, fmt.Errorf("%w: state directory must be an absolute path, got %q", ErrInvalidArgument, stateDir)
@@ -172,23 +222,20 @@ func OpenBadger(ctx context.Context, stateDir string, opts Options) (*BadgerStor
 		backupDone: make(chan struct{}),
 		journals:   make(map[*Journal]struct{}),
 		watchers:   make(map[string]chan struct{}),
+		closeSem:   make(chan struct{}, 1),
 	}
-	if err := s.openDB(); err != nil {
+	if err := s.openDB(ctx); err != nil {
 		_ = lock.release()
 		return nil, err
 	}
 	go s.writeLoop()
 	go s.backupLoop()
-	if s.recovery != nil {
-		if err := s.finishRecovery(ctx); err != nil {
-			_ = s.shutdown()
-			return nil, err
-		}
-	}
 	return s, nil
 }
 
-// Recovery reports what OpenBadger did to a damaged store, or nil.
+// Recovery reports the last restore from backup, or nil. It is the report
+// OpenBadger wrote when it restored the store, during this open or an
+// earlier one that no successful Close has followed since.
 func (s *BadgerStore) Recovery() *Recovery { return s.recovery }
 
 // CloseRetries is the registry of journal handles whose close failed; Close
@@ -214,8 +261,11 @@ func (s *BadgerStore) Create(ctx context.Context, spec SessionSpec) (Session, er
 		return Session{}, fmt.Errorf("%w: a session needs an agent name", ErrInvalidArgument)
 	}
 	var out Session
-	err := s.submit(ctx, func(b *batch) error {
-		if _, err := b.session(id); err == nil {
+	err := s.submit(ctx, "create", id, func(b *batch) error {
+		if cur, err := b.session(id); err == nil {
+			if cur.Deleting {
+				return fmt.Errorf("create session %q: %w: a Delete of it did not finish; call Delete again first", id, ErrExists)
+			}
 			return fmt.Errorf("create session %q: %w", id, ErrExists)
 		} else if !errors.Is(err, ErrNotFound) {
 			return err
@@ -223,8 +273,9 @@ func (s *BadgerStore) Create(ctx context.Context, spec SessionSpec) (Session, er
 		now := s.now()
 		sess := Session{
 			ID: id, Agent: spec.Agent, Workspace: spec.Workspace, Options: spec.Options,
-			Lease:     Lease{Claim: ClaimReleased},
-			CreatedAt: now, UpdatedAt: now,
+			Lease:       Lease{Claim: ClaimReleased},
+			Incarnation: rand.Text(),
+			CreatedAt:   now, UpdatedAt: now,
 		}
 		if err := b.putSession(sess); err != nil {
 			return err
@@ -244,7 +295,7 @@ func (s *BadgerStore) Apply(ctx context.Context, id string, t Transition) (Sessi
 		return Session{}, fmt.Errorf("%w: nil transition", ErrInvalidArgument)
 	}
 	var out Session
-	err := s.submit(ctx, func(b *batch) error {
+	err := s.submit(ctx, t.Name(), id, func(b *batch) error {
 		cur, err := b.session(id)
 		if err != nil {
 			return err
@@ -269,62 +320,95 @@ func (s *BadgerStore) Apply(ctx context.Context, id string, t Transition) (Sessi
 	return out, err
 }
 
-// MarkAllUnreconciled implements SessionStore.
+// MarkAllUnreconciled implements SessionStore. Each session is marked by
+// an operation of its own, all queued at once: group commit then packs as
+// many into one transaction as fit, and a session whose record is large
+// (many handle links, a long id) still fits a transaction on its own. An
+// error names the session it is about; the other sessions are marked all
+// the same, and the count says how many were.
 func (s *BadgerStore) MarkAllUnreconciled(ctx context.Context) (int, error) {
 	ids, err := s.sessionIDs()
 	if err != nil {
 		return 0, err
 	}
-	marked := 0
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), 128)]
-		ids = ids[len(chunk):]
-		n := 0
-		err := s.submit(ctx, func(b *batch) error {
-			n = 0
-			for _, id := range chunk {
-				cur, err := b.session(id)
-				if errors.Is(err, ErrNotFound) {
-					continue // deleted since it was listed
-				}
-				if err != nil {
-					return err
-				}
-				cur.Lease.Unreconciled = true
-				if err := b.putSession(cur); err != nil {
-					return err
-				}
-				n++
+	const what = "mark-unreconciled"
+	marked := make([]bool, len(ids)) // written by the writer, read after done
+	ops := make([]*op, 0, len(ids))
+	var errs []error
+	for i, id := range ids {
+		o := newOp(what, id, func(b *batch) error {
+			marked[i] = false // the writer re-runs an op after a conflict
+			cur, err := b.session(id)
+			if errors.Is(err, ErrNotFound) {
+				return nil // deleted since it was listed
 			}
+			if err != nil {
+				return fmt.Errorf("%s session %q: %w", what, id, err)
+			}
+			cur.Lease.Unreconciled = true
+			if err := b.putSession(cur); err != nil {
+				return err
+			}
+			marked[i] = true
 			return nil
 		})
-		if err != nil {
-			return marked, err
+		if err := s.send(ctx, o); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", o.name(), err))
+			break // the rest would fail alike; wait for what was queued
 		}
-		marked += n
+		ops = append(ops, o)
 	}
-	return marked, nil
+	n := 0
+	for i, o := range ops {
+		<-o.done
+		switch {
+		case o.err == nil && marked[i]:
+			n++
+		case o.err != nil:
+			errs = append(errs, o.err) // names the session
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // Delete implements SessionStore. The journal is removed in bounded chunks
-// before the record, each chunk re-checking the lease, so a Delete that is
-// interrupted leaves a released session that a second Delete finishes.
+// before the record. The first chunk marks the record Deleting in its own
+// transaction, so that from then on every transition and append is refused
+// and nothing can take the session over between chunks; a Delete that is
+// interrupted (its context ended, the host stopped) leaves a Deleting
+// session that a second Delete, at the same fence, finishes.
 func (s *BadgerStore) Delete(ctx context.Context, id string, fence uint64) error {
 	for {
 		finished := false
-		err := s.submit(ctx, func(b *batch) error {
+		err := s.submit(ctx, "delete", id, func(b *batch) error {
+			finished = false
 			cur, err := b.session(id)
 			if err != nil {
 				return err
 			}
 			const op = "delete"
-			switch {
-			case cur.Lease.Unreconciled:
-				return refuse(op, cur, ErrReconciling, "the host has not decided this session since the store was opened")
-			case fence != cur.Lease.Fence:
-				return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
-			case cur.Lease.Claim != ClaimReleased || cur.Lease.Stage != StageNone:
-				return refuse(op, cur, ErrConflict, "only a released, settled session can be deleted")
+			stale := fence != cur.Lease.Fence
+			if cur.Deleting {
+				// Decided when its Delete began. A restart may have flagged
+				// it unreconciled since, but only Delete can move it on, so
+				// only the fence is checked.
+				if stale {
+					return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
+				}
+			} else {
+				switch {
+				case cur.Lease.Unreconciled:
+					return refuse(op, cur, ErrReconciling, "the host has not decided this session since the store was opened")
+				case stale:
+					return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
+				case cur.Lease.Claim != ClaimReleased || cur.Lease.Stage != StageNone:
+					return refuse(op, cur, ErrConflict, "only a released, settled session can be deleted")
+				}
+				cur.Deleting = true
+				cur.UpdatedAt = s.now()
+				if err := b.putSession(cur); err != nil {
+					return err
+				}
 			}
 			it := b.txn.NewIterator(badger.IteratorOptions{Prefix: journalPrefix(id)})
 			defer it.Close()
@@ -345,6 +429,9 @@ func (s *BadgerStore) Delete(ctx context.Context, id string, fence uint64) error
 		if err != nil || finished {
 			return err
 		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("delete session %q interrupted; call Delete again to finish: %w", id, err)
+		}
 	}
 }
 
@@ -359,7 +446,7 @@ func (s *BadgerStore) Append(ctx context.Context, id string, fence uint64, entri
 		}
 	}
 	var out []Entry
-	err := s.submit(ctx, func(b *batch) error {
+	err := s.submit(ctx, "append to", id, func(b *batch) error {
 		cur, err := b.session(id)
 		if err != nil {
 			return err
@@ -474,24 +561,42 @@ func (s *BadgerStore) List(ctx context.Context) ([]Session, error) {
 func (s *BadgerStore) sessionIDs() ([]string, error) {
 	var ids []string
 	err := s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			_, id, rest, err := parseKey(it.Item().Key())
-			if err == nil && len(rest) == 1 && rest[0] == recordSuffix {
-				ids = append(ids, id)
-			}
-		}
+		ids = recordIDs(txn, 0)
 		return nil
 	})
 	return ids, err
+}
+
+// recordIDs lists the ids of the session records txn sees, at most limit of
+// them (0: all), reading keys only.
+func recordIDs(txn *badger.Txn, limit int) []string {
+	var ids []string
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}})
+	defer it.Close()
+	for it.Rewind(); it.Valid() && (limit == 0 || len(ids) < limit); it.Next() {
+		_, id, rest, err := parseKey(it.Item().Key())
+		if err == nil && len(rest) == 1 && rest[0] == recordSuffix {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// journalSession reads the session whose journal a reader wants: a session
+// being deleted has lost part of its journal already, so it reads as gone.
+func journalSession(txn *badger.Txn, id string) (Session, error) {
+	sess, err := getSession(txn, id)
+	if err == nil && sess.Deleting {
+		return Session{}, fmt.Errorf("session %q is being deleted: %w", id, ErrNotFound)
+	}
+	return sess, err
 }
 
 // LastSeq implements JournalStore.
 func (s *BadgerStore) LastSeq(ctx context.Context, id string) (uint64, error) {
 	var last uint64
 	err := s.view(func(txn *badger.Txn) error {
-		if _, err := getSession(txn, id); err != nil {
+		if _, err := journalSession(txn, id); err != nil {
 			return err
 		}
 		var err error
@@ -522,9 +627,10 @@ func readLastSeq(txn *badger.Txn, id string) (uint64, error) {
 // Replay implements JournalStore.
 func (s *BadgerStore) Replay(ctx context.Context, id string, from uint64, fn func(Entry) error) error {
 	var upTo uint64
+	var incarnation string
 	first := true
 	for {
-		chunk, err := s.readChunk(id, from, func(txn *badger.Txn) error {
+		chunk, inc, err := s.readChunk(id, from, func(txn *badger.Txn) error {
 			if !first {
 				return nil
 			}
@@ -537,7 +643,11 @@ func (s *BadgerStore) Replay(ctx context.Context, id string, from uint64, fn fun
 		if err != nil {
 			return err
 		}
-		first = false
+		if first {
+			incarnation, first = inc, false
+		} else if inc != incarnation {
+			return recreated(id)
+		}
 		for _, e := range chunk {
 			if e.Seq > upTo {
 				return nil
@@ -556,15 +666,28 @@ func (s *BadgerStore) Replay(ctx context.Context, id string, from uint64, fn fun
 	}
 }
 
+// recreated is what a reader gets when the session it was reading was
+// deleted and a new one created under the same id between two of its
+// reads: the new journal restarts at seq 1, so going on from the old
+// position would skip its first entries and splice two conversations.
+func recreated(id string) error {
+	return fmt.Errorf("session %q was deleted (and created again) while it was read: %w", id, ErrNotFound)
+}
+
 // readChunk reads up to replayChunk entries of id with Seq >= from in one
 // read transaction, after checking that the session exists and running
-// also (if non-nil) in the same transaction.
-func (s *BadgerStore) readChunk(id string, from uint64, also func(*badger.Txn) error) ([]Entry, error) {
+// also (if non-nil) in the same transaction. It returns the session's
+// incarnation with them, so callers reading in several chunks notice a
+// session deleted and created again in between.
+func (s *BadgerStore) readChunk(id string, from uint64, also func(*badger.Txn) error) ([]Entry, string, error) {
 	var out []Entry
+	var incarnation string
 	err := s.view(func(txn *badger.Txn) error {
-		if _, err := getSession(txn, id); err != nil {
+		sess, err := journalSession(txn, id)
+		if err != nil {
 			return err
 		}
+		incarnation = sess.Incarnation
 		if also != nil {
 			if err := also(txn); err != nil {
 				return err
@@ -596,12 +719,14 @@ func (s *BadgerStore) readChunk(id string, from uint64, also func(*badger.Txn) e
 		}
 		return nil
 	})
-	return out, err
+	return out, incarnation, err
 }
 
 // Tail implements JournalStore.
 func (s *BadgerStore) Tail(ctx context.Context, id string, from uint64, fn func(Entry) error) error {
 	next := max(from, 1)
+	var incarnation string
+	first := true
 	for {
 		// Watch before reading: a commit that lands after the read still
 		// closes the channel we hold, so nothing slips between the two.
@@ -610,9 +735,14 @@ func (s *BadgerStore) Tail(ctx context.Context, id string, from uint64, fn func(
 			return err
 		}
 		for {
-			chunk, err := s.readChunk(id, next, nil)
+			chunk, inc, err := s.readChunk(id, next, nil)
 			if err != nil {
 				return err
+			}
+			if first {
+				incarnation, first = inc, false
+			} else if inc != incarnation {
+				return recreated(id)
 			}
 			for _, e := range chunk {
 				if err := fn(e); err != nil {
@@ -663,8 +793,27 @@ func (s *BadgerStore) notify(ids map[string]struct{}) {
 	}
 }
 
-// Close implements Store.
+// Close implements Store. Calls are serialised: a Close that finds
+// another under way waits for it (or for its own ctx) and then returns nil
+// if that one succeeded, or makes its own attempt if it failed.
+//
+// While a Close is under way, writes are refused with ErrClosed. A Close
+// that fails (a journal handle still would not close) reopens the store for
+// writes before it returns, so between a failed Close and its retry the
+// store works as before: reads, Tail, lease transitions, appends, new
+// journal handles. The handles this Close did close stay closed.
 func (s *BadgerStore) Close(ctx context.Context) error {
+	select {
+	case s.closeSem <- struct{}{}:
+	default:
+		select {
+		case s.closeSem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("close lease store: waiting for another Close: %w", ctx.Err())
+		}
+	}
+	defer func() { <-s.closeSem }()
+
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -682,6 +831,9 @@ func (s *BadgerStore) Close(ctx context.Context) error {
 		_ = retries.CloseOrRetain(ctx, j) // a failure stays retained and is retried below
 	}
 	if err := retries.RetryAll(ctx); err != nil {
+		s.mu.Lock()
+		s.closing = false
+		s.mu.Unlock()
 		return fmt.Errorf("close lease store: journal handles still open %q (call Close again to retry): %w",
 			retries.Pending(), err)
 	}
@@ -689,6 +841,8 @@ func (s *BadgerStore) Close(ctx context.Context) error {
 }
 
 // shutdown stops the goroutines, writes a last backup and closes Badger.
+// Only Close calls it, once: the store is closed afterwards whatever it
+// reports.
 func (s *BadgerStore) shutdown() error {
 	s.submitMu.Lock()
 	s.writerStopped = true
@@ -718,6 +872,14 @@ func (s *BadgerStore) shutdown() error {
 	}
 	s.db = nil
 	s.readMu.Unlock()
+	if len(errs) == 0 {
+		// A host that ran and stopped cleanly has had the restore report
+		// (Recovery) all along; only a run that ended otherwise leaves it
+		// for the next start.
+		if err := os.Remove(filepath.Join(s.stateDir, recoveredFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("could not remove the restore report; the next start reports the restore again", "error", err)
+		}
+	}
 	if err := s.lock.release(); err != nil {
 		errs = append(errs, fmt.Errorf("unlock state directory: %w", err))
 	}

@@ -67,11 +67,22 @@
 // Each session has an append-only journal of entries {seq, fence, time,
 // kind, payload}: lifecycle (every transition), prompt (written durably
 // before dispatch), update, handle change, stop. Seqs start at 1 and have no
-// gaps. An append carries the writer's fence and is refused unless that
-// fence is current and the lease is held and unlatched (CheckAppend). An
-// append returns only when it is durable; concurrent appends from many
-// sessions are group-committed, one sync for the lot. Readers Replay from any
-// seq, or Tail: replay, then follow live entries, missing none.
+// gaps, with one exception: a restore from backup (below) jumps every
+// journal's position 2^32 past the last seq its backup knew, so that no seq
+// acknowledged before the store was lost is ever handed out again. Clients
+// see a jump, never a reuse. An append carries the writer's fence and is
+// refused unless that fence is current and the lease is held and unlatched
+// (CheckAppend). An append returns only when it is durable; concurrent
+// appends from many sessions are group-committed, one sync for the lot.
+// Readers Replay from any seq, or Tail: replay, then follow live entries,
+// missing none; a reader whose session is deleted (and perhaps created
+// again under the same id) meanwhile gets ErrNotFound rather than entries
+// of another journal.
+//
+// Delete removes a released session and its journal. Its first step marks
+// the session Deleting; from then on nothing but a Delete that finishes the
+// job is accepted, so an interrupted Delete never leaves a session someone
+// took over with half its journal.
 //
 // A Journal is one writer's handle on a journal. Its Close waits for the
 // appends it admitted and may fail (its context ended first); a failed close
@@ -85,12 +96,23 @@
 // opening it takes an exclusive lock naming its pid (a second host gets
 // "state directory in use by pid N"), and a crash-loop marker: Badger can
 // kill the process while opening a damaged table, so opens that keep dying
-// are detected, the damaged directory is moved aside and the session records
-// are restored from the backup the store rewrites after every batch of lease
-// changes. A restored lease keeps its fence but gets a floor, MinNextFence,
-// above anything the lost commits could have granted. Present checks whether
-// a state directory has a store at all with two bounded existence checks and
-// no open.
+// are detected (Options.ProbeOpen tells them from deaths with other causes),
+// the damaged directory is moved aside and the session records are restored
+// from the backup the store rewrites after every batch of lease changes. An
+// open error that proves damage (a corrupt MANIFEST, a missing table, a
+// checksum mismatch) restores too; any other (a lock another program holds,
+// a newer Badger's store) is refused with advice and moves nothing. A
+// restored lease keeps its fence but gets a floor, MinNextFence, above
+// anything the lost commits could have granted; the floors are set before
+// the restored store is put in place, and every step of a restore can be
+// interrupted and is finished or redone by the next open. The report
+// (Recovery) lasts until a Close succeeds. Present checks whether a state
+// directory has a store at all with two bounded existence checks and no
+// open.
+//
+// A commit that fails other than by a conflict may have taken effect
+// anyway; the store then refuses every further write with ErrDamaged, asking
+// for a restart, rather than let a caller's retry write twice. Reads go on.
 //
 // Store is the interface over all of this; package leasestoretest holds the
 // conformance suite every backend must pass, so that a distributed backend

@@ -38,7 +38,9 @@ var (
 	// ErrLocked: another process holds the state directory.
 	ErrLocked = errors.New("state directory in use")
 	// ErrDamaged: the store on disk cannot be opened and could not be
-	// restored from a backup.
+	// restored from a backup; or a write failed in a way that may or may
+	// not have taken effect, after which the store refuses every write
+	// until the host restarts and reopens it.
 	ErrDamaged = errors.New("state store is damaged")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("lease store closed")
@@ -62,8 +64,8 @@ func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence
 
 // TransitionError explains why a transition was refused. Err is the sentinel
 // it matches (ErrInvalidTransition, ErrConflict, ErrOwnershipUnknown,
-// ErrReconciling, ErrTokenMismatch, ErrIdentityMismatch or
-// ErrInvalidArgument).
+// ErrReconciling, ErrTokenMismatch, ErrIdentityMismatch, ErrInvalidArgument,
+// or ErrNotFound for a session whose Delete has begun).
 type TransitionError struct {
 	Op        string // transition name, e.g. "reserve"
 	SessionID string

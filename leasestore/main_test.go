@@ -30,6 +30,29 @@ func runChild(role string) int {
 		return appendForever(dir)
 	case "open":
 		return openOnce(dir)
+	case "open-and-die":
+		// Open, say how it went, and exit without closing: a host that
+		// died before it got to tell anyone.
+		s, err := leasestore.OpenBadger(context.Background(), dir, leasestore.Options{})
+		if err != nil {
+			fmt.Println("error:", err)
+			return 3
+		}
+		if r := s.Recovery(); r != nil {
+			fmt.Println("recovered:", r)
+		} else {
+			fmt.Println("opened")
+		}
+		return 0
+	case "probe":
+		// The child's half of Options.ProbeOpen, as a host would run it.
+		if err := leasestore.ProbeStore(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	case "restore-crash":
+		return restoreAndCrash(dir, os.Getenv("LEASESTORE_TEST_STEP"))
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2
@@ -73,6 +96,27 @@ func openOnce(dir string) int {
 		return 4
 	}
 	return 0
+}
+
+// restoreAndCrash opens the store in dir, which must need a restore, and
+// dies at the given step of it, as a SIGKILL or a power cut there would
+// leave things: no deferred call, no cleanup. Exit code 7 says it got
+// there.
+func restoreAndCrash(dir, step string) int {
+	var opts leasestore.Options
+	leasestore.SetRestoreHook(&opts, func(at string) {
+		if at == step {
+			os.Exit(7)
+		}
+	})
+	s, err := leasestore.OpenBadger(context.Background(), dir, opts)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 3
+	}
+	fmt.Println("the restore finished without reaching step", step)
+	_ = s.Close(context.Background())
+	return 4
 }
 
 // exitTB lets the conformance helpers run in a child process, where there is

@@ -15,6 +15,13 @@ const (
 	lockFileName   = "agenthost.lock" // exclusive lock naming the holder's pid
 	storeManifest  = "MANIFEST"       // exists in every Badger directory ever opened
 	damagedPrefix  = "store.damaged-" // a damaged store moved aside
+
+	// A restore builds the new store beside the damaged one and writes its
+	// report inside it once it is complete; the report travels with the
+	// directory into place and is then moved out to recoveredFileName.
+	restoringDirName  = "store.restoring"        // a restore being built
+	restoreReportName = "agenthost-restore.json" // inside it: complete, and the report
+	recoveredFileName = "store.recovered.json"   // the last restore's report, until a clean Close
 )
 
 // Present reports whether stateDir holds a lease store from an earlier run,

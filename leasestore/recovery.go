@@ -3,8 +3,10 @@ package leasestore
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,14 +16,32 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/go-hclog"
 )
+
+// ProbeStore opens the Badger directory storeDir with the store's profile
+// and closes it again. It is the child's half of Options.ProbeOpen: a
+// damaged table that makes Badger panic in one of its goroutines kills the
+// probe process, not the host. It takes no lock of the state directory (its
+// parent holds that) and must not run while a store has storeDir open.
+func ProbeStore(storeDir string) error {
+	db, err := badger.Open(badgerOptions(storeDir, hclog.NewNullLogger()))
+	if err != nil {
+		return err
+	}
+	return db.Close()
+}
 
 // The crash-loop guard. Badger v4.9.6 panics inside one of its own
 // goroutines when a table is damaged, which kills the process before any
 // caller can recover. So before every open the store writes a marker file
 // counting the attempt, and removes it once the open returned. A marker that
 // has counted OpenAttempts unfinished opens means the store keeps killing
-// the process: it is treated as damaged without being opened again.
+// the process: it is treated as damaged without being opened again (unless
+// Options.ProbeOpen, opening it in a child process, shows it opens).
+//
+// The marker covers the open only: once OpenBadger has returned, a crash
+// of the host, whatever its cause, is not counted against the store.
 
 func readMarker(path string) int {
 	b, err := os.ReadFile(path)
@@ -36,45 +56,132 @@ func readMarker(path string) int {
 	return n
 }
 
+// restoredSeqGap is how far a restore moves every journal's position past
+// the last seq its backup knew. Appends do not rewrite the backup (only
+// lease changes do), so the lost store may have acknowledged any number of
+// entries after it; continuing right after the backup's position would hand
+// those seqs out again, to different entries. With the gap a client sees a
+// jump, never a reuse, unless a session appended more than 2^32 entries
+// between two backups. 2^32 also keeps seqs below 2^53, where JSON clients
+// that read numbers as doubles lose precision, for two million restores.
+const restoredSeqGap = 1 << 32
+
+func (s *BadgerStore) path(name string) string { return filepath.Join(s.stateDir, name) }
+
 // openDB opens Badger behind the crash-loop guard, restoring from the backup
-// when the store is damaged.
-func (s *BadgerStore) openDB() error {
-	storeDir := filepath.Join(s.stateDir, storeDirName)
-	marker := filepath.Join(s.stateDir, markerFileName)
+// when the store is damaged or missing.
+func (s *BadgerStore) openDB(ctx context.Context) error {
+	storeDir := s.path(storeDirName)
+	marker := s.path(markerFileName)
+	if err := s.finishInterruptedRestore(); err != nil {
+		return err
+	}
+	s.recovery = s.readRecoveryReport()
+	hasManifest := pathExists(filepath.Join(storeDir, storeManifest))
+	if !hasManifest && pathExists(s.path(backupFileName)) {
+		// Every Badger directory ever opened has a MANIFEST. Opening
+		// this one would create an empty store whose first backup would
+		// overwrite the sessions the backup still holds.
+		return s.restore(fmt.Sprintf("the store directory %s is missing or has no MANIFEST, but a backup exists", storeDir))
+	}
 	attempts := readMarker(marker)
-	if attempts >= s.opts.OpenAttempts && pathExists(filepath.Join(storeDir, storeManifest)) {
-		return s.restore(fmt.Sprintf("the last %d attempts to open it died before finishing", attempts))
+	if hasManifest && attempts >= s.opts.OpenAttempts {
+		reason := fmt.Sprintf("the last %d attempts to open it died before finishing", attempts)
+		if s.opts.ProbeOpen == nil {
+			return s.restore(reason)
+		}
+		err := s.opts.ProbeOpen(ctx, storeDir)
+		switch {
+		case err == nil:
+			// Something else killed those opens (a watchdog, a power cut
+			// during a long replay): the store is not moved for it.
+			s.log.Warn("the last attempts to open the state store died, but it opens in a probe process; opening it normally",
+				"store", storeDir, "attempts", attempts)
+			attempts = 0
+		case ctx.Err() != nil:
+			// Undecided: leave the marker for the next start.
+			return fmt.Errorf("probe-open state store %s: %w", storeDir, ctx.Err())
+		default:
+			return s.restore(fmt.Sprintf("%s, and opening it in a probe process failed too (%v)", reason, err))
+		}
 	}
 	if err := os.WriteFile(marker, []byte(strconv.Itoa(attempts+1)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write crash-loop marker %s: %w", marker, err)
 	}
 	db, err := badger.Open(badgerOptions(storeDir, s.log))
 	if err != nil {
-		if environmental(err) {
-			// The store may be fine; the machine is not letting us at it.
-			_ = os.Remove(marker)
-			return fmt.Errorf("open state store %s: %w", storeDir, err)
+		if damaged(err) && !environmental(err) {
+			return s.restore(fmt.Sprintf("opening it failed: %v", err))
 		}
-		return s.restore(fmt.Sprintf("opening it failed: %v", err))
+		// The open returned: it did not die, and the store may be fine.
+		_ = os.Remove(marker)
+		return s.refuseOpen(storeDir, err)
 	}
 	s.db = db
 	if err := os.Remove(marker); err != nil {
 		_ = db.Close()
 		return fmt.Errorf("remove crash-loop marker %s: %w", marker, err)
 	}
+	// A restore that built its store but died before putting it in place
+	// leaves it behind; the store it meant to replace has just opened.
+	_ = os.RemoveAll(s.path(restoringDirName))
 	return nil
 }
 
+// Badger v4.9.6 formats most causes with %v, which loses the error chain,
+// so open errors are classified by their text.
+
+// damageSigns are the open errors that positively say the store's content
+// is damaged: a MANIFEST that does not parse, a table it names that is
+// missing or unreadable, a checksum that does not match, a file that ends
+// early. Only these move a store aside.
+func damageSigns() []string {
+	return []string{
+		"manifest has bad magic",
+		"manifest has checksum mismatch",
+		"Manifest file might be corrupted",
+		"MANIFEST invalid",
+		"MANIFEST file has invalid manifestChange op",
+		"cannot parse invalid wire-format data", // a MANIFEST change set
+		"file does not exist for table",
+		"Opening table:",
+		"while mmapping", // a table file truncated to nothing
+		"checksum mismatch",
+		"CHECKSUM_MISMATCH",
+		"failed to verify checksum",
+		"checksum length",
+		"Level validation",
+		"key registry",
+		"Encryption key mismatch", // a KEYREGISTRY that no longer parses (no encryption is used)
+		"while iterating wal",
+		"unexpected EOF",
+	}
+}
+
+func damaged(err error) bool {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	msg := err.Error()
+	for _, sign := range damageSigns() {
+		if strings.Contains(msg, sign) {
+			return true
+		}
+	}
+	return false
+}
+
 // environmental reports whether an open error is about the machine
-// (permissions, a full or read-only disk) rather than the store's content.
-// Such an error must never move a healthy store aside.
+// (permissions, a full or read-only disk, exhausted descriptors or memory)
+// rather than the store's content. Such an error must never move a healthy
+// store aside.
 func environmental(err error) bool {
 	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EROFS) {
 		return true
 	}
-	// Badger formats some causes with %v, which loses the errno.
 	msg := err.Error()
-	for _, s := range []string{"permission denied", "no space left on device", "read-only file system", "too many open files"} {
+	for _, s := range []string{"permission denied", "no space left on device", "read-only file system",
+		"too many open files", "cannot allocate memory"} {
 		if strings.Contains(msg, s) {
 			return true
 		}
@@ -82,25 +189,76 @@ func environmental(err error) bool {
 	return false
 }
 
-// restore rebuilds the store from the backup into a fresh directory and,
-// only once that worked, moves the damaged directory aside (nothing is
-// deleted) and puts the restored one in its place. If there is no usable
-// backup nothing is moved: the open is refused with instructions, and the
-// marker stays so that the next start refuses again without opening (and
-// crashing on) the damaged store.
+// refuseOpen explains an open error that does not prove damage. Nothing was
+// moved or changed; the advice says what the user can do.
+func (s *BadgerStore) refuseOpen(storeDir string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "Another process is using this Badger database"):
+		// Our own lock (agenthost.lock) is held, so this is another
+		// program: the badger CLI, a backup tool.
+		lockPath := filepath.Join(storeDir, "LOCK")
+		holder := "another process"
+		if pid := readLockPID(lockPath); pid > 0 {
+			holder = fmt.Sprintf("pid %d", pid)
+		}
+		return fmt.Errorf("%w: the state store %s is locked by %s (Badger's lock file %s); "+
+			"a tool such as the badger CLI may have it open: stop it and start again", ErrLocked, storeDir, holder, lockPath)
+	case strings.Contains(msg, "manifest has unsupported version") || strings.Contains(msg, "external magic number"):
+		return fmt.Errorf("open state store %s: it was written by another version of Badger (%v); nothing was moved: "+
+			"run the agenthost that wrote it, or move the directory aside and start again to %s",
+			storeDir, err, s.afterMoveAside())
+	case environmental(err):
+		return fmt.Errorf("open state store %s (nothing was moved; fix the cause and start again): %w", storeDir, err)
+	}
+	return fmt.Errorf("open state store %s: %w; nothing was moved: if this persists and the store is damaged, "+
+		"move the directory aside and start again to %s", storeDir, err, s.afterMoveAside())
+}
+
+func (s *BadgerStore) afterMoveAside() string {
+	if pathExists(s.path(backupFileName)) {
+		return "restore the sessions from the backup " + s.path(backupFileName)
+	}
+	return "begin with no sessions (there is no backup)"
+}
+
+// restore rebuilds the store from the backup and puts it in place of the
+// damaged one, which is moved aside (nothing is deleted). If there is no
+// usable backup nothing is moved: the open is refused with instructions,
+// and the marker stays so that the next start refuses again without
+// opening (and crashing on) the damaged store.
+//
+// Every step that can be interrupted leaves a state the next open finishes
+// or redoes, never a store without its fence floors or an empty store in
+// place of the sessions:
+//
+//  1. build store.restoring from the backup and prepare it there: fence
+//     floors, unreconciled leases, journal positions moved past anything
+//     the lost store can have acknowledged, a "restored-from-backup" entry
+//     in every journal (a crash here: the damaged store is still in place
+//     and the next open decides again);
+//  2. rewrite the backup from the prepared store, so a later restore
+//     starts from these positions and not from the old ones;
+//  3. write the report into store.restoring: from now on it is complete;
+//  4. move the damaged store aside, and store.restoring into its place (a
+//     crash between the two renames: finishInterruptedRestore completes
+//     the second on the next open);
+//  5. clear the marker and move the report out to store.recovered.json.
 func (s *BadgerStore) restore(reason string) error {
-	storeDir := filepath.Join(s.stateDir, storeDirName)
-	backup := filepath.Join(s.stateDir, backupFileName)
+	storeDir := s.path(storeDirName)
+	backup := s.path(backupFileName)
 	if !pathExists(backup) {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and there is no backup to restore from; "+
 			"move that directory aside to start with no sessions, or restore it by hand", ErrDamaged, storeDir, reason)
 	}
-	stamp := s.now().Format("20060102T150405.000000000Z")
-	fresh := storeDir + ".restoring"
+	now := s.now()
+	fresh := s.path(restoringDirName)
 	if err := os.RemoveAll(fresh); err != nil {
 		return fmt.Errorf("clear %s: %w", fresh, err)
 	}
-	db, err := badger.Open(badgerOptions(fresh, s.log))
+	// No sync per transaction: nothing here counts until the report is
+	// written, after Close has flushed everything to tables.
+	db, err := badger.Open(badgerOptions(fresh, s.log).WithSyncWrites(false))
 	if err != nil {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and a fresh store for the restore cannot be opened: %v",
 			ErrDamaged, storeDir, reason, err)
@@ -111,25 +269,151 @@ func (s *BadgerStore) restore(reason string) error {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and its backup %s cannot be loaded either (%v); "+
 			"both are kept as they are: move them aside to start with no sessions", ErrDamaged, storeDir, reason, backup, err)
 	}
-	// Close and reopen under the final name: Badger records no absolute
-	// paths, but its directory lock is on the path it opened.
-	if err := db.Close(); err != nil {
+	n, err := prepareRestored(db, reason, now, s.log)
+	if err == nil {
+		err = writeBackupOf(db, s.stateDir, s.log)
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		_ = os.RemoveAll(fresh)
-		return fmt.Errorf("%w: close restored store: %v", ErrDamaged, err)
+		return fmt.Errorf("%w: the state store %s is damaged (%s) and restoring it from %s failed: %v",
+			ErrDamaged, storeDir, reason, backup, err)
 	}
-	aside := filepath.Join(s.stateDir, damagedPrefix+stamp)
-	if err := os.Rename(storeDir, aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("move damaged store %s aside: %w", storeDir, err)
+	rec := &Recovery{Reason: reason, Sessions: n, RestoredAt: now}
+	if pathExists(storeDir) {
+		rec.DamagedDir = s.path(damagedPrefix + now.Format("20060102T150405.000000000Z"))
 	}
+	report, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode restore report: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(fresh, restoreReportName), report); err != nil {
+		return fmt.Errorf("mark restored store complete: %w", err)
+	}
+	s.restoreStep("complete")
+	if rec.DamagedDir != "" {
+		if err := os.Rename(storeDir, rec.DamagedDir); err != nil {
+			return fmt.Errorf("move damaged store %s aside: %w", storeDir, err)
+		}
+	}
+	s.restoreStep("moved-aside")
 	if err := os.Rename(fresh, storeDir); err != nil {
 		return fmt.Errorf("put restored store in place: %w", err)
+	}
+	if err := syncDir(s.stateDir); err != nil {
+		return fmt.Errorf("put restored store in place: %w", err)
+	}
+	s.restoreStep("in-place")
+	if err := s.settleRestored(); err != nil {
+		return err
 	}
 	if db, err = badger.Open(badgerOptions(storeDir, s.log)); err != nil {
 		return fmt.Errorf("%w: reopen restored store: %v", ErrDamaged, err)
 	}
 	s.db = db
-	s.recovery = &Recovery{Reason: reason, DamagedDir: aside}
-	return os.Remove(filepath.Join(s.stateDir, markerFileName))
+	s.recovery = rec
+	s.log.Error(rec.String())
+	return nil
+}
+
+// restoreStep marks a step of a restore; tests that kill the process at a
+// given step set Options.restoreHook (see export_test.go).
+func (s *BadgerStore) restoreStep(step string) {
+	if s.opts.restoreHook != nil {
+		s.opts.restoreHook(step)
+	}
+}
+
+// finishInterruptedRestore completes a restore that died between moving
+// the damaged store aside and putting the restored one in place (no
+// MANIFEST in store/, a complete store.restoring beside it), or after that
+// but before its report was moved out.
+func (s *BadgerStore) finishInterruptedRestore() error {
+	storeDir := s.path(storeDirName)
+	fresh := s.path(restoringDirName)
+	if !pathExists(filepath.Join(storeDir, storeManifest)) && fileExists(filepath.Join(fresh, restoreReportName)) {
+		if pathExists(storeDir) {
+			// Not a Badger store (it has no MANIFEST), but not ours to
+			// delete either.
+			aside := s.path(damagedPrefix + s.now().Format("20060102T150405.000000000Z"))
+			if err := os.Rename(storeDir, aside); err != nil {
+				return fmt.Errorf("finish interrupted restore: move %s aside: %w", storeDir, err)
+			}
+		}
+		if err := os.Rename(fresh, storeDir); err != nil {
+			return fmt.Errorf("finish interrupted restore: put %s in place: %w", fresh, err)
+		}
+		if err := syncDir(s.stateDir); err != nil {
+			return fmt.Errorf("finish interrupted restore: %w", err)
+		}
+		s.log.Warn("finished a restore from backup that was interrupted before the restored store was in place", "store", storeDir)
+	}
+	if fileExists(filepath.Join(storeDir, restoreReportName)) {
+		return s.settleRestored()
+	}
+	return nil
+}
+
+// settleRestored runs once a restored store is in place: the crash-loop
+// marker counted opens of the damaged store, not of this one, and the
+// report moves out of the Badger directory to where Recovery finds it.
+func (s *BadgerStore) settleRestored() error {
+	if err := os.Remove(s.path(markerFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("clear crash-loop marker: %w", err)
+	}
+	if err := os.Rename(filepath.Join(s.path(storeDirName), restoreReportName), s.path(recoveredFileName)); err != nil {
+		return fmt.Errorf("keep restore report: %w", err)
+	}
+	return syncDir(s.stateDir)
+}
+
+// readRecoveryReport returns the report of a restore no clean Close has
+// followed yet, or nil.
+func (s *BadgerStore) readRecoveryReport() *Recovery {
+	b, err := os.ReadFile(s.path(recoveredFileName))
+	if err != nil {
+		return nil
+	}
+	var rec Recovery
+	if err := json.Unmarshal(b, &rec); err != nil {
+		s.log.Warn("unreadable restore report", "path", s.path(recoveredFileName), "error", err)
+		return &Recovery{Reason: "unknown (the restore report is unreadable)"}
+	}
+	return &rec
+}
+
+func fileExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// writeFileAtomic replaces path with data: a reader sees the old content or
+// all of the new, never part of it, even after a power cut.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 func loadBackup(db *badger.DB, path string) error {
@@ -141,42 +425,55 @@ func loadBackup(db *badger.DB, path string) error {
 	return db.Load(bufio.NewReader(f), 64)
 }
 
-// finishRecovery runs once the writer is up after a restore. The backup may
-// be older than the last lease commits, and one of those may have granted
-// the next fence already; so every restored lease gets a fence floor above
-// it (a floor: the current fence itself is never rewritten, which would
-// corrupt exactly the records a restore means to save), is marked
-// unreconciled, and its journal records the restore.
-func (s *BadgerStore) finishRecovery(ctx context.Context) error {
-	ids, err := s.sessionIDs()
-	if err != nil {
-		return err
+// prepareRestored readies every session of a store just loaded from a
+// backup, in db, before the store is put in place (a store in place must
+// never lack its floors). The backup may be older than the last lease
+// commits, and one of those may have granted the next fence already; so
+// every restored lease gets a fence floor above it (a floor: the current
+// fence itself is never rewritten, which would corrupt exactly the records
+// a restore means to save), is marked unreconciled, has its journal
+// position moved restoredSeqGap ahead, and its journal records the restore.
+// A record that does not decode is left as it is (every operation on it
+// fails, so no writer can be admitted on it) and not counted.
+func prepareRestored(db *badger.DB, reason string, now time.Time, log hclog.Logger) (int, error) {
+	var ids []string
+	if err := db.View(func(txn *badger.Txn) error { ids = recordIDs(txn, 0); return nil }); err != nil {
+		return 0, err
 	}
+	n := 0
 	for _, id := range ids {
-		err := s.submit(ctx, func(b *batch) error {
+		unreadable := false
+		err := runOne(db, func(b *batch) error {
 			cur, err := b.session(id)
 			if err != nil {
+				unreadable = errors.Is(err, ErrDamaged)
 				return err
 			}
 			cur.Lease.MinNextFence = max(cur.Lease.MinNextFence, cur.Lease.NextFence()+1)
 			cur.Lease.Unreconciled = true
+			cur.UpdatedAt = now
 			if err := b.putSession(cur); err != nil {
 				return err
 			}
-			ev := lifecycle(KindLifecycle, cur, LifecycleEvent{Event: "restored-from-backup", Reason: s.recovery.Reason})
-			_, err = b.appendEntries(id, cur.Lease.Fence, s.now(), *ev)
+			last, err := b.lastSeq(id)
+			if err != nil {
+				return err
+			}
+			b.set(seqKey(id), encodeSeq(last+restoredSeqGap))
+			ev := lifecycle(KindLifecycle, cur, LifecycleEvent{Event: "restored-from-backup", Reason: reason})
+			_, err = b.appendEntries(id, cur.Lease.Fence, now, *ev)
 			return err
 		})
-		if err != nil {
-			return fmt.Errorf("raise fence floor of restored session %q: %w", id, err)
+		if unreadable {
+			log.Error("a restored session record is unreadable; it is kept as it is", "session", id, "error", err)
+			continue
 		}
+		if err != nil {
+			return 0, fmt.Errorf("prepare restored session %q: %w", id, err)
+		}
+		n++
 	}
-	s.recovery.Sessions = len(ids)
-	if err := s.writeBackup(); err != nil {
-		return fmt.Errorf("back up restored store: %w", err)
-	}
-	s.log.Error(s.recovery.String())
-	return nil
+	return n, nil
 }
 
 // backupLoop rewrites the backup after lease changes, coalescing the
@@ -202,20 +499,41 @@ func (s *BadgerStore) backupLoop() {
 	}
 }
 
-// writeBackup replaces the backup atomically with a Badger backup stream of
-// the session records and journal positions (the 'r' key prefix).
+// writeBackup replaces the backup with the current session records.
 func (s *BadgerStore) writeBackup() error {
 	s.backupMu.Lock()
 	defer s.backupMu.Unlock()
 	gen := s.leaseGen.Load()
-	path := filepath.Join(s.stateDir, backupFileName)
+	if err := writeBackupOf(s.db, s.stateDir, s.log); err != nil {
+		return err
+	}
+	s.backedUpGen.Store(gen)
+	return nil
+}
+
+// writeBackupOf replaces the backup in stateDir atomically with a Badger
+// backup stream of db's session records and journal positions (the 'r' key
+// prefix). A db without a single session record never replaces an existing
+// backup: an empty store is far more often one that lost its content (an
+// interrupted restore, a store directory gone missing) than one whose every
+// session was deleted, and the old backup is the only copy of the sessions.
+func writeBackupOf(db *badger.DB, stateDir string, log hclog.Logger) error {
+	path := filepath.Join(stateDir, backupFileName)
+	var empty bool
+	if err := db.View(func(txn *badger.Txn) error { empty = len(recordIDs(txn, 1)) == 0; return nil }); err != nil {
+		return fmt.Errorf("write backup %s: %w", path, err)
+	}
+	if empty && pathExists(path) {
+		log.Warn("the store holds no session; keeping the existing backup rather than replacing it with an empty one", "backup", path)
+		return nil
+	}
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("create backup: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	st := s.db.NewStream()
+	st := db.NewStream()
 	st.Prefix = []byte{prefixRecord}
 	st.NumGo = 1
 	st.LogPrefix = "leasestore.backup"
@@ -233,13 +551,12 @@ func (s *BadgerStore) writeBackup() error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		err = syncDir(s.stateDir)
+		err = syncDir(stateDir)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write backup %s: %w", path, err)
 	}
-	s.backedUpGen.Store(gen)
 	return nil
 }
 

@@ -21,7 +21,11 @@ type SessionStore interface {
 	// opening the store, before it admits any writer.
 	MarkAllUnreconciled(ctx context.Context) (int, error)
 	// Delete removes a released, decided session and its journal. fence must
-	// be current.
+	// be current. A backend that needs several steps marks the session
+	// Deleting first: from then on transitions and appends are refused
+	// (ErrNotFound) and only a Delete at the same fence is accepted, which
+	// finishes the job even after a restart flagged the session
+	// unreconciled.
 	Delete(ctx context.Context, id string, fence uint64) error
 }
 
@@ -36,7 +40,8 @@ type JournalStore interface {
 	Replay(ctx context.Context, id string, from uint64, fn func(Entry) error) error
 	// Tail replays from `from` and then follows new entries until ctx ends
 	// (ctx.Err()), fn fails (its error), the session is deleted
-	// (ErrNotFound) or the store closes (ErrClosed). No entry is skipped or
+	// (ErrNotFound, also when a session of the same id was created again
+	// meanwhile) or the store closes (ErrClosed). No entry is skipped or
 	// delivered twice.
 	Tail(ctx context.Context, id string, from uint64, fn func(Entry) error) error
 	// LastSeq returns the newest entry's seq, 0 for an empty journal.
@@ -52,7 +57,10 @@ type Store interface {
 	JournalStore
 	// Close releases the store. It first closes every journal handle it
 	// handed out and retries the closes that failed before; if any still
-	// fails, Close returns that error, keeps the store open, and the next
-	// Close tries again. A Close that succeeded is final.
+	// fails, Close returns that error, keeps the store open and usable
+	// (writes included), and the next Close tries again. A Close that
+	// succeeded is final. Close is safe to call concurrently: one attempt
+	// runs at a time, and a caller that waited for a successful one returns
+	// nil.
 	Close(ctx context.Context) error
 }

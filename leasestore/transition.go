@@ -57,6 +57,13 @@ func lifecycle(kind EntryKind, s Session, ev LifecycleEvent) *EntryInput {
 	return &EntryInput{Kind: kind, Payload: payload}
 }
 
+// refuseDeleting refuses any move on a session whose Delete has begun: part
+// of its journal may be gone already, so nobody may take it over, and the
+// only way on is a Delete that finishes the job.
+func refuseDeleting(op string, s Session) error {
+	return refuse(op, s, ErrNotFound, "the session is being deleted; call Delete again to finish")
+}
+
 func refuse(op string, s Session, sentinel error, format string, args ...any) error {
 	return &TransitionError{
 		Op: op, SessionID: s.ID, Claim: s.Lease.Claim, Stage: s.Lease.Stage,
@@ -64,10 +71,14 @@ func refuse(op string, s Session, sentinel error, format string, args ...any) er
 	}
 }
 
-// admit applies the two checks every transition makes first, in this order:
-// an unreconciled lease admits only restart decisions, and the caller's
-// fence must be the current one.
+// admit applies the checks every transition makes first, in this order: a
+// session being deleted admits nothing but the Delete that finishes it, an
+// unreconciled lease admits only restart decisions, and the caller's fence
+// must be the current one.
 func admit(t Transition, s Session, fence uint64) error {
+	if s.Deleting {
+		return refuseDeleting(t.Name(), s)
+	}
 	if s.Lease.Unreconciled && !t.Adjudicates() {
 		return refuse(t.Name(), s, ErrReconciling, "the host has not decided this session since the store was opened")
 	}
@@ -90,10 +101,14 @@ func released(l Lease, ev DeathEvidence) Lease {
 }
 
 // CheckAppend reports whether a writer holding fence may append to the
-// session's journal: the fence must be current, the session decided since
-// the store was opened, and held (reserved or live) without a latch.
+// session's journal: the session must not be being deleted, the fence must
+// be current, the session decided since the store was opened, and held
+// (reserved or live) without a latch.
 func CheckAppend(s Session, fence uint64) error {
 	const op = "append"
+	if s.Deleting {
+		return refuseDeleting(op, s)
+	}
 	if s.Lease.Unreconciled {
 		return refuse(op, s, ErrReconciling, "the host has not decided this session since the store was opened")
 	}
@@ -142,6 +157,11 @@ func (t Reserve) Apply(s Session, env Env) (Session, *EntryInput, error) {
 	token, err := env.NewToken()
 	if err != nil {
 		return s, nil, fmt.Errorf("reserve session %q: mint spawn token: %w", s.ID, err)
+	}
+	if token == "" {
+		// CommitOwner compares the child's token with this one: an empty
+		// token would accept any child that carries none.
+		return s, nil, fmt.Errorf("reserve session %q: mint spawn token: the token source returned an empty token", s.ID)
 	}
 	s.Lease = Lease{
 		Fence:              l.NextFence(),

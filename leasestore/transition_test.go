@@ -337,6 +337,36 @@ func TestReserveSurfacesTokenFailure(t *testing.T) {
 	}
 }
 
+// An empty spawn token would match a child that carries none.
+func TestReserveRefusesEmptyToken(t *testing.T) {
+	_, entry, err := leasestore.Reserve{ExpectedFence: 3}.Apply(stateReleased(),
+		leasestore.Env{Now: t0, NewToken: func() (string, error) { return "", nil }})
+	if err == nil || entry != nil {
+		t.Fatalf("reserve with an empty token: %v, entry %v", err, entry)
+	}
+}
+
+// Nothing moves a session whose Delete has begun, and appends are refused.
+func TestDeletingSessionRefusesEverything(t *testing.T) {
+	deleting := stateReleased()
+	deleting.Deleting = true
+	for _, tr := range []leasestore.Transition{
+		leasestore.Reserve{ExpectedFence: 3},
+		leasestore.Evict{Fence: 3, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceOperator}},
+		leasestore.Reconciled{Fence: 3},
+		leasestore.MarkConflicted{Fence: 3},
+	} {
+		if _, _, err := tr.Apply(deleting, env); !errors.Is(err, leasestore.ErrNotFound) {
+			t.Errorf("%s on a session being deleted: %v, want ErrNotFound", tr.Name(), err)
+		}
+	}
+	live := stateLive()
+	live.Deleting = true
+	if err := leasestore.CheckAppend(live, 4); !errors.Is(err, leasestore.ErrNotFound) {
+		t.Errorf("append to a session being deleted: %v, want ErrNotFound", err)
+	}
+}
+
 func TestTransitionErrorsExplain(t *testing.T) {
 	_, _, err := leasestore.Reserve{ExpectedFence: 4}.Apply(stateRecovering(), env)
 	var te *leasestore.TransitionError

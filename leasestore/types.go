@@ -207,6 +207,21 @@ type Session struct {
 	Handles []HandleLink `json:"handles,omitempty"`
 	Lease   Lease        `json:"lease"`
 
+	// Incarnation is minted at random by Create. A session deleted and
+	// created again under the same id gets a new one, so a reader that
+	// follows a journal across several reads (Tail, Replay) notices that
+	// the journal it was reading is gone rather than carrying on in the new
+	// one, whose seqs restart at 1. Records written before it existed have
+	// none.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Deleting is set by the first step of a Delete, which removes the
+	// journal in several transactions: from then on every transition and
+	// append is refused (ErrNotFound), journal reads report the session
+	// gone, and only a Delete at the same fence, which finishes the job,
+	// is accepted. Get and List still return such a session so that a host
+	// can finish an interrupted Delete.
+	Deleting bool `json:"deleting,omitempty"`
+
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }

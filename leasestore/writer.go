@@ -13,40 +13,95 @@ import (
 // stages writes; its writes land only if it returns nil, and its caller
 // hears back only after the batch is durable.
 type op struct {
+	// what and id name the operation in the errors the writer itself
+	// reports (a write too large for one transaction, a failed commit):
+	// `append to session "s"`. The name is formatted only on error, so the
+	// append path does not pay for it.
+	what string
+	id   string
 	run  func(b *batch) error
 	err  error
 	done chan struct{}
 }
 
-func (s *BadgerStore) submit(ctx context.Context, run func(b *batch) error) error {
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		return ErrClosed
-	}
-	return s.enqueue(ctx, run)
+func newOp(what, id string, run func(b *batch) error) *op {
+	return &op{what: what, id: id, run: run, done: make(chan struct{})}
 }
 
-// enqueue hands run to the writer and waits for its durable result. Once
+func (o *op) name() string { return fmt.Sprintf("%s session %q", o.what, o.id) }
+
+// submit hands run to the writer and waits for its durable result. Once
 // queued, an operation always completes, so a caller never has to guess
 // whether a cancelled call took effect.
-func (s *BadgerStore) enqueue(ctx context.Context, run func(b *batch) error) error {
-	o := &op{run: run, done: make(chan struct{})}
+func (s *BadgerStore) submit(ctx context.Context, what, id string, run func(b *batch) error) error {
+	o := newOp(what, id, run)
+	if err := s.send(ctx, o); err != nil {
+		return err
+	}
+	<-o.done
+	return o.err
+}
+
+// admitWrite refuses new writes while a Close is under way or after one
+// succeeded, and after the store failed (see fail).
+func (s *BadgerStore) admitWrite() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return ErrClosed
+	}
+	return s.failed
+}
+
+// send queues o for the writer without waiting for its result, so that a
+// caller with many independent operations (MarkAllUnreconciled) can queue
+// them all and let group commit batch them. The caller must wait on o.done
+// for every o that send accepted.
+func (s *BadgerStore) send(ctx context.Context, o *op) error {
+	if err := s.admitWrite(); err != nil {
+		return err
+	}
 	s.submitMu.RLock()
+	defer s.submitMu.RUnlock()
 	if s.writerStopped {
-		s.submitMu.RUnlock()
 		return ErrClosed
 	}
 	select {
 	case s.ops <- o:
+		return nil
 	case <-ctx.Done():
-		s.submitMu.RUnlock()
 		return ctx.Err()
 	}
-	s.submitMu.RUnlock()
-	<-o.done
-	return o.err
+}
+
+// fail puts the store into its failed state after a commit error that was
+// not a conflict. Such a commit may still have taken effect (Badger may
+// have applied the entries to its memtable and advanced its read
+// timestamp) while every caller in the batch heard an error, so a caller
+// that retries would write twice: a retried append would journal its
+// entries again. From here on every write is refused; reads go on, and a
+// restart reopens the store from what is durable.
+func (s *BadgerStore) fail(cause error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed == nil {
+		s.failed = fmt.Errorf("%w: the store hit a write error (%w); restart the host to reopen it", ErrDamaged, cause)
+	}
+	return s.failed
+}
+
+func (s *BadgerStore) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// commitTxn commits txn; tests replace it to inject commit failures.
+func (s *BadgerStore) commitTxn(txn *badger.Txn) error {
+	if s.testHookCommit != nil {
+		return s.testHookCommit(txn)
+	}
+	return txn.Commit()
 }
 
 func (s *BadgerStore) writeLoop() {
@@ -91,40 +146,51 @@ func (s *BadgerStore) commit(ops []*op) {
 // commitPrefix commits a prefix of ops in one transaction, finishes those
 // ops, and returns how many it took (at least one).
 func (s *BadgerStore) commitPrefix(ops []*op) int {
+	if err := s.failure(); err != nil {
+		// Ops queued before the store failed: refuse them too.
+		for _, o := range ops {
+			o.err = fmt.Errorf("%s: %w", o.name(), err)
+			close(o.done)
+		}
+		return len(ops)
+	}
 	limit := len(ops)
 	for attempt := 0; ; attempt++ {
-		b := &batch{txn: s.db.NewTransaction(true), notify: map[string]struct{}{}}
+		b := newBatch(s.db)
 		placed, stageErr := b.run(ops[:limit])
 		if stageErr != nil {
 			b.txn.Discard()
 			if placed == 0 {
 				// The first op alone cannot be staged: it fails, the rest
 				// go on in the next transaction.
-				ops[0].err = fmt.Errorf("stage write: %w", stageErr)
+				o := ops[0]
+				o.err = fmt.Errorf("%s: stage write: %w", o.name(), stageErr)
 				if errors.Is(stageErr, badger.ErrTxnTooBig) {
-					ops[0].err = fmt.Errorf("%w: the write is larger than one store transaction accepts", ErrInvalidArgument)
+					o.err = fmt.Errorf("%s: %w: the write is larger than one store transaction accepts", o.name(), ErrInvalidArgument)
 				}
-				close(ops[0].done)
+				close(o.done)
 				return 1
 			}
 			limit = placed
 			continue
 		}
-		err := b.txn.Commit()
+		err := s.commitTxn(b.txn)
 		if errors.Is(err, badger.ErrConflict) && attempt < maxConflictRetries {
 			continue
 		}
 		if err != nil {
-			err = fmt.Errorf("commit to lease store: %w", err)
+			if errors.Is(err, badger.ErrConflict) {
+				// A conflict is a commit Badger refused outright: nothing
+				// of it landed, so the store stays usable.
+				err = fmt.Errorf("commit to lease store: %w", err)
+			} else {
+				err = s.fail(err)
+			}
 			s.log.Error("commit failed", "ops", limit, "error", err)
 		}
-		for _, o := range ops[:limit] {
-			if err != nil && o.err == nil {
-				o.err = err
-			}
-			close(o.done)
-		}
 		if err == nil {
+			// Before the callers hear back: one that saw its change
+			// committed also sees the backup marked as behind it.
 			s.commits.Add(1)
 			s.notify(b.notify)
 			if b.records {
@@ -134,6 +200,12 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 				default:
 				}
 			}
+		}
+		for _, o := range ops[:limit] {
+			if err != nil && o.err == nil {
+				o.err = fmt.Errorf("%s: %w", o.name(), err)
+			}
+			close(o.done)
 		}
 		return limit
 	}
@@ -151,6 +223,25 @@ type batch struct {
 
 	opNotify  []string
 	opRecords bool
+}
+
+func newBatch(db *badger.DB) *batch {
+	return &batch{txn: db.NewTransaction(true), notify: map[string]struct{}{}}
+}
+
+// runOne runs one operation in a transaction of its own on db, outside the
+// writer: the restore prepares a database that no writer serves yet.
+func runOne(db *badger.DB, run func(b *batch) error) error {
+	b := newBatch(db)
+	defer b.txn.Discard()
+	o := &op{run: run}
+	if _, err := b.run([]*op{o}); err != nil {
+		return err
+	}
+	if o.err != nil {
+		return o.err
+	}
+	return b.txn.Commit()
 }
 
 type stagedWrite struct {

@@ -49,6 +49,8 @@ func Run(t *testing.T, open func(t *testing.T) leasestore.Store) {
 		{"ReplayFromAnySeq", testReplay},
 		{"TailFollowsLiveEntries", testTail},
 		{"Delete", testDelete},
+		{"DeleteIsNotRacedByReserve", testDeleteRace},
+		{"TailEndsWhenTheSessionIsRecreated", testTailRecreated},
 		{"ClosedStoreRefuses", testClosed},
 	}
 	for _, tc := range tests {
@@ -762,6 +764,106 @@ func testDelete(t *testing.T, s leasestore.Store) {
 	}
 	if _, err := s.Get(ctx, "s-other"); err != nil {
 		t.Errorf("deleting s touched s-other: %v", err)
+	}
+}
+
+// testDeleteRace checks that a Delete, however many steps it takes to
+// remove a long journal, cannot be overtaken by a Reserve that would leave
+// the session live with part of its journal gone. A Reserve that comes
+// before the Delete may win (the Delete is then refused and the journal
+// kept whole); one that comes once the Delete has begun must be refused.
+func testDeleteRace(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	for range 4 {
+		in := make([]leasestore.EntryInput, 2000)
+		for i := range in {
+			in[i] = leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("x")}
+		}
+		_, err := s.Append(ctx, "s", fence, in...)
+		must(t, err)
+	}
+	fence = apply(t, ctx, s, "s", leasestore.Release{Fence: fence}).Lease.Fence
+	total, err := s.LastSeq(ctx, "s")
+	must(t, err)
+
+	deleted := make(chan error, 1)
+	go func() { deleted <- s.Delete(ctx, "s", fence) }()
+	// Wait until the Delete has visibly begun (the first entry is gone, or
+	// the session reads as gone), then try to take the session over.
+	errFirst := errors.New("first entry read")
+	for {
+		var first uint64
+		err := s.Replay(ctx, "s", 0, func(e leasestore.Entry) error { first = e.Seq; return errFirst })
+		if errors.Is(err, leasestore.ErrNotFound) || (errors.Is(err, errFirst) && first != 1) {
+			break
+		}
+		if !errors.Is(err, errFirst) {
+			t.Fatalf("replay during delete: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the delete never began")
+		}
+	}
+	_, reserveErr := s.Apply(ctx, "s", leasestore.Reserve{ExpectedFence: fence})
+	deleteErr := <-deleted
+	if reserveErr == nil {
+		n := len(entries(t, ctx, s, "s", 0))
+		t.Fatalf("a Reserve won during a Delete (which ended with %v); the session is live with %d of its %d entries",
+			deleteErr, n, total+1)
+	}
+	wantErr(t, reserveErr, leasestore.ErrNotFound)
+	must(t, deleteErr)
+	_, err = s.Get(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+}
+
+// testTailRecreated checks that a Tail whose session is deleted and created
+// again under the same id while it is between reads ends with ErrNotFound
+// instead of going on in the new journal, whose seqs restart at 1.
+func testTailRecreated(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	for i := range 5 {
+		_, err := s.Append(ctx, "s", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte(fmt.Sprint(i))})
+		must(t, err)
+	}
+	fence := apply(t, ctx, s, "s", leasestore.Release{Fence: sess.Lease.Fence}).Lease.Fence
+	oldLast, err := s.LastSeq(ctx, "s")
+	must(t, err)
+
+	entered, resume := make(chan struct{}), make(chan struct{})
+	var delivered []uint64
+	tailed := make(chan error, 1)
+	go func() {
+		tailed <- s.Tail(ctx, "s", 1, func(e leasestore.Entry) error {
+			if len(delivered) == 0 {
+				close(entered)
+				<-resume // a slow reader: the session changes meanwhile
+			}
+			delivered = append(delivered, e.Seq)
+			return nil
+		})
+	}()
+	<-entered
+	must(t, s.Delete(ctx, "s", fence))
+	again := Live(t, ctx, s, "s")
+	for range 2 * int(oldLast) {
+		_, err := s.Append(ctx, "s", again.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("new")})
+		must(t, err)
+	}
+	close(resume)
+	select {
+	case err := <-tailed:
+		wantErr(t, err, leasestore.ErrNotFound)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the tail of a recreated session did not end")
+	}
+	for _, seq := range delivered {
+		if seq > oldLast {
+			t.Fatalf("the tail went on into the new session's journal: delivered seqs %v, the old journal ended at %d", delivered, oldLast)
+		}
 	}
 }
 

@@ -171,7 +171,7 @@ func newSession(e *env) error {
 	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err != nil {
 		return p.setupErr("Attach(fence 1)", err)
 	}
-	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace()})
+	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options})
 	if err != nil {
 		return p.rpcErr("NewSession(fence 1)", err)
 	}
@@ -534,7 +534,7 @@ func killOnIgnoredShutdown(e *env) error {
 	// Make the plugin busy, as best it can be; the calls are checked
 	// elsewhere.
 	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err == nil {
-		if _, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace()}); err == nil {
+		if _, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options}); err == nil {
 			_, _ = p.agent.Prompt(e.ctx, &agentpb.PromptRequest{Fence: 1, Prompt: text(e.cfg.prompts.Hold)})
 			sleep(e.ctx, holdSettle)
 		}
@@ -577,7 +577,7 @@ func (e *env) setupOpen() (*proc, error) {
 	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err != nil {
 		return nil, p.setupErr("Attach(fence 1)", err)
 	}
-	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace()})
+	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options})
 	if err != nil {
 		return nil, p.setupErr("NewSession(fence 1)", err)
 	}

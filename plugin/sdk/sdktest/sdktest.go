@@ -66,8 +66,11 @@ type Prompts struct {
 	Replay string
 }
 
-// DefaultPrompts are the prompts used unless WithPrompts overrides them.
-var DefaultPrompts = Prompts{Stream: "count 3", Hold: "sleep 30s", Replay: "count 20 10ms"}
+// DefaultPrompts returns the prompts used unless WithPrompts overrides them:
+// the scripted example plugin's language.
+func DefaultPrompts() Prompts {
+	return Prompts{Stream: "count 3", Hold: "sleep 30s", Replay: "count 20 10ms"}
+}
 
 // Option configures Run and Check.
 type Option func(*config)
@@ -102,6 +105,17 @@ func WithStartTimeout(d time.Duration) Option {
 	}
 }
 
+// WithEnv adds environment variables (KEY=VALUE) to every plugin the kit
+// starts, for example the path of the CLI a plugin drives.
+func WithEnv(env ...string) Option {
+	return func(c *config) { c.env = append(c.env, env...) }
+}
+
+// WithSessionOptions sets the options of every session the kit opens.
+func WithSessionOptions(options map[string]string) Option {
+	return func(c *config) { c.options = options }
+}
+
 // WithPrompts replaces the prompts the checks send; empty fields keep
 // their defaults.
 func WithPrompts(p Prompts) Option {
@@ -123,6 +137,8 @@ type config struct {
 	timeout      time.Duration
 	startTimeout time.Duration
 	prompts      Prompts
+	env          []string
+	options      map[string]string
 }
 
 func newConfig(opts []Option) *config {
@@ -130,7 +146,7 @@ func newConfig(opts []Option) *config {
 		logger:       hclog.NewNullLogger(),
 		timeout:      20 * time.Second,
 		startTimeout: 10 * time.Second,
-		prompts:      DefaultPrompts,
+		prompts:      DefaultPrompts(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -321,6 +337,7 @@ func (e *env) start() (*proc, error) {
 			wire.EnvDebug + "=",
 		},
 	}
+	r.extraEnv = append(r.extraEnv, e.cfg.env...)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.PluginSets(nil),
