@@ -1,17 +1,23 @@
 package host
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-plugin"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/logtest"
@@ -226,4 +232,66 @@ func TestPluginEnvironmentIsBuiltByPolicy(t *testing.T) {
 	if err != nil || sid != p.PID() {
 		t.Errorf("plugin session id %d (%v), want its own pid %d", sid, err, p.PID())
 	}
+}
+
+// A plugin started by hand in debug mode prints a reattach config that a
+// host (or a debugger session) can connect with.
+func TestPluginDebugModePrintsReattachConfig(t *testing.T) {
+	cmd := exec.Command(bins.scripted)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), wire.EnvDebug + "=1"}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc struct {
+		R struct {
+			Network, Address string
+			PID              int
+			ProtocolVersion  int `json:"protocol_version"`
+		} `json:"agenthost_reattach"`
+	}
+	if err := json.Unmarshal([]byte(line), &rc); err != nil || rc.R.Address == "" || rc.R.PID != cmd.Process.Pid {
+		t.Fatalf("debug line %q: %+v, %v", line, rc, err)
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig: wire.Handshake(), Plugins: wire.PluginSets(nil)[rc.R.ProtocolVersion],
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC}, Logger: logtest.New(t),
+		Reattach: &plugin.ReattachConfig{Protocol: plugin.ProtocolGRPC, ProtocolVersion: rc.R.ProtocolVersion, Pid: rc.R.PID,
+			Addr: &net.UnixAddr{Net: rc.R.Network, Name: rc.R.Address}, Test: true},
+	})
+	defer client.Kill()
+	rpc, err := client.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rpc.Dispense(wire.PluginName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := raw.(agentpb.AgentClient).Identify(context.Background(), &agentpb.IdentifyRequest{})
+	if err != nil || int(id.Pid) != cmd.Process.Pid || id.AgentName != "scripted" {
+		t.Fatalf("identify over the debug reattach config: %+v, %v", id, err)
+	}
+	// A test-mode client owns no process: Kill leaves the connection open.
+	_ = rpc.(*plugin.GRPCClient).Conn.Close()
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a debug-mode plugin did not stop on SIGINT")
+	}
+	// go-plugin's own reattach runner polls the pid once a second.
+	waitFor(t, "the go-plugin client to notice the exit", client.Exited)
 }

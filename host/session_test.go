@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -228,5 +229,41 @@ func TestNoConfiguredModelSurfacesThePluginsMessage(t *testing.T) {
 	}
 	if rec.Lease.Claim != leasestore.ClaimReleased || rec.Lease.Owner != nil {
 		t.Errorf("lease after a failed start: %+v", rec.Lease)
+	}
+}
+
+// Credentials in the resolved environment reach a plugin only when the
+// session allows them; the host's own environment never does.
+func TestCredentialPolicyStripsProviderKeys(t *testing.T) {
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	t.Setenv("ANTHROPIC_API_KEY", "from-the-host-shell")
+	cfg := hostConfig(t, dir)
+	cfg.Agents = map[string]AgentPlugin{"claude": {Path: bins.scripted}}
+	cfg.ResolveEnvironment = func(context.Context, string) ([]string, error) {
+		return []string{"ANTHROPIC_API_KEY=from-login-shell", "EDITOR=vi"}, nil
+	}
+	h := mustOpen(t, cfg)
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	envOf := func(s *Session) string {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID()), "environ"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	s, err := h.StartSession(ctx, SessionRequest{ID: "strict", Agent: "claude", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := envOf(s); strings.Contains(env, "ANTHROPIC_API_KEY") || !strings.Contains(env, "EDITOR=vi") {
+		t.Errorf("default policy: plugin environment %q", env)
+	}
+	s2, err := h.StartSession(ctx, SessionRequest{ID: "allowed", Agent: "claude", Workspace: dir, AllowCredentials: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := envOf(s2); !strings.Contains(env, "ANTHROPIC_API_KEY=from-login-shell") || strings.Contains(env, "from-the-host-shell") {
+		t.Errorf("allowed credentials: plugin environment %q", env)
 	}
 }
