@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test lint generate check-generate fuzz bench demo tidy check-tidy clean
+.PHONY: help build test lint generate check-generate fuzz bench demo tidy check-tidy clean test-real-clis
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -86,3 +86,17 @@ check-tidy: ## Fail if go.mod or go.sum (or the tools module's) are not tidy.
 
 clean: ## Remove build output (bin/).
 	rm -rf bin/
+
+# The real agent CLIs, pinned, installed into a cache folder (never
+# globally) for the opt-in tests that exercise them offline.
+CLI_CACHE ?= $(CURDIR)/.cache/clis
+CLAUDE_CLI_VERSION := 2.1.332
+CODEX_CLI_VERSION := 0.171.0
+
+test-real-clis: ## Install the pinned claude and codex CLIs with npm into .cache/clis and run the offline real-CLI tests.
+	mkdir -p $(CLI_CACHE)
+	npm install --no-save --no-audit --no-fund --prefix $(CLI_CACHE) \
+		@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION)
+	AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude \
+	AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex \
+		go test -tags realclis -count=1 -run Real -v ./plugins/...
