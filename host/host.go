@@ -145,6 +145,8 @@ type Host struct {
 	stopBg context.CancelFunc
 	reaped chan struct{} // closed when the reaper's first pass ended
 
+	starting sync.WaitGroup // StartSession calls in flight
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool
@@ -243,15 +245,21 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 	h.mu.Lock()
 	first := !h.closed
 	h.closed = true
+	h.mu.Unlock()
+	if first {
+		// Nothing new starts once closed is set; wait for what already
+		// started (session starts, background readoptions) so that every
+		// session is in the snapshot below.
+		h.stopBg()
+		h.bg.Wait()
+		h.starting.Wait()
+	}
+	h.mu.Lock()
 	sessions := make([]*Session, 0, len(h.sessions))
 	for _, s := range h.sessions {
 		sessions = append(sessions, s)
 	}
 	h.mu.Unlock()
-	if first {
-		h.stopBg()
-		h.bg.Wait()
-	}
 	var errs []error
 	for _, s := range sessions {
 		if stop {

@@ -20,8 +20,9 @@ type UpdateRecord struct {
 }
 
 // StopRecord is the payload of a KindStop journal entry: a turn ended.
+// PluginSeq is 0 when the host wrote it (a prompt it could not dispatch).
 type StopRecord struct {
-	PluginSeq  uint64 `json:"pluginSeq"`
+	PluginSeq  uint64 `json:"pluginSeq,omitempty"`
 	TurnID     string `json:"turnId"`
 	StopReason string `json:"stopReason"`
 	Error      string `json:"error,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ type pluginSpec struct {
 	SessionID  string
 	SessionDir string // absolute; the plugin's state and log live here
 	SocketDir  string // absolute, short; go-plugin makes the socket under it
+	SocketRoot string // the directory SocketDir must be directly inside
 	Env        []string
 	Fence      uint64
 	// Open opens the session once the process is attached and identified:
@@ -124,7 +126,7 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
 			// go-plugin's entries (cookie, versions, socket dir) first, then
 			// the policy's; for a duplicate key the last one wins.
-			r.env = append(append([]string{}, cmd.Env...), spec.Env...)
+			r.env = append(append([]string{}, cmd.Env...), withoutProtocolEnv(spec.Env)...)
 			return r, nil
 		},
 	})
@@ -195,6 +197,9 @@ func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
 	if p.runner.exited != nil && p.exitedWithin(500*time.Millisecond) {
 		return fmt.Errorf("%w (%s); see its log %s", ErrExitedBeforeReady, p.runner.exitDescription(), p.runner.logPath)
 	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("plugin startup cancelled: %w", ctx.Err())
+	}
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
 		return fmt.Errorf("%w after %s", ErrStartupTimeout, p.spec.StartupTimeout)
 	}
@@ -261,13 +266,23 @@ func (p *pluginProc) TermErr() error {
 func (p *pluginProc) kill() {
 	p.stopOnce.Do(func() {
 		close(p.stopRequested)
-		_ = p.runner.Kill(context.Background())
-		p.client.Kill() // ends go-plugin's goroutines; the process is gone
+		_ = p.runner.Kill(context.Background()) // a no-op when nothing was started
+		p.client.Kill()                         // ends go-plugin's goroutines; the process is gone
 		if p.runner.exited != nil {
 			<-p.runner.exited
 		}
-		_ = os.RemoveAll(p.spec.SocketDir)
+		p.removeSocketDir()
 	})
+}
+
+// removeSocketDir removes the plugin's private socket directory, and only
+// ever a directory directly inside the host's socket root.
+func (p *pluginProc) removeSocketDir() {
+	dir, root := p.spec.SocketDir, p.spec.SocketRoot
+	if dir == "" || root == "" || filepath.Dir(dir) != filepath.Clean(root) {
+		return
+	}
+	_ = os.RemoveAll(dir)
 }
 
 // Stop stops the plugin: Close (the agent releases its CLI), SIGTERM to the
@@ -292,7 +307,7 @@ func (p *pluginProc) Stop(ctx context.Context) error {
 			<-p.runner.exited
 		}
 		p.client.Kill()
-		_ = os.RemoveAll(p.spec.SocketDir)
+		p.removeSocketDir()
 	})
 	select {
 	case <-p.terminated:
@@ -307,7 +322,7 @@ func (p *pluginProc) release() {
 	p.stopOnce.Do(func() {
 		close(p.stopRequested)
 		p.client.Kill()
-		_ = os.RemoveAll(p.spec.SocketDir)
+		p.removeSocketDir()
 	})
 }
 
@@ -330,3 +345,19 @@ func (p *pluginProc) Detached() <-chan struct{} { return p.runner.detachedCh }
 
 // PID returns the plugin's process id.
 func (p *pluginProc) PID() int { return p.runner.pid }
+
+// withoutProtocolEnv drops the variables go-plugin uses to talk to the
+// plugin (its PLUGIN_* settings and the magic cookie) from a policy-built
+// environment: a login shell or a configuration must not redirect the
+// plugin's socket or break its handshake.
+func withoutProtocolEnv(env []string) []string {
+	cookie := wire.Handshake().MagicCookieKey + "="
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PLUGIN_") || strings.HasPrefix(kv, cookie) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,6 +35,9 @@ type reattachSpec struct {
 	Timeout     time.Duration
 	Logger      hclog.Logger
 	Prober      *probe.Prober
+	// SocketRoot is the host's socket root; the plugin's socket directory
+	// is SocketRoot/<spawn token>, the only directory a stop removes.
+	SocketRoot string
 }
 
 // reattachPlugin reconnects to a running plugin: it pins the process with a
@@ -61,15 +65,15 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("plugin pid %d is no longer the recorded owner: %v", pid, res)
 	}
+	version := spec.Reattach.ProtocolVersion
+	pset, ok := wire.PluginSets(nil)[version]
+	if !ok {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("%w: it negotiated protocol version %d, this host speaks %d", ErrNotAnswering, version, wire.ProtocolVersion)
+	}
 	r, err := attachRunner(pid, fd, spec.Reattach.LogPath, spec.Logger)
 	if err != nil {
 		return nil, err
-	}
-	version := spec.Reattach.ProtocolVersion
-	sets := wire.PluginSets(nil)
-	pset, ok := sets[version]
-	if !ok {
-		return nil, fmt.Errorf("plugin speaks protocol version %d, this host speaks %d", version, wire.ProtocolVersion)
 	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
@@ -84,7 +88,7 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 	})
 	p := &pluginProc{
 		spec: pluginSpec{SessionID: spec.SessionID, Fence: spec.Fence, StopTimeout: spec.StopTimeout, Logger: spec.Logger,
-			SocketDir: socketDirOf(spec.Reattach.Address)},
+			SocketDir: filepath.Join(spec.SocketRoot, spec.Owner.SpawnToken), SocketRoot: spec.SocketRoot},
 		client: client, runner: r, version: version, reattach: spec.Reattach,
 		stopRequested: make(chan struct{}), terminated: make(chan struct{}),
 	}
@@ -118,20 +122,4 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 	p.instance, p.handle = id.InstanceId, id.Handle
 	go p.watchExit()
 	return p, nil
-}
-
-// socketDirOf returns the per-plugin socket directory a reattach address
-// lives in: <root>/<token>/plugin-dirN/pluginN.
-func socketDirOf(addr string) string {
-	if addr == "" {
-		return ""
-	}
-	d := addr
-	for range 2 {
-		for len(d) > 0 && d[len(d)-1] != '/' {
-			d = d[:len(d)-1]
-		}
-		d = d[:max(len(d)-1, 0)]
-	}
-	return d
 }

@@ -70,12 +70,23 @@ func (h *Host) reconcile(ctx context.Context) error {
 func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Result) Decision {
 	l := s.Lease
 	latch := func(reason string) Decision {
+		// Read the lease again: a step that failed half-way (a readoption
+		// whose lease move succeeded) may have moved the fence.
+		cur, err := h.store.Get(ctx, s.ID)
+		if err != nil {
+			h.report(ReconcileScope, fmt.Errorf("latch session %q: %w", s.ID, err))
+			return Decision{Action: ActionLatched, Probe: res, Reason: reason}
+		}
 		stage := leasestore.StageManualRecovery
-		if l.Owner != nil && l.Claim != leasestore.ClaimConflicted {
+		if cur.Lease.Owner != nil && cur.Lease.Claim != leasestore.ClaimConflicted {
 			stage = leasestore.StageRecovering
 		}
-		if _, err := h.store.Apply(ctx, s.ID, leasestore.Latch{Fence: l.Fence, Stage: stage, Reason: reason}); err != nil {
-			h.report(ReconcileScope, fmt.Errorf("latch session %q: %w", s.ID, err))
+		// An already latched lease stays as it is: re-latching on every
+		// re-probe would only grow its journal.
+		if cur.Lease.Stage != stage || cur.Lease.Unreconciled {
+			if _, err := h.store.Apply(ctx, s.ID, leasestore.Latch{Fence: cur.Lease.Fence, Stage: stage, Reason: reason}); err != nil {
+				h.report(ReconcileScope, fmt.Errorf("latch session %q: %w", s.ID, err))
+			}
 		}
 		return Decision{Action: ActionLatched, Probe: res, Reason: reason}
 	}
@@ -158,7 +169,7 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
 	proc, err := reattachPlugin(ctx, reattachSpec{
 		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: next,
 		StopTimeout: h.cfg.StopTimeout, Timeout: h.cfg.ReattachTimeout,
-		Logger: h.log.Named("plugin").With("session", s.ID, "agent", s.Agent), Prober: h.prober,
+		Logger: h.log.Named("plugin").With("session", s.ID, "agent", s.Agent), Prober: h.prober, SocketRoot: h.socketRoot(),
 	})
 	if err != nil {
 		return err
@@ -186,11 +197,18 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
 		proc.Detach()
 		return err
 	}
-	sess := newSession(h, s.ID, fence, rec.Handle(), proc, journal, last+1)
-	h.mu.Lock()
-	h.sessions[s.ID] = sess
-	h.mu.Unlock()
-	sess.run()
+	handle := rec.Handle()
+	if proc.handle != "" && proc.handle != handle {
+		// The provider minted a handle the previous host did not record.
+		if _, err := h.store.Apply(ctx, s.ID, leasestore.RecordHandle{Fence: fence, Handle: proc.handle, Origin: leasestore.HandleResumed}); err == nil {
+			handle = proc.handle
+		}
+	}
+	sess := newSession(h, s.ID, s.Agent, fence, handle, proc, journal, last+1)
+	if !h.register(sess) {
+		sess.detach()
+		return errors.New("the host is closing")
+	}
 	return nil
 }
 

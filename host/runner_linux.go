@@ -52,6 +52,9 @@ type procRunner struct {
 	detachMu       sync.Mutex
 	detached       bool
 	detachedCh     chan struct{} // closed by detach
+
+	sigMu  sync.Mutex // orders signals against reaping
+	reaped bool       // the leader was reaped (or let go); guarded by sigMu
 }
 
 func (r *procRunner) Start(ctx context.Context) error {
@@ -95,8 +98,11 @@ func (r *procRunner) Start(ctx context.Context) error {
 
 // watch waits for the process to exit, sweeps what is left of its process
 // group while the unreaped leader still pins the group id (so the sweep can
-// only reach the plugin's own tree), then reaps it.
+// only reach the plugin's own tree), then reaps it. Reaping and signalling
+// exclude each other (sigMu), so no signal is ever sent to a group whose
+// leader has been reaped.
 func (r *procRunner) watch() {
+	exitKnown := false
 	if r.pidfd != nil {
 		if rc, err := r.pidfd.SyscallConn(); err == nil {
 			err = rc.Read(func(fd uintptr) bool {
@@ -106,19 +112,38 @@ func (r *procRunner) watch() {
 			})
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				// Detached: the host lets the plugin outlive it.
+				r.sigMu.Lock()
+				r.reaped = true // no longer ours to signal
+				_ = r.pidfd.Close()
+				r.sigMu.Unlock()
 				return
 			}
-		}
-		if !r.isDetached() {
-			_ = unix.Kill(-r.pid, unix.SIGKILL)
+			exitKnown = err == nil
 		}
 	}
-	if r.cmd != nil {
+	if r.cmd != nil && !exitKnown {
+		// No pidfd (an old kernel): wait without holding sigMu, which
+		// would block every signal until the plugin exits.
 		state, err := r.cmd.Process.Wait()
-		r.state, r.waitErr = state, err
-		_ = r.stdout.Close()
+		r.sigMu.Lock()
+		r.state, r.waitErr, r.reaped = state, err, true
+		r.sigMu.Unlock()
 	} else {
-		r.reapIfChild()
+		r.sigMu.Lock()
+		if r.cmd != nil {
+			// Our own child: its zombie pins the group until we reap it.
+			if !r.isDetached() {
+				_ = unix.Kill(-r.pid, unix.SIGKILL)
+			}
+			r.state, r.waitErr = r.cmd.Process.Wait()
+		} else {
+			r.reapIfChild()
+		}
+		r.reaped = true
+		r.sigMu.Unlock()
+	}
+	if r.stdout != nil {
+		_ = r.stdout.Close()
 	}
 	if r.pidfd != nil {
 		_ = r.pidfd.Close()
@@ -200,13 +225,39 @@ func (r *procRunner) Wait(ctx context.Context) error {
 	}
 }
 
-// signal sends sig to the plugin's whole process group while the leader is
-// not yet reaped (its pid, and so the group id, cannot have been reused).
+// signal sends sig to the plugin's whole process group. For the host's own
+// child the unreaped leader pins the group id. A reattached plugin is not
+// our child and may be reaped by someone else: it is signalled through its
+// pidfd first, and its group only while the leader is verifiably alive.
 func (r *procRunner) signal(sig syscall.Signal) error {
-	select {
-	case <-r.exited:
+	if r.pid <= 0 {
+		return nil // nothing was started
+	}
+	r.sigMu.Lock()
+	defer r.sigMu.Unlock()
+	if r.reaped {
 		return nil
-	default:
+	}
+	if r.cmd == nil {
+		if r.pidfd == nil {
+			return nil
+		}
+		rc, err := r.pidfd.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var sigErr error
+		_ = rc.Control(func(fd uintptr) {
+			if sigErr = unix.PidfdSendSignal(int(fd), 0, nil, 0); sigErr == nil {
+				sigErr = unix.PidfdSendSignal(int(fd), sig, nil, 0)
+			}
+		})
+		if errors.Is(sigErr, unix.ESRCH) {
+			return nil // gone: its group id is no longer pinned
+		}
+		if sigErr != nil {
+			return fmt.Errorf("signal plugin %d: %w", r.pid, sigErr)
+		}
 	}
 	if err := unix.Kill(-r.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signal plugin group %d: %w", r.pid, err)

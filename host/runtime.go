@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -34,6 +35,12 @@ func (r *Runtime) Host(ctx context.Context) (*Host, error) {
 		h := r.host
 		r.mu.Unlock()
 		return h, nil
+	}
+	if r.pending != nil {
+		// Its store (and state-directory lock) is still held: opening
+		// again would only fail on our own lock.
+		r.mu.Unlock()
+		return nil, errors.New("the previous Stop failed and still holds the state directory: call Stop again to retry it")
 	}
 	call := r.opening
 	if call == nil {
@@ -79,6 +86,8 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	if h == nil {
 		return nil
 	}
+	// Host.Close is itself retryable: a second call retries only what
+	// failed.
 	if err := h.Close(ctx); err != nil {
 		r.mu.Lock()
 		r.pending = h

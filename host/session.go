@@ -10,6 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/wire"
@@ -46,6 +50,7 @@ type TurnResult struct {
 type Session struct {
 	h       *Host
 	id      string
+	agent   string
 	fence   uint64
 	handle  string
 	proc    *pluginProc
@@ -64,9 +69,9 @@ type Session struct {
 // the plugin keeps the lease, and the next host readopts it.
 var ErrDetached = errors.New("host detached from the session; its plugin keeps running")
 
-func newSession(h *Host, id string, fence uint64, handle string, proc *pluginProc, journal *leasestore.Journal, fromSeq uint64) *Session {
+func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pluginProc, journal *leasestore.Journal, fromSeq uint64) *Session {
 	return &Session{
-		h: h, id: id, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
+		h: h, id: id, agent: agent, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
 		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -74,6 +79,20 @@ func newSession(h *Host, id string, fence uint64, handle string, proc *pluginPro
 func (s *Session) run() {
 	go s.pump()
 	go s.watch()
+}
+
+// register starts the session's goroutines and makes it the host's, unless
+// the host started closing meanwhile: then it reports false and the caller
+// stops the session (its goroutines run, so Stop can end it).
+func (h *Host) register(s *Session) bool {
+	s.run()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.sessions[s.id] = s
+	return true
 }
 
 // StartSession starts (or resumes, when req.ID names an existing session)
@@ -91,11 +110,18 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	h.mu.Lock()
 	closed := h.closed
 	running := h.sessions[req.ID]
+	if !closed {
+		h.starting.Add(1)
+	}
 	h.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("start session: %w", leasestore.ErrClosed)
 	}
+	defer h.starting.Done()
 	if running != nil && req.ID != "" {
+		if running.agent != req.Agent {
+			return nil, fmt.Errorf("%w: session %q runs agent %q, not %q", leasestore.ErrInvalidArgument, req.ID, running.agent, req.Agent)
+		}
 		return running, nil
 	}
 	store := h.store
@@ -173,7 +199,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	handle := rec.Handle()
 	spec := pluginSpec{
 		Agent: req.Agent, Path: agent.Path, Args: agent.Args, SessionID: id, SessionDir: sessionDir,
-		SocketDir: filepath.Join(h.socketRoot(), token), Env: env, Fence: fence, SpawnToken: token,
+		SocketDir: filepath.Join(h.socketRoot(), token), SocketRoot: h.socketRoot(), Env: env, Fence: fence, SpawnToken: token,
 		StartupTimeout: h.cfg.StartupTimeout, StopTimeout: h.cfg.StopTimeout,
 		Logger: h.log.Named("plugin").With("session", id, "agent", req.Agent),
 		OnStart: func(pid int) error {
@@ -225,11 +251,11 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		_, _ = store.Apply(context.WithoutCancel(ctx), id, leasestore.Release{Fence: fence, Detail: "journal unavailable"})
 		return nil, err
 	}
-	s := newSession(h, id, fence, proc.handle, proc, journal, 1)
-	h.mu.Lock()
-	h.sessions[id] = s
-	h.mu.Unlock()
-	s.run()
+	s := newSession(h, id, req.Agent, fence, proc.handle, proc, journal, 1)
+	if !h.register(s) {
+		_ = s.Stop(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("start session %q: the host is closing: %w", id, leasestore.ErrClosed)
+	}
 	return s, nil
 }
 
@@ -286,8 +312,15 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // plugin died otherwise. Valid after Done.
 func (s *Session) Err() error { return s.err }
 
+// JournalScope is the scope of journaling failures sent to OnError.
+const JournalScope = "journal"
+
 // pump receives the plugin's updates, journals each batch durably and only
-// then acknowledges it to the plugin, which may then forget it.
+// then acknowledges it to the plugin, which may then forget it. A broken
+// stream or a failed append is retried from the last journaled update (the
+// outbox still holds the rest); if it keeps failing, or a newer host took
+// the plugin over, the session is detached: the plugin keeps its updates
+// and its lease for the next host.
 func (s *Session) pump() {
 	defer close(s.pumpDone)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -300,19 +333,60 @@ func (s *Session) pump() {
 		}
 		cancel()
 	}()
-	stream, err := s.proc.rpc.Updates(ctx, &agentpb.UpdatesRequest{Fence: s.fence, FromSeq: s.fromSeq})
+	backoff := 100 * time.Millisecond
+	for failures := 0; ; {
+		err := s.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			// A newer fence attached: this host no longer drives the
+			// plugin.
+			s.h.report(JournalScope, fmt.Errorf("session %q: the plugin refused this host's fence; detaching: %w", s.id, err))
+			go s.proc.Detach()
+			return
+		}
+		failures++
+		if failures > 5 {
+			s.h.report(JournalScope, fmt.Errorf("session %q: journaling keeps failing; detaching so the plugin keeps its updates for the next host: %w", s.id, err))
+			go s.proc.Detach()
+			return
+		}
+		s.h.log.Warn("update stream interrupted; resuming from the last journaled update", "session", s.id, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// stream follows one Updates stream from the update after the last
+// journaled one, until it ends.
+func (s *Session) stream(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := s.proc.rpc.Updates(sctx, &agentpb.UpdatesRequest{Fence: s.fence, FromSeq: s.journaled() + 1})
 	if err != nil {
-		return
+		return err
 	}
 	updates := make(chan *agentpb.Update, 256)
+	recvErr := make(chan error, 1)
 	go func() {
 		defer close(updates)
 		for {
 			u, err := stream.Recv()
 			if err != nil {
+				recvErr <- err
 				return
 			}
-			updates <- u
+			select {
+			case updates <- u:
+			case <-sctx.Done():
+				recvErr <- sctx.Err()
+				return
+			}
 		}
 	}()
 	for u := range updates {
@@ -330,39 +404,68 @@ func (s *Session) pump() {
 			}
 		}
 		if err := s.record(ctx, batch); err != nil {
-			s.h.log.Error("journaling plugin updates failed; they stay in the plugin's outbox", "session", s.id, "error", err)
-			return
+			cancel()
+			for range updates {
+			}
+			return err
 		}
 	}
+	return <-recvErr
 }
 
-// record journals a batch, applies handle changes, acknowledges the batch
-// and wakes whoever waits for a turn that ended in it.
+// journaled returns the newest plugin update in the journal.
+func (s *Session) journaled() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fromSeq - 1
+}
+
+// record journals a batch, acknowledges it and wakes whoever waits for a
+// turn that ended in it. Provider handle changes are recorded in the lease
+// before the batch is journaled: if the append then fails, the replayed
+// change is recorded again as a no-op, and no handle is ever lost.
 func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
-	entries := make([]leasestore.EntryInput, len(batch))
-	for i, u := range batch {
-		entries[i] = journalEntry(u)
-	}
-	if _, err := s.journal.Append(context.WithoutCancel(ctx), entries...); err != nil {
-		return err
-	}
+	wctx := context.WithoutCancel(ctx)
 	for _, u := range batch {
+		if u.Seq < s.journaled()+1 {
+			continue
+		}
 		if hc, ok := u.Kind.(*agentpb.Update_HandleChanged); ok {
 			origin := leasestore.HandleOrigin(hc.HandleChanged.GetOrigin())
 			if origin == "" {
 				origin = leasestore.HandleResumed
 			}
-			if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.HandleChanged.GetHandle(), Origin: origin}); err != nil {
-				s.h.log.Error("recording a provider handle change failed", "session", s.id, "error", err)
+			if _, err := s.h.store.Apply(wctx, s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.HandleChanged.GetHandle(), Origin: origin}); err != nil {
+				return fmt.Errorf("record provider handle change: %w", err)
 			}
+			s.mu.Lock()
+			s.handle = hc.HandleChanged.GetHandle()
+			s.mu.Unlock()
+		}
+	}
+	// Updates already journaled (replayed after an interrupted stream)
+	// are skipped: each is journaled exactly once.
+	var entries []leasestore.EntryInput
+	first := s.journaled() + 1
+	for _, u := range batch {
+		if u.Seq >= first {
+			entries = append(entries, journalEntry(u))
+		}
+	}
+	if len(entries) > 0 {
+		if _, err := s.journal.Append(wctx, entries...); err != nil {
+			return err
 		}
 	}
 	last := batch[len(batch)-1].Seq
+	s.mu.Lock()
+	s.fromSeq = max(s.fromSeq, last+1)
+	s.mu.Unlock()
 	if _, err := s.proc.rpc.Acknowledge(ctx, &agentpb.AcknowledgeRequest{Fence: s.fence, Seq: last}); err != nil && ctx.Err() == nil {
 		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
 	}
 	for _, u := range batch {
-		if ts, ok := u.Kind.(*agentpb.Update_TurnStopped); ok {
+		if ts, ok := u.Kind.(*agentpb.Update_TurnStopped); ok && u.Seq >= first {
 			s.finishTurn(TurnResult{TurnID: u.TurnId, StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()})
 		}
 	}
@@ -451,6 +554,9 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 	if _, err := s.proc.rpc.Prompt(ctx, &agentpb.PromptRequest{Fence: s.fence, TurnId: turnID,
 		Prompt: []*agentpb.ContentBlock{{Type: "text", Text: text}}}); err != nil {
 		forget()
+		// The journal already holds the prompt: record that it never ran.
+		stop, _ := json.Marshal(StopRecord{TurnID: turnID, StopReason: "failed", Error: "not dispatched: " + err.Error()})
+		_, _ = s.journal.Append(context.WithoutCancel(ctx), leasestore.EntryInput{Kind: leasestore.KindStop, Payload: stop})
 		return TurnResult{}, fmt.Errorf("prompt session %q: %w", s.id, err)
 	}
 	select {
@@ -480,8 +586,20 @@ func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID stri
 }
 
 // Stop stops the session's plugin gracefully and waits until its lease is
-// released. It is idempotent and safe to call concurrently.
+// released. The plugin is first asked to close its session, which ends a
+// running turn, and everything it produced up to then is journaled before
+// the process is stopped. Stop is idempotent and safe to call concurrently;
+// on a session whose host detached it returns ErrDetached.
 func (s *Session) Stop(ctx context.Context) error {
+	select {
+	case <-s.done:
+		if errors.Is(s.err, ErrDetached) {
+			return ErrDetached
+		}
+		return nil
+	default:
+	}
+	s.drain(ctx)
 	err := s.proc.Stop(ctx)
 	select {
 	case <-s.done:
@@ -489,4 +607,29 @@ func (s *Session) Stop(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return err
+}
+
+// drain asks the plugin to close the session and waits, within half the
+// stop budget, until the journal holds every update the plugin produced.
+func (s *Session) drain(ctx context.Context) {
+	budget := s.h.cfg.StopTimeout
+	if budget <= 0 {
+		budget = 5 * time.Second
+	}
+	dctx, cancel := context.WithTimeout(ctx, budget/2)
+	defer cancel()
+	if _, err := s.proc.rpc.Close(dctx, &agentpb.CloseRequest{Fence: s.fence}); err != nil {
+		return
+	}
+	for {
+		id, err := s.proc.rpc.Identify(dctx, &agentpb.IdentifyRequest{})
+		if err != nil || s.journaled() >= id.LastSeq {
+			return
+		}
+		select {
+		case <-dctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

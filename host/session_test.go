@@ -4,16 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/probe"
 )
 
 func openHost(t *testing.T) *Host {
@@ -265,5 +268,70 @@ func TestCredentialPolicyStripsProviderKeys(t *testing.T) {
 	}
 	if env := envOf(s2); !strings.Contains(env, "ANTHROPIC_API_KEY=from-login-shell") || strings.Contains(env, "from-the-host-shell") {
 		t.Errorf("allowed credentials: plugin environment %q", env)
+	}
+}
+
+// Stopping a session mid-turn ends the turn and journals its end before the
+// plugin goes away.
+func TestStopMidTurnJournalsTheTurnsEnd(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "mid-turn", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = s.Prompt(ctx, "sleep 30s") }()
+	waitFor(t, "the prompt to be journaled", func() bool {
+		for _, e := range journalOf(t, h, "mid-turn") {
+			if e.Kind == leasestore.KindPrompt {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(100 * time.Millisecond)
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var stops []StopRecord
+	for _, e := range journalOf(t, h, "mid-turn") {
+		if e.Kind == leasestore.KindStop {
+			var r StopRecord
+			if err := json.Unmarshal(e.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			stops = append(stops, r)
+		}
+	}
+	if len(stops) != 1 || stops[0].StopReason != "cancelled" {
+		t.Fatalf("stop records %+v, want the turn cancelled", stops)
+	}
+}
+
+// A host that closes while sessions are starting leaves no plugin running
+// that it does not account for.
+func TestCloseRacingStartLeavesNoPlugin(t *testing.T) {
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h := mustOpen(t, hostConfig(t, dir))
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			_, _ = h.StartSession(ctx, SessionRequest{ID: fmt.Sprint("race-", i), Agent: "scripted", Workspace: dir})
+		})
+	}
+	time.Sleep(30 * time.Millisecond)
+	if err := h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	procs, err := (&probe.ProcFS{TokenVar: h.tokenVar}).Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.Token != "" && !p.Zombie {
+			t.Errorf("plugin pid %d survived a shutdown that raced its start", p.PID)
+		}
 	}
 }

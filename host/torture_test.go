@@ -198,6 +198,9 @@ func checkJournal(ctx context.Context, h *Host, id string) string {
 			if err := json.Unmarshal(e.Payload, &r); err != nil {
 				return err
 			}
+			if r.PluginSeq == 0 {
+				return nil // written by the host (a prompt that was never dispatched)
+			}
 			if r.PluginSeq != expected {
 				problem = fmt.Sprintf("session %q journal seq %d holds plugin update %d where %d was due (lost or duplicated)", id, e.Seq, r.PluginSeq, expected)
 				return errStopReplay

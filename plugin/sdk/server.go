@@ -71,8 +71,21 @@ func staleFence(got, have uint64) error {
 }
 
 // check admits a call carrying fence: the plugin must be attached at exactly
-// that fence. Callers hold s.mu.
+// that fence, and its session not closed. Callers hold s.mu.
 func (s *server) check(fence uint64) error {
+	if err := s.checkFence(fence); err != nil {
+		return err
+	}
+	if s.closed {
+		return status.Error(codes.FailedPrecondition, "session closed")
+	}
+	return nil
+}
+
+// checkFence admits a call carrying fence regardless of whether the session
+// was closed: a host still reads and acknowledges the updates of a closed
+// session. Callers hold s.mu.
+func (s *server) checkFence(fence uint64) error {
 	switch {
 	case !s.bound:
 		return status.Error(codes.FailedPrecondition, "not attached: call Attach first")
@@ -80,8 +93,6 @@ func (s *server) check(fence uint64) error {
 		return staleFence(fence, s.fence)
 	case fence > s.fence:
 		return status.Errorf(codes.FailedPrecondition, "fence %d was never attached (attached at %d): call Attach first", fence, s.fence)
-	case s.closed:
-		return status.Error(codes.FailedPrecondition, "session closed")
 	}
 	return nil
 }
@@ -273,7 +284,7 @@ const maxBatch = 256
 
 func (s *server) Updates(req *agentpb.UpdatesRequest, stream agentpb.Agent_UpdatesServer) error {
 	s.mu.Lock()
-	if err := s.check(req.Fence); err != nil {
+	if err := s.checkFence(req.Fence); err != nil {
 		s.mu.Unlock()
 		return err
 	}
@@ -311,7 +322,7 @@ func (s *server) Updates(req *agentpb.UpdatesRequest, stream agentpb.Agent_Updat
 
 func (s *server) Acknowledge(ctx context.Context, req *agentpb.AcknowledgeRequest) (*agentpb.AcknowledgeResponse, error) {
 	s.mu.Lock()
-	err := s.check(req.Fence)
+	err := s.checkFence(req.Fence)
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -382,7 +393,7 @@ func (s *server) Cancel(ctx context.Context, req *agentpb.CancelRequest) (*agent
 
 func (s *server) Close(ctx context.Context, req *agentpb.CloseRequest) (*agentpb.CloseResponse, error) {
 	s.mu.Lock()
-	if err := s.check(req.Fence); err != nil {
+	if err := s.checkFence(req.Fence); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
