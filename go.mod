@@ -3,6 +3,7 @@ module github.com/agenthost/agenthost
 go 1.26.0
 
 require (
+	github.com/coder/acp-go-sdk v0.13.0
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/gofrs/flock v0.13.2
 	github.com/google/uuid v1.6.0

@@ -386,3 +386,59 @@ func (h *Host) agentNames() []string {
 	slices.Sort(names)
 	return names
 }
+
+// Session returns the session this host runs with that id, if any.
+func (h *Host) Session(id string) (*Session, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.sessions[id]
+	return s, ok
+}
+
+// Agents returns the names of the configured agents, sorted.
+func (h *Host) Agents() []string { return h.agentNames() }
+
+// Status summarises the host for status displays.
+type Status struct {
+	PID      int               `json:"pid"`
+	StateDir string            `json:"stateDir"`
+	HostID   string            `json:"hostId"`
+	Agents   []string          `json:"agents"`
+	Running  []string          `json:"running"`
+	Sessions int               `json:"sessions"`
+	Decided  map[Action]int    `json:"decided"`
+	Recovery *string           `json:"recovery,omitempty"`
+	Latched  map[string]string `json:"latched,omitempty"`
+}
+
+// Status reports what the host runs and what it decided at open.
+func (h *Host) Status(ctx context.Context) (Status, error) {
+	st := Status{PID: os.Getpid(), StateDir: h.cfg.StateDir, HostID: h.cfg.HostID, Agents: h.agentNames(), Decided: map[Action]int{}}
+	h.mu.Lock()
+	for id := range h.sessions {
+		st.Running = append(st.Running, id)
+	}
+	for _, d := range h.decisions {
+		st.Decided[d.Action]++
+	}
+	h.mu.Unlock()
+	slices.Sort(st.Running)
+	sessions, err := h.store.List(ctx)
+	if err != nil && len(sessions) == 0 {
+		return st, err
+	}
+	st.Sessions = len(sessions)
+	for _, s := range sessions {
+		if s.Lease.Stage.Latched() {
+			if st.Latched == nil {
+				st.Latched = map[string]string{}
+			}
+			st.Latched[s.ID] = s.Lease.LatchReason
+		}
+	}
+	if r := h.store.Recovery(); r != nil {
+		msg := r.String()
+		st.Recovery = &msg
+	}
+	return st, nil
+}

@@ -1,0 +1,27 @@
+// Package localapi serves a host's local API: JSON-RPC 2.0 over
+// newline-delimited JSON, compatible with the Agent Client Protocol, so a
+// desktop app, the agenthost CLI, or any editor that speaks ACP can drive
+// the host's sessions.
+//
+// The ACP methods map onto the host: initialize; session/new starts a
+// session (the agent is named in _meta.agenthost.agent, or the server's
+// default agent); session/load replays the session's journal as
+// session/update notifications and then follows it; session/resume
+// follows without replaying; session/prompt runs a turn and answers with its
+// stop reason once the turn's updates were sent; session/cancel;
+// session/list; session/close stops a session. A plugin's permission
+// request reaches the client as session/request_permission and the answer
+// goes back to the plugin.
+//
+// agenthost's own methods use the _agenthost/ prefix: subscribe to a
+// session's journal from a sequence number (entries arrive as
+// _agenthost/journal notifications; a client that reconnects with the last
+// seq it saw misses nothing), stop a session, read one session's record,
+// the host's status, and the configured agents.
+//
+// Every request line passes a filter first: a line that is not JSON gets a
+// parse error, one that is not a JSON-RPC 2.0 object an invalid-request
+// error, and one over MaxRequestBytes an error naming the limit; none of
+// them reaches the host. Served on a unix socket, only peers running as the
+// host's user are accepted.
+package localapi

@@ -1,0 +1,410 @@
+package localapi_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/localapi"
+	"github.com/agenthost/agenthost/internal/logtest"
+)
+
+var scripted string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "localapi-test-")
+	if err != nil {
+		panic(err)
+	}
+	scripted = filepath.Join(dir, "scripted")
+	if out, err := exec.Command("go", "build", "-o", scripted, "../../examples/scripted/cmd/agenthost-plugin-scripted").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build scripted: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// rpcClient is a minimal newline-delimited JSON-RPC client, as a desktop
+// app would write one: it sends requests, collects notifications, and
+// answers the server's requests with answer.
+type rpcClient struct {
+	t      *testing.T
+	conn   net.Conn
+	enc    sync.Mutex
+	nextID int
+	answer func(method string, params json.RawMessage) any
+
+	mu       sync.Mutex
+	pending  map[int]chan message
+	notes    []message
+	noteCond chan struct{}
+	done     chan struct{}
+}
+
+type message struct {
+	ID     *json.RawMessage `json:"id,omitempty"`
+	Method string           `json:"method,omitempty"`
+	Params json.RawMessage  `json:"params,omitempty"`
+	Result json.RawMessage  `json:"result,omitempty"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error,omitempty"`
+}
+
+func dial(t *testing.T, path string) *rpcClient {
+	t.Helper()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &rpcClient{t: t, conn: conn, pending: map[int]chan message{}, noteCond: make(chan struct{}), done: make(chan struct{})}
+	go c.read()
+	t.Cleanup(func() { conn.Close(); <-c.done })
+	return c
+}
+
+func (c *rpcClient) read() {
+	defer close(c.done)
+	sc := bufio.NewScanner(c.conn)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var m message
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			continue
+		}
+		switch {
+		case m.Method != "" && m.ID != nil:
+			var result any = map[string]any{}
+			if c.answer != nil {
+				result = c.answer(m.Method, m.Params)
+			}
+			c.send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+		case m.Method != "":
+			c.mu.Lock()
+			c.notes = append(c.notes, m)
+			close(c.noteCond)
+			c.noteCond = make(chan struct{})
+			c.mu.Unlock()
+		default:
+			var id int
+			if m.ID != nil {
+				_ = json.Unmarshal(*m.ID, &id)
+			}
+			c.mu.Lock()
+			ch := c.pending[id]
+			delete(c.pending, id)
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+		}
+	}
+}
+
+func (c *rpcClient) send(v any) {
+	b, _ := json.Marshal(v)
+	c.enc.Lock()
+	defer c.enc.Unlock()
+	_, _ = c.conn.Write(append(b, '\n'))
+}
+
+func (c *rpcClient) raw(line string) {
+	c.enc.Lock()
+	defer c.enc.Unlock()
+	_, _ = c.conn.Write([]byte(line + "\n"))
+}
+
+func (c *rpcClient) call(method string, params any) message {
+	c.t.Helper()
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	ch := make(chan message, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	c.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(60 * time.Second):
+		c.t.Fatalf("%s: no answer", method)
+		return message{}
+	}
+}
+
+func (c *rpcClient) mustCall(method string, params any, out any) {
+	c.t.Helper()
+	m := c.call(method, params)
+	if m.Error != nil {
+		c.t.Fatalf("%s: error %d %s %s", method, m.Error.Code, m.Error.Message, m.Error.Data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(m.Result, out); err != nil {
+			c.t.Fatalf("%s: result %s: %v", method, m.Result, err)
+		}
+	}
+}
+
+// notesOf returns the notifications of a method received so far.
+func (c *rpcClient) notesOf(method string) []message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []message
+	for _, n := range c.notes {
+		if n.Method == method {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (c *rpcClient) waitNotes(method string, n int) []message {
+	c.t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		c.mu.Lock()
+		cond := c.noteCond
+		c.mu.Unlock()
+		if got := c.notesOf(method); len(got) >= n {
+			return got
+		}
+		select {
+		case <-cond:
+		case <-deadline:
+			c.t.Fatalf("waited for %d %s notifications, got %d", n, method, len(c.notesOf(method)))
+		}
+	}
+}
+
+// serve opens a host with the scripted agent and serves its API on a unix
+// socket; it returns the socket path.
+func serve(t *testing.T) (string, *host.Host) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ah-api-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h, err := host.Open(context.Background(), host.Config{
+		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, Logger: logtest.New(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := &localapi.Server{Host: h, DefaultAgent: "scripted", Version: "test", MaxRequestBytes: 64 << 10, Logger: logtest.New(t)}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = h.Shutdown(context.Background())
+	})
+	return sock, h
+}
+
+func TestACPSessionPromptAndLoad(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	var init struct {
+		ProtocolVersion   int `json:"protocolVersion"`
+		AgentCapabilities struct {
+			LoadSession bool `json:"loadSession"`
+		} `json:"agentCapabilities"`
+	}
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, &init)
+	if init.ProtocolVersion != 1 || !init.AgentCapabilities.LoadSession {
+		t.Fatalf("initialize: %+v", init)
+	}
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	c.mustCall("session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}, &created)
+	var res struct {
+		StopReason string `json:"stopReason"`
+	}
+	c.mustCall("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "count 3"}}}, &res)
+	if res.StopReason != "end_turn" {
+		t.Fatalf("stop reason %q", res.StopReason)
+	}
+	// Every update of the turn arrived before the answer.
+	notes := c.notesOf("session/update")
+	var texts []string
+	for _, n := range notes {
+		var p struct {
+			Update struct {
+				SessionUpdate string `json:"sessionUpdate"`
+				Content       struct{ Text string }
+			} `json:"update"`
+		}
+		_ = json.Unmarshal(n.Params, &p)
+		if p.Update.SessionUpdate == "agent_message_chunk" {
+			texts = append(texts, p.Update.Content.Text)
+		}
+	}
+	if strings.Join(texts, ",") != "1,2,3" {
+		t.Fatalf("streamed chunks %q before the answer", texts)
+	}
+	// A failing turn is a JSON-RPC error carrying the agent's message.
+	m := c.call("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "fail out of tokens"}}})
+	if m.Error == nil || !strings.Contains(m.Error.Message, "out of tokens") {
+		t.Fatalf("failed turn answered %+v", m)
+	}
+
+	// A second client loads the session: the journal replays as updates.
+	c2 := dial(t, sock)
+	c2.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+	c2.mustCall("session/load", map[string]any{"sessionId": created.SessionID, "cwd": "/", "mcpServers": []any{}}, nil)
+	replayed := c2.notesOf("session/update")
+	if len(replayed) < 5 { // the prompt, three chunks, the second prompt
+		t.Fatalf("session/load replayed %d updates", len(replayed))
+	}
+	var list struct {
+		Sessions []struct {
+			SessionID string `json:"sessionId"`
+		} `json:"sessions"`
+	}
+	c2.mustCall("session/list", map[string]any{}, &list)
+	if len(list.Sessions) != 1 || list.Sessions[0].SessionID != created.SessionID {
+		t.Fatalf("session/list: %+v", list)
+	}
+}
+
+// A client that subscribes from the last seq it saw misses nothing and sees
+// nothing twice, across a reconnect.
+func TestSubscribeResumesFromAnySeq(t *testing.T) {
+	sock, h := serve(t)
+	s, err := h.StartSession(context.Background(), host.SessionRequest{ID: "sub", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, sock)
+	c.mustCall(localapi.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": 1}, nil)
+	if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := h.Store().LastSeq(context.Background(), "sub")
+	got := c.waitNotes(localapi.MethodJournal, int(last))
+	var seen uint64
+	for _, n := range got[:5] {
+		var e localapi.JournalEntry
+		_ = json.Unmarshal(n.Params, &e)
+		seen = e.Seq
+	}
+	// Reconnect and ask from the entry after the fifth.
+	c2 := dial(t, sock)
+	c2.mustCall(localapi.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": seen + 1}, nil)
+	rest := c2.waitNotes(localapi.MethodJournal, int(last-seen))
+	for i, n := range rest {
+		var e localapi.JournalEntry
+		_ = json.Unmarshal(n.Params, &e)
+		if e.Seq != seen+1+uint64(i) {
+			t.Fatalf("after reconnecting, entry %d has seq %d, want %d", i, e.Seq, seen+1+uint64(i))
+		}
+	}
+}
+
+func TestPermissionRequestsReachTheClient(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	asked := make(chan string, 1)
+	c.answer = func(method string, params json.RawMessage) any {
+		asked <- method
+		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow"}}
+	}
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	c.mustCall("session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}, &created)
+	c.mustCall("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "ask"}}}, nil)
+	if m := <-asked; m != "session/request_permission" {
+		t.Fatalf("the client was asked %q", m)
+	}
+	found := false
+	for _, n := range c.notesOf("session/update") {
+		if strings.Contains(string(n.Params), "permission: selected allow") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("the agent never reported the client's answer")
+	}
+}
+
+// Bad and oversized requests get JSON-RPC errors; the connection and the
+// host carry on.
+func TestBadRequestsGetErrors(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	errorsSeen := make(chan int, 8)
+	c.mu.Lock()
+	c.pending[0] = make(chan message, 8)
+	ch := c.pending[0]
+	c.mu.Unlock()
+	go func() {
+		for m := range ch {
+			if m.Error != nil {
+				errorsSeen <- m.Error.Code
+			}
+		}
+	}()
+	c.raw(`{"this is": not json`)
+	if code := <-errorsSeen; code != -32700 {
+		t.Errorf("malformed JSON: code %d", code)
+	}
+	c.mu.Lock()
+	c.pending[0] = ch
+	c.mu.Unlock()
+	c.raw(`{"method":"initialize"}`)
+	if code := <-errorsSeen; code != -32600 {
+		t.Errorf("not JSON-RPC 2.0: code %d", code)
+	}
+	c.mu.Lock()
+	c.pending[0] = ch
+	c.mu.Unlock()
+	c.raw(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"pad":"` + strings.Repeat("x", 100<<10) + `"}}`)
+	if code := <-errorsSeen; code != -32600 {
+		t.Errorf("oversized request: code %d", code)
+	}
+	close(ch) // the reader hands errors to pending[0] only while it is set
+	if m := c.call("no/such/method", map[string]any{}); m.Error == nil || m.Error.Code != -32601 {
+		t.Errorf("unknown method answered %+v", m)
+	}
+	// Still serving.
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+	var st struct {
+		Host host.Status `json:"host"`
+	}
+	c.mustCall(localapi.MethodStatus, map[string]any{}, &st)
+	if st.Host.PID != os.Getpid() || len(st.Host.Agents) != 1 {
+		t.Errorf("status %+v", st)
+	}
+}

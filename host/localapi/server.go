@@ -1,0 +1,231 @@
+package localapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	acp "github.com/coder/acp-go-sdk"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/host"
+)
+
+// DefaultMaxRequestBytes bounds one request line.
+const DefaultMaxRequestBytes = 4 << 20
+
+// Server serves the local API for one host. The zero value is not usable:
+// Host is required.
+type Server struct {
+	Host *host.Host
+	// DefaultAgent runs new sessions whose request names no agent (in
+	// _meta.agenthost.agent). Empty: such requests are refused.
+	DefaultAgent string
+	// Version is reported by initialize and _agenthost/status.
+	Version string
+	// MaxRequestBytes bounds one request line; a longer one is answered
+	// with a JSON-RPC error and skipped. Default: DefaultMaxRequestBytes.
+	MaxRequestBytes int
+	// Logger receives the server's logs. Default: none.
+	Logger hclog.Logger
+
+	wg sync.WaitGroup
+}
+
+func (s *Server) log() hclog.Logger {
+	if s.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return s.Logger
+}
+
+// Serve accepts connections on ln until ctx ends, then closes ln and every
+// connection and waits for them. On a unix socket only peers running as
+// this process's user are served.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		_ = ln.Close()
+	}()
+	defer s.wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if uc, ok := conn.(*net.UnixConn); ok {
+			if err := checkPeer(uc); err != nil {
+				s.log().Warn("refused a connection", "error", err)
+				_ = conn.Close()
+				continue
+			}
+		}
+		s.wg.Go(func() {
+			if err := s.ServeConn(ctx, conn); err != nil {
+				s.log().Debug("connection ended", "error", err)
+			}
+		})
+	}
+}
+
+// checkPeer admits only peers running as this process's user (the socket
+// is 0600 too; this also holds where file modes do not).
+func checkPeer(c *net.UnixConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return fmt.Errorf("read peer credentials: %w", credErr)
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return fmt.Errorf("peer pid %d runs as uid %d, this host as uid %d", cred.Pid, cred.Uid, os.Getuid())
+	}
+	return nil
+}
+
+// ServeConn serves one client on rw until it disconnects or ctx ends.
+func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	max := s.MaxRequestBytes
+	if max <= 0 {
+		max = DefaultMaxRequestBytes
+	}
+	out := &lockedWriter{w: rw}
+	// Requests pass through a filter that answers malformed and oversized
+	// lines with JSON-RPC errors itself, so the protocol library only ever
+	// sees well-formed JSON lines of bounded size.
+	pr, pw := io.Pipe()
+	filterDone := make(chan struct{})
+	go func() {
+		defer close(filterDone)
+		err := filterRequests(rw, pw, out, max)
+		_ = pw.CloseWithError(err)
+	}()
+	a := &agent{srv: s, ctx: ctx, followers: map[string]*follower{}}
+	conn := acp.NewAgentSideConnection(a, out, pr)
+	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.conn = conn
+	select {
+	case <-conn.Done():
+	case <-ctx.Done():
+	}
+	cancel()
+	_ = rw.Close()
+	_ = pr.Close()
+	<-filterDone
+	a.stopFollowers()
+	return nil
+}
+
+// lockedWriter serialises whole lines from the protocol library and the
+// request filter.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type rpcError struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Error   struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w io.Writer, id json.RawMessage, code int, msg string) {
+	e := rpcError{JSONRPC: "2.0", ID: id}
+	if len(e.ID) == 0 {
+		e.ID = json.RawMessage("null")
+	}
+	e.Error.Code, e.Error.Message = code, msg
+	b, _ := json.Marshal(e)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// filterRequests copies well-formed request lines from r to dst and
+// answers the others on out: a line that is not JSON gets a parse error
+// (-32700), one that is not a JSON-RPC object an invalid-request error
+// (-32600), one longer than max an invalid-request error naming the limit.
+func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, tooLong, err := readLine(br, max)
+		if tooLong {
+			writeError(out, nil, -32600, fmt.Sprintf("request too large: the limit is %d bytes", max))
+		} else if len(bytes.TrimSpace(line)) > 0 {
+			var probe struct {
+				JSONRPC string          `json:"jsonrpc"`
+				ID      json.RawMessage `json:"id"`
+				Method  string          `json:"method"`
+			}
+			switch {
+			case !json.Valid(line):
+				writeError(out, nil, -32700, "parse error: the request is not valid JSON")
+			case json.Unmarshal(line, &probe) != nil || probe.JSONRPC != "2.0":
+				writeError(out, probe.ID, -32600, `invalid request: expected a JSON-RPC 2.0 object with "jsonrpc":"2.0"`)
+			default:
+				if _, werr := dst.Write(append(bytes.TrimRight(line, "\r\n"), '\n')); werr != nil {
+					return werr
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// readLine reads one line of at most max bytes; a longer line is consumed
+// to its end and reported as tooLong.
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, isPrefix, err := br.ReadLine()
+		if len(buf)+len(chunk) > max {
+			tooLong = true
+		}
+		if !tooLong {
+			buf = append(buf, chunk...)
+		}
+		if err != nil {
+			return buf, tooLong, err
+		}
+		if !isPrefix {
+			return buf, tooLong, nil
+		}
+	}
+}
+
+// errf makes an error whose message reaches the client.
+func errf(format string, args ...any) error {
+	return acp.NewInvalidParams(map[string]any{"error": fmt.Sprintf(format, args...)})
+}
