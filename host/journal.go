@@ -14,9 +14,11 @@ import (
 
 // UpdateRecord is the payload of a KindUpdate journal entry.
 type UpdateRecord struct {
-	PluginSeq uint64          `json:"pluginSeq"`
-	TurnID    string          `json:"turnId,omitempty"`
-	Update    json.RawMessage `json:"update"`
+	PluginSeq uint64 `json:"pluginSeq"`
+	TurnID    string `json:"turnId,omitempty"`
+	// PluginTime is when the plugin produced the update (Unix nanoseconds).
+	PluginTime int64           `json:"pluginTime,omitempty"`
+	Update     json.RawMessage `json:"update"`
 }
 
 // StopRecord is the payload of a KindStop journal entry: a turn ended.
@@ -130,6 +132,6 @@ func journalEntry(u *agentpb.Update) leasestore.EntryInput {
 		return leasestore.EntryInput{Kind: leasestore.KindStop, Payload: b}
 	}
 	upd, _ := acpUpdate(u)
-	b, _ := json.Marshal(UpdateRecord{PluginSeq: u.Seq, TurnID: u.TurnId, Update: upd})
+	b, _ := json.Marshal(UpdateRecord{PluginSeq: u.Seq, TurnID: u.TurnId, PluginTime: u.TimeUnixNano, Update: upd})
 	return leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: b}
 }
