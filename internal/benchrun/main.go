@@ -1,0 +1,473 @@
+// Command benchrun measures agenthost against the physical baselines that
+// bound it, in one run, and prints a table of medians and ratios with the
+// machine it ran on. `make bench` runs it. It never fails on absolute
+// times: it reports them.
+//
+// Figures (DESIGN §9):
+//
+//   - create → ready (durable) vs a bare go-plugin start + first RPC of an
+//     equally minimal plugin built the same way;
+//   - reattach after a host restart vs a cold start, per session, at 100
+//     sessions;
+//   - durable journal appends from 8 concurrent sessions vs one raw
+//     write+fsync per record;
+//   - batch probe of 500 owners vs a minimal hand-written /proc scan;
+//   - host RSS with 50 live sessions, and per-plugin RSS;
+//   - update latency from plugin to a subscribed API client at ~1,000
+//     updates/s (p50/p99), and sustained updates/s.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/localapi"
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/probe"
+)
+
+type row struct {
+	name, value, baseline, ratio, target, verdict string
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "fewer rounds and sessions (a smoke run, not a measurement)")
+	out := flag.String("markdown", "", "also write the table as markdown to this file")
+	flag.Parse()
+	if err := run(*quick, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		os.Exit(1)
+	}
+}
+
+func run(quick bool, mdPath string) error {
+	work, err := os.MkdirTemp("", "ahb-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	scripted := filepath.Join(work, "scripted")
+	fixture := filepath.Join(work, "fixture")
+	for bin, pkg := range map[string]string{scripted: "./examples/scripted/cmd/agenthost-plugin-scripted", fixture: "./host/testdata/fixture"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	n := func(full, small int) int {
+		if quick {
+			return small
+		}
+		return full
+	}
+	machine := fmt.Sprintf("%d cores, Linux %s, %s", runtime.NumCPU(), kernel(), runtime.Version())
+	fmt.Printf("agenthost benchmarks on %s\n\n", machine)
+
+	var rows []row
+	steps := []func() ([]row, error){
+		func() ([]row, error) { return benchCreate(work, scripted, fixture, n(20, 5)) },
+		func() ([]row, error) { return benchReattach(work, scripted, n(100, 10)) },
+		func() ([]row, error) { return benchAppends(work, scripted, n(2000, 300)) },
+		func() ([]row, error) { return benchProbe(n(500, 100), n(9, 3)) },
+		func() ([]row, error) { return benchRSS(work, scripted, n(50, 5)) },
+		func() ([]row, error) { return benchLatency(work, scripted, n(3000, 500)) },
+	}
+	for _, step := range steps {
+		r, err := step()
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+		for _, x := range r {
+			fmt.Printf("  %-44s %s\n", x.name, x.value)
+		}
+	}
+	table := render(rows)
+	fmt.Printf("\n%s\n", table)
+	if mdPath != "" {
+		md := fmt.Sprintf("Machine: %s. Command: `make bench` (`go run ./internal/benchrun -markdown BENCHMARKS.table.md`).\n\n%s", machine, table)
+		return os.WriteFile(mdPath, []byte(md), 0o644)
+	}
+	return nil
+}
+
+func render(rows []row) string {
+	var b strings.Builder
+	b.WriteString("| figure | agenthost | baseline | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name, r.value, r.baseline, r.ratio, r.target, r.verdict)
+	}
+	return b.String()
+}
+
+func kernel() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+func openHost(work, name, scripted string) (*host.Host, string, error) {
+	dir, err := os.MkdirTemp(work, name+"-")
+	if err != nil {
+		return nil, "", err
+	}
+	h, err := host.Open(context.Background(), host.Config{
+		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}},
+		StartupTimeout: time.Minute, StopTimeout: 5 * time.Second, ReattachTimeout: 30 * time.Second,
+	})
+	return h, dir, err
+}
+
+// benchCreate: a session from nothing to a proven, durable lease, against a
+// bare go-plugin start and first RPC of a plugin that does nothing else.
+func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
+	h, dir, err := openHost(work, "create", scripted)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Shutdown(context.Background())
+	var ours, bare []time.Duration
+	for i := range rounds + 2 {
+		start := time.Now()
+		s, err := h.StartSession(context.Background(), host.SessionRequest{Agent: "scripted", Workspace: dir})
+		d := time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		if i >= 2 {
+			ours = append(ours, d)
+		}
+		_ = s.Stop(context.Background())
+
+		start = time.Now()
+		client := plugin.NewClient(&plugin.ClientConfig{
+			HandshakeConfig: wire.Handshake(), VersionedPlugins: wire.PluginSets(nil),
+			AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC}, Cmd: exec.Command(fixture), Logger: hclog.NewNullLogger(),
+		})
+		rpc, err := client.Client()
+		if err != nil {
+			return nil, err
+		}
+		raw, err := rpc.Dispense(wire.PluginName)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := raw.(agentpb.AgentClient).Identify(context.Background(), &agentpb.IdentifyRequest{}); err != nil {
+			return nil, err
+		}
+		d = time.Since(start)
+		client.Kill()
+		if i >= 2 {
+			bare = append(bare, d)
+		}
+	}
+	ratio := float64(median(ours)) / float64(median(bare))
+	return []row{{name: "create → ready (durable), median", value: ms(median(ours)), baseline: ms(median(bare)) + " bare go-plugin start + first RPC",
+		ratio: fmt.Sprintf("%.2f×", ratio), target: "≤ 1.5×", verdict: verdict(ratio <= 1.5)}}, nil
+}
+
+// benchReattach: open a host over sessions whose plugins survived the last
+// one (readoption of every session) against starting them cold.
+func benchReattach(work, scripted string, sessions int) ([]row, error) {
+	h, dir, err := openHost(work, "reattach", scripted)
+	if err != nil {
+		return nil, err
+	}
+	var cold []time.Duration
+	for i := range sessions {
+		start := time.Now()
+		if _, err := h.StartSession(context.Background(), host.SessionRequest{ID: fmt.Sprint("r", i), Agent: "scripted", Workspace: dir}); err != nil {
+			return nil, err
+		}
+		cold = append(cold, time.Since(start))
+	}
+	if err := h.Close(context.Background()); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	h2, err := host.Open(context.Background(), host.Config{
+		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
+	})
+	total := time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+	defer h2.Shutdown(context.Background())
+	st, _ := h2.Status(context.Background())
+	per := total / time.Duration(sessions)
+	ratio := float64(median(cold)) / float64(per)
+	return []row{{name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), value: ms(per) + fmt.Sprintf(" (%d readopted)", st.Decided[host.ActionReadopted]),
+		baseline: ms(median(cold)) + " cold start", ratio: fmt.Sprintf("%.1f× faster", ratio), target: "≥ 10×", verdict: verdict(ratio >= 10)}}, nil
+}
+
+// benchAppends: 8 sessions stream updates at once; every update is
+// journaled durably before it is acknowledged.
+func benchAppends(work, scripted string, per int) ([]row, error) {
+	h, dir, err := openHost(work, "appends", scripted)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Shutdown(context.Background())
+	const sessions = 8
+	var ss []*host.Session
+	for i := range sessions {
+		s, err := h.StartSession(context.Background(), host.SessionRequest{ID: fmt.Sprint("a", i), Agent: "scripted", Workspace: dir})
+		if err != nil {
+			return nil, err
+		}
+		ss = append(ss, s)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		wg.Go(func() { _, _ = s.Prompt(context.Background(), fmt.Sprintf("count %d", per)) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	rate := float64(sessions*per) / elapsed.Seconds()
+
+	f, err := os.Create(filepath.Join(dir, "raw"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	record := make([]byte, 200)
+	start = time.Now()
+	for range per {
+		if _, err := f.Write(record); err != nil {
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	raw := float64(per) / time.Since(start).Seconds()
+	ratio := rate / raw
+	return []row{{name: "durable journal appends, 8 concurrent sessions", value: fmt.Sprintf("%.0f updates/s", rate),
+		baseline: fmt.Sprintf("%.0f records/s raw write+fsync", raw), ratio: fmt.Sprintf("%.1f×", ratio), target: "≥ 10×", verdict: verdict(ratio >= 10)}}, nil
+}
+
+// benchProbe: one batch probe of every owner against reading each owner's
+// /proc/<pid>/stat by hand.
+func benchProbe(owners, rounds int) ([]row, error) {
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	const tokenVar = "AGENTHOST_SPAWN_TOKEN_BENCH"
+	p := &probe.Prober{HostID: "local", TokenVar: tokenVar}
+	var sessions []leasestore.Session
+	var pids []int
+	for i := range owners {
+		c := exec.Command("sleep", "600")
+		c.Env = []string{tokenVar + "=" + fmt.Sprint("tok-", i)}
+		if err := c.Start(); err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, c)
+		id, err := p.Identify(context.Background(), c.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		sessions = append(sessions, leasestore.Session{ID: fmt.Sprint(i), Lease: leasestore.Lease{Claim: leasestore.ClaimLive, Owner: &id}})
+		pids = append(pids, c.Process.Pid)
+	}
+	var ours, scan []time.Duration
+	for range rounds {
+		start := time.Now()
+		p.ProbeAll(context.Background(), sessions)
+		ours = append(ours, time.Since(start))
+		start = time.Now()
+		for _, pid := range pids {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+				f := strings.Fields(string(b[i+2:]))
+				_, _ = strconv.ParseUint(f[19], 10, 64)
+			}
+		}
+		scan = append(scan, time.Since(start))
+	}
+	ratio := float64(median(ours)) / float64(median(scan))
+	return []row{{name: fmt.Sprintf("batch probe of %d owners", owners), value: ms(median(ours)), baseline: ms(median(scan)) + " hand-written /proc scan",
+		ratio: fmt.Sprintf("%.2f×", ratio), target: "≤ 1.5×", verdict: verdict(ratio <= 1.5)}}, nil
+}
+
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// benchRSS: the host process (this one) and its plugins with live sessions.
+func benchRSS(work, scripted string, sessions int) ([]row, error) {
+	h, dir, err := openHost(work, "rss", scripted)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Shutdown(context.Background())
+	var pluginRSS []time.Duration // bytes, sorted as durations for median()
+	for i := range sessions {
+		s, err := h.StartSession(context.Background(), host.SessionRequest{ID: fmt.Sprint("m", i), Agent: "scripted", Workspace: dir})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
+			return nil, err
+		}
+		pluginRSS = append(pluginRSS, time.Duration(rssOf(s.PID())))
+	}
+	runtime.GC()
+	hostRSS := rssOf(os.Getpid())
+	per := int64(median(pluginRSS))
+	return []row{
+		{name: fmt.Sprintf("host RSS with %d live sessions", sessions), value: mib(hostRSS), baseline: "–", ratio: "–", target: "≤ 64 MiB", verdict: verdict(hostRSS <= 64<<20)},
+		{name: "plugin RSS (median, scripted plugin)", value: mib(per), baseline: "–", ratio: "–", target: "≤ 20 MiB", verdict: verdict(per <= 20<<20)},
+	}, nil
+}
+
+// benchLatency: a client subscribed through the local API receives each
+// update; latency is its arrival minus the time the plugin produced it.
+func benchLatency(work, scripted string, updates int) ([]row, error) {
+	h, dir, err := openHost(work, "latency", scripted)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Shutdown(context.Background())
+	sock := filepath.Join(dir, "api.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- (&localapi.Server{Host: h}).Serve(ctx, ln) }()
+	defer func() { cancel(); <-srvDone }()
+
+	s, err := h.StartSession(context.Background(), host.SessionRequest{ID: "lat", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	from, _ := h.Store().LastSeq(context.Background(), "lat")
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": localapi.MethodSubscribe, "params": map[string]any{"sessionId": "lat", "fromSeq": from + 1}})
+	if _, err := conn.Write(append(req, '\n')); err != nil {
+		return nil, err
+	}
+	measure := func(prompt string, n int) (lat []time.Duration, rate float64, err error) {
+		got := make(chan struct{})
+		var first, last time.Time
+		go func() {
+			defer close(got)
+			sc := bufio.NewScanner(conn)
+			sc.Buffer(make([]byte, 1<<20), 16<<20)
+			seen := 0
+			for sc.Scan() {
+				now := time.Now()
+				var m struct {
+					Method string                `json:"method"`
+					Params localapi.JournalEntry `json:"params"`
+				}
+				if json.Unmarshal(sc.Bytes(), &m) != nil || m.Method != localapi.MethodJournal || m.Params.Kind != "update" {
+					continue
+				}
+				var rec host.UpdateRecord
+				if json.Unmarshal(m.Params.Payload, &rec) != nil || rec.PluginTime == 0 {
+					continue
+				}
+				if seen == 0 {
+					first = now
+				}
+				last = now
+				lat = append(lat, now.Sub(time.Unix(0, rec.PluginTime)))
+				seen++
+				if seen == n {
+					return
+				}
+			}
+		}()
+		if _, err := s.Prompt(context.Background(), prompt); err != nil {
+			return nil, 0, err
+		}
+		select {
+		case <-got:
+		case <-time.After(2 * time.Minute):
+			return nil, 0, fmt.Errorf("the subscriber did not receive %d updates", n)
+		}
+		return lat, float64(n-1) / last.Sub(first).Seconds(), nil
+	}
+	lat, _, err := measure(fmt.Sprintf("count %d 1ms", updates), updates)
+	if err != nil {
+		return nil, err
+	}
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+	_, rate, err := measure(fmt.Sprintf("count %d", updates*3), updates*3)
+	if err != nil {
+		return nil, err
+	}
+	return []row{
+		{name: "update latency plugin → API client at ~1,000/s, p50", value: ms(p50), baseline: "–", ratio: "–", target: "≤ 2 ms", verdict: verdict(p50 <= 2*time.Millisecond)},
+		{name: "update latency plugin → API client at ~1,000/s, p99", value: ms(p99), baseline: "–", ratio: "–", target: "≤ 10 ms", verdict: verdict(p99 <= 10*time.Millisecond)},
+		{name: "sustained updates to an API client", value: fmt.Sprintf("%.0f updates/s", rate), baseline: "–", ratio: "–", target: "–", verdict: "–"},
+	}, nil
+}
