@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
@@ -54,15 +55,28 @@ func (h *Host) reconcile(ctx context.Context) error {
 		h.report(ReconcileScope, err)
 	}
 	results := h.prober.ProbeAll(ctx, sessions)
+	// Sessions are decided independently, a few at a time: readopting one
+	// is mostly waiting (a reconnect, a few RPCs, durable lease moves that
+	// group-commit with the others').
+	sem := make(chan struct{}, reconcileParallelism)
+	var wg sync.WaitGroup
 	for _, s := range sessions {
-		d := h.decide(ctx, s, results[s.ID])
-		h.mu.Lock()
-		h.decisions[s.ID] = d
-		h.mu.Unlock()
-		h.log.Info("session reconciled", "session", s.ID, "action", d.Action, "probe", d.Probe.String(), "reason", d.Reason)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d := h.decide(ctx, s, results[s.ID])
+			h.mu.Lock()
+			h.decisions[s.ID] = d
+			h.mu.Unlock()
+			h.log.Info("session reconciled", "session", s.ID, "action", d.Action, "probe", d.Probe.String(), "reason", d.Reason)
+		})
 	}
+	wg.Wait()
 	return nil
 }
+
+// reconcileParallelism bounds how many sessions are decided at once at open.
+const reconcileParallelism = 8
 
 // decide applies the restart decision for one session. Every path fails
 // closed: only proof of death frees a lease, only a verified identity
