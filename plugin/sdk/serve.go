@@ -186,5 +186,12 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 	plugin.Serve(sc)
 	cancel()
 	<-stopped
+	// However the server stopped (go-plugin's own shutdown RPC included),
+	// the agent closes: its CLI must not outlive the plugin.
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.stopTimeout)
+	defer scancel()
+	if err := srv.shutdown(sctx); err != nil {
+		log.Error("closing the agent failed", "error", err)
+	}
 	return nil
 }

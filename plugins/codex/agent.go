@@ -1,0 +1,318 @@
+package codex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// Version is the plugin's version, sent to codex as clientInfo.version.
+const Version = "0.1.0"
+
+// clientName is the clientInfo name; codex records it as the thread's
+// originator.
+const clientName = "agenthost"
+
+// handshakeTimeout bounds starting the app-server and opening the thread,
+// within the caller's own deadline.
+const handshakeTimeout = 60 * time.Second
+
+// optOut are notifications the plugin never uses, suppressed at initialize.
+var optOut = []string{"remoteControl/status/changed", "account/rateLimits/updated"}
+
+// agent drives one `codex app-server` process holding one thread.
+type agent struct {
+	log hclog.Logger
+	env []string // the plugin's environment, which the CLI's derives from
+
+	mu         sync.Mutex
+	proc       *process
+	conn       *conn
+	readerDone chan struct{}
+	threadID   string
+	version    string
+	opts       options
+	// resumable: the thread has been saved by codex (it was resumed, or a
+	// turn of it has started), so its handle can be reported as such.
+	resumable bool
+	closed    bool
+}
+
+var (
+	_ sdk.Agent     = (*agent)(nil)
+	_ sdk.Closer    = (*agent)(nil)
+	_ sdk.Describer = (*agent)(nil)
+)
+
+// New is the plugin's sdk.Factory. It only records the environment: the
+// CLI is found, checked and started when the session opens, so that its
+// errors are the session's readiness failure.
+func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+	log := env.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &agent{log: log, env: os.Environ()}, nil
+}
+
+// AgentVersion reports the codex CLI's version once a session is open.
+func (a *agent) AgentVersion() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.version
+}
+
+// NewSession starts the app-server in the workspace and a thread in it.
+// The thread id is the handle. Codex saves a thread only once its first
+// turn starts; the plugin reports the handle again (HandleChanged, origin
+// "created") at that moment, and until then a resume of it fails with a
+// message saying the conversation was never saved.
+func (a *agent) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.SessionInfo, error) {
+	return a.open(ctx, req.Workspace, req.Options, "")
+}
+
+// ResumeSession starts the app-server and resumes the thread req.Handle
+// with thread/resume; the reply must name that same thread.
+func (a *agent) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
+	return a.open(ctx, req.Workspace, req.Options, req.Handle)
+}
+
+func (a *agent) open(ctx context.Context, workspace string, in map[string]string, resume string) (sdk.SessionInfo, error) {
+	a.mu.Lock()
+	busy := a.conn != nil || a.closed
+	a.mu.Unlock()
+	if busy {
+		return sdk.SessionInfo{}, errors.New("codex: this plugin process already has a session (or was closed)")
+	}
+	o, err := parseOptions(in)
+	if err != nil {
+		return sdk.SessionInfo{}, fmt.Errorf("codex: %w", err)
+	}
+	cliEnv, stripped := childEnv(a.env, o.allowCredentials)
+	fromEnv, _ := lookupEnv(a.env, EnvCodexPath)
+	pathVar, _ := lookupEnv(a.env, "PATH")
+	home, _ := lookupEnv(a.env, "HOME")
+	path, err := findCLI(o.cliPath, fromEnv, pathVar, home)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	native, pkgRoot := nativeCLI(path)
+	if pkgRoot != "" {
+		// What the npm launcher would have set.
+		cliEnv = append(cliEnv, "CODEX_MANAGED_PACKAGE_ROOT="+pkgRoot, "CODEX_MANAGED_BY_NPM=1")
+	}
+	version, err := checkVersion(ctx, native, cliEnv)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	if !o.skipAuthCheck {
+		if err := checkAuth(cliEnv, stripped); err != nil {
+			return sdk.SessionInfo{}, err
+		}
+	}
+	if len(stripped) > 0 {
+		a.log.Info("credential variables withheld from codex (session option allow_credentials=true passes them)", "variables", stripped)
+	}
+
+	p, err := startProcess(native, []string{"app-server"}, workspace, cliEnv, a.log.Named("codex"))
+	if err != nil {
+		return sdk.SessionInfo{}, fmt.Errorf("codex: start `%s app-server` in %s: %w", native, workspace, err)
+	}
+	a.log.Info("codex app-server started", "pid", p.pid, "path", native, "version", version, "workspace", workspace)
+	c := newConn(p.stdin, a.idle)
+	readerDone := make(chan struct{})
+	go a.read(p, c, o.maxMessageBytes, readerDone)
+
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	info, threadID, err := a.handshake(hctx, c, p, workspace, o, resume)
+	if err != nil {
+		p.kill()
+		<-readerDone
+		return sdk.SessionInfo{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		p.kill()
+		return sdk.SessionInfo{}, errors.New("codex: the session was closed while it opened")
+	}
+	a.proc, a.conn, a.readerDone = p, c, readerDone
+	a.threadID, a.version, a.opts = threadID, version, o
+	a.resumable = resume != ""
+	return info, nil
+}
+
+// handshake runs initialize, initialized and thread/start (or
+// thread/resume), returning the session info and the thread id.
+func (a *agent) handshake(ctx context.Context, c *conn, p *process, workspace string, o options, resume string) (sdk.SessionInfo, string, error) {
+	title := clientName
+	var init initializeResult
+	err := c.call(ctx, "initialize", initializeParams{
+		ClientInfo:   clientInfo{Name: clientName, Title: &title, Version: Version},
+		Capabilities: initializeCapabilities{OptOutNotificationMethods: optOut},
+	}, &init)
+	if err != nil {
+		return sdk.SessionInfo{}, "", a.startupError("initialize", err, p)
+	}
+	if err := c.notify("initialized", nil); err != nil {
+		return sdk.SessionInfo{}, "", a.startupError("initialized", err, p)
+	}
+	a.log.Debug("codex initialized", "user_agent", init.UserAgent, "codex_home", init.CodexHome)
+
+	var res threadResult
+	if resume == "" {
+		err = c.call(ctx, "thread/start", threadStartParams{
+			Model: o.model, Cwd: workspace, ApprovalPolicy: o.approvalPolicy, Sandbox: o.sandbox,
+			Config: o.config, Ephemeral: o.ephemeral,
+		}, &res)
+		if err != nil {
+			return sdk.SessionInfo{}, "", a.startupError("thread/start", err, p)
+		}
+		if res.Thread.ID == "" {
+			return sdk.SessionInfo{}, "", errors.New("codex: thread/start answered without a thread id")
+		}
+	} else {
+		err = c.call(ctx, "thread/resume", threadResumeParams{
+			ThreadID: resume, Model: o.model, Cwd: workspace, ApprovalPolicy: o.approvalPolicy, Sandbox: o.sandbox,
+			Config: o.config, ExcludeTurns: true,
+		}, &res)
+		if err != nil {
+			return sdk.SessionInfo{}, "", resumeError(resume, init.CodexHome, err, a.startupError("thread/resume", err, p))
+		}
+		if res.Thread.ID != resume {
+			return sdk.SessionInfo{}, "", fmt.Errorf("codex: asked to resume thread %s, codex resumed thread %q instead; "+
+				"refusing to continue a different conversation: start a new session, or resume with the handle of the thread you meant", resume, res.Thread.ID)
+		}
+	}
+	a.log.Info("codex thread open", "thread", res.Thread.ID, "resumed", resume != "", "model", res.Model, "provider", res.ModelProvider)
+	opts := map[string]string{}
+	for _, k := range []string{optModel, optApprovalPolicy, optSandbox, optEphemeral} {
+		if v := optionValue(o, k); v != "" {
+			opts[k] = v
+		}
+	}
+	if res.Model != "" {
+		opts[optModel] = res.Model
+	}
+	return sdk.SessionInfo{Handle: res.Thread.ID, Options: maps.Clone(opts)}, res.Thread.ID, nil
+}
+
+func optionValue(o options, k string) string {
+	switch k {
+	case optModel:
+		return o.model
+	case optApprovalPolicy:
+		return o.approvalPolicy
+	case optSandbox:
+		return o.sandbox
+	case optEphemeral:
+		if o.ephemeral {
+			return "true"
+		}
+	}
+	return ""
+}
+
+// resumeError says why thread/resume failed in terms a user can act on.
+func resumeError(id, home string, err, fallback error) error {
+	var re *rpcError
+	if !errors.As(err, &re) {
+		return fallback
+	}
+	switch {
+	case strings.Contains(re.Message, "no rollout found"):
+		where := "CODEX_HOME"
+		if home != "" {
+			where = home + "/sessions"
+		}
+		return fmt.Errorf("codex has no saved conversation for thread %s (%s): codex saves a thread only once its first turn starts, "+
+			"so a session closed before its first prompt, or whose %s was removed, cannot be resumed; start a new session", id, re.Message, where)
+	case strings.Contains(re.Message, "invalid session id") || strings.Contains(re.Message, "invalid thread id"):
+		return fmt.Errorf("codex: %q is not a codex thread id (codex says: %s); resume with the thread id of a codex session", id, re.Message)
+	}
+	return fallback
+}
+
+// startupError describes a failed handshake step, quoting the app-server's
+// stderr when it died.
+func (a *agent) startupError(step string, err error, p *process) error {
+	var re *rpcError
+	if errors.As(err, &re) {
+		return fmt.Errorf("codex: %s failed: %s", step, re.Error())
+	}
+	if errors.Is(err, errProcessGone) {
+		return fmt.Errorf("codex: %s failed: %w", step, err)
+	}
+	return fmt.Errorf("codex: %s failed: %w%s", step, err, stderrNote(p))
+}
+
+// read runs the connection's reader and, when it ends, says why.
+func (a *agent) read(p *process, c *conn, max int, done chan<- struct{}) {
+	defer close(done)
+	tooLong := false
+	c.readLoop(p.stdout, max, func(err error) error {
+		if errors.Is(err, errLineTooLong) {
+			tooLong = true
+			return fmt.Errorf("%w: it wrote %v, over the limit of %d bytes (session option %s); the plugin stopped it, resume the session to continue",
+				errProcessGone, err, max, optMaxMessageBytes)
+		}
+		p.settle(2 * time.Second)
+		a.mu.Lock()
+		closed := a.closed
+		a.mu.Unlock()
+		if closed {
+			return fmt.Errorf("%w: the session was closed", errProcessGone)
+		}
+		return fmt.Errorf("%w: it exited unexpectedly (%s)%s; close the session and resume it to start a new one", errProcessGone, p.exitStatus(), stderrNote(p))
+	})
+	if tooLong {
+		p.kill()
+	}
+}
+
+func stderrNote(p *process) string {
+	if t := p.stderr.lines(8, 2000); t != "" {
+		return "; the last lines of its stderr:\n" + t
+	}
+	return ""
+}
+
+// idle logs what the app-server says while no turn runs.
+func (a *agent) idle(m *message) {
+	switch {
+	case m.Method == methodUndecodable:
+		a.log.Warn("skipped an undecodable line from codex", "error", m.Error.Message)
+	case m.Error != nil:
+		a.log.Warn("codex reported an error", "error", m.Error.Error())
+	case m.Method == "configWarning" || m.Method == "warning" || m.Method == "deprecationNotice":
+		a.log.Warn("codex "+m.Method, "params", truncate(string(m.Params), 1000))
+	default:
+		a.log.Debug("codex message outside a turn", "method", m.Method)
+	}
+}
+
+// Close stops the app-server: stdin EOF, then SIGTERM, then SIGKILL, the
+// grace periods bounded by ctx. It always reaps the process.
+func (a *agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	a.closed = true
+	p, done := a.proc, a.readerDone
+	a.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	err := p.stop(ctx)
+	<-done
+	a.log.Info("codex app-server stopped", "pid", p.pid, "status", p.exitStatus())
+	return err
+}

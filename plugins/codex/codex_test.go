@@ -1,0 +1,592 @@
+package codex_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
+	"github.com/agenthost/agenthost/plugins/codex/internal/codextest"
+)
+
+// The plugin and the fake CLI, built on first use (not in TestMain: fuzz
+// workers run TestMain too) and removed after the run.
+var (
+	buildOnce sync.Once
+	binDir    string
+	bins      struct{ plugin, fake string }
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// built builds the plugin (with the race detector when the tests have it:
+// the plugin's concurrency runs in its own process) and the fake codex.
+func built(t *testing.T) {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "codex-plugin-test-"); buildErr != nil {
+			return
+		}
+		var flags []string
+		if raceEnabled {
+			flags = append(flags, "-race")
+		}
+		var b map[string]string
+		if b, buildErr = codextest.Build(binDir, map[string]string{"agenthost-plugin-codex": "./cmd/agenthost-plugin-codex"}, flags...); buildErr != nil {
+			return
+		}
+		bins.plugin = b["agenthost-plugin-codex"]
+		if b, buildErr = codextest.Build(binDir, map[string]string{"codex": "./testdata/fakecodex"}); buildErr != nil {
+			return
+		}
+		bins.fake = b["codex"]
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// home is a fresh HOME with a CODEX_HOME holding an auth.json, and a
+// workspace.
+type home struct {
+	dir, codexHome, workspace string
+}
+
+func newHome(t *testing.T, auth bool) home {
+	t.Helper()
+	built(t)
+	dir := t.TempDir()
+	h := home{dir: dir, codexHome: filepath.Join(dir, ".codex"), workspace: filepath.Join(dir, "work")}
+	for _, d := range []string{h.codexHome, h.workspace} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if auth {
+		if err := os.WriteFile(filepath.Join(h.codexHome, "auth.json"), []byte(`{"OPENAI_API_KEY":null}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// env is the plugin's whole environment: the fake CLI, the home, extras.
+func (h home) env(extra ...string) []string {
+	return append([]string{
+		"PATH=/usr/bin:/bin", "HOME=" + h.dir, "CODEX_HOME=" + h.codexHome, "AGENTHOST_CODEX_PATH=" + bins.fake,
+		"AGENTHOST_PLUGIN_LOG_LEVEL=debug", noExitSleep,
+	}, extra...)
+}
+
+// open starts the plugin and opens a new session.
+func open(t *testing.T, h home, opts map[string]string, extra ...string) (*codextest.Plugin, string) {
+	t.Helper()
+	p := codextest.Start(t, bins.plugin, h.env(extra...))
+	handle, err := p.NewSession(h.workspace, opts)
+	if err != nil {
+		t.Fatalf("NewSession: %v\nplugin stderr:\n%s", err, p.Stderr())
+	}
+	return p, handle
+}
+
+const turnWait = 10 * time.Second
+
+// noExitSleep stops a race-enabled plugin from sleeping a second at exit.
+const noExitSleep = "GORACE=atexit_sleep_ms=0"
+
+func stopOf(t *testing.T, ups []*agentpb.Update, st *agentpb.TurnStopped, reason string) {
+	t.Helper()
+	if st.StopReason != reason {
+		t.Fatalf("turn stopped with %q (error %q), want %q; updates %s", st.StopReason, st.Error, reason, codextest.Describe(ups))
+	}
+}
+
+func kinds(ups []*agentpb.Update, kind string) []*agentpb.Update {
+	var out []*agentpb.Update
+	for _, u := range ups {
+		if codextest.Kind(u) == kind {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	h := newHome(t, true)
+	sdktest.Run(t, bins.plugin,
+		sdktest.WithEnv("AGENTHOST_CODEX_PATH="+bins.fake, "HOME="+h.dir, "CODEX_HOME="+h.codexHome, noExitSleep),
+		sdktest.WithPrompts(sdktest.Prompts{Stream: "count 3", Hold: "sleep 30s", Replay: "count 20 10ms"}))
+}
+
+// A turn streams its deltas as message chunks and its token usage; the
+// handle is reported again, as created, when the first turn starts (the
+// thread is saved then), and not at later turns.
+func TestStreamUsageAndHandle(t *testing.T) {
+	t.Parallel()
+	h := newHome(t, true)
+	p, handle := open(t, h, nil)
+	if len(handle) != 36 || handle[14] != '7' {
+		t.Errorf("handle %q is not a UUIDv7 thread id", handle)
+	}
+	ups, st := p.Turn(p.Prompt("count 3"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	var chunks []string
+	for _, u := range kinds(ups, "agent_message_chunk") {
+		chunks = append(chunks, u.GetAgentMessageChunk().GetContent().GetText())
+	}
+	if strings.Join(chunks, ",") != "1,2,3" {
+		t.Errorf("message chunks %q, want 1,2,3", chunks)
+	}
+	hc := kinds(ups, "handle_changed")
+	if len(hc) != 1 || hc[0].GetHandleChanged().Handle != handle || hc[0].GetHandleChanged().Origin != "created" {
+		t.Errorf("handle changes %v, want one (%s, created)", hc, handle)
+	}
+	us := kinds(ups, "usage")
+	if len(us) != 1 {
+		t.Fatalf("usage updates: %s", codextest.Describe(ups))
+	}
+	if u := us[0].GetUsage(); u.InputTokens != 100 || u.OutputTokens != 3 || u.CachedInputTokens != 20 || u.ReasoningTokens != 5 {
+		t.Errorf("usage %v, want input 100, output 3, cached 20, reasoning 5", u)
+	}
+	// The rollout exists now, named after the thread.
+	if m, _ := filepath.Glob(filepath.Join(h.codexHome, "sessions", "*", "*", "*", "rollout-*-"+handle+".jsonl")); len(m) != 1 {
+		t.Errorf("rollout files for %s: %v", handle, m)
+	}
+
+	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if hc := kinds(ups, "handle_changed"); len(hc) != 0 {
+		t.Errorf("second turn reported the handle again: %v", hc)
+	}
+}
+
+// A session whose thread ran a turn resumes under the same handle in a
+// new plugin process.
+func TestResumeAfterFirstTurn(t *testing.T) {
+	t.Parallel()
+	h := newHome(t, true)
+	p, handle := open(t, h, nil)
+	ups, st := p.Turn(p.Prompt("hello"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	p2 := codextest.Start(t, bins.plugin, h.env())
+	got, err := p2.Resume(h.workspace, handle, nil)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if got != handle {
+		t.Errorf("resumed handle %q, want %q", got, handle)
+	}
+	ups, st = p2.Turn(p2.Prompt("again"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if msg := codextest.Messages(ups); msg != "again" {
+		t.Errorf("message %q", msg)
+	}
+	if hc := kinds(ups, "handle_changed"); len(hc) != 0 {
+		t.Errorf("a resumed thread reported its handle again: %v", hc)
+	}
+}
+
+func TestResumeErrors(t *testing.T) {
+	t.Parallel()
+	h := newHome(t, true)
+	// A thread that never ran a turn was never saved.
+	p, handle := open(t, h, nil)
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, handle string
+		env          []string
+		want         []string
+	}{
+		{"never used", handle, nil, []string{"no saved conversation for thread " + handle, "first turn", "start a new session"}},
+		{"unknown", "00000000-0000-0000-0000-000000000000", nil, []string{"no rollout found for thread id 00000000-0000-0000-0000-000000000000", "start a new session"}},
+		{"not an id", "bogus", nil, []string{`"bogus" is not a codex thread id`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := codextest.Start(t, bins.plugin, h.env(tt.env...))
+			_, err := p.Resume(h.workspace, tt.handle, nil)
+			if err == nil {
+				t.Fatal("resume succeeded")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// A resume reply naming another thread is refused.
+func TestResumeReplyNamesAnotherThread(t *testing.T) {
+	t.Parallel()
+	h := newHome(t, true)
+	p, handle := open(t, h, nil)
+	_, st := p.Turn(p.Prompt("hello"), turnWait)
+	if st.StopReason != "end_turn" {
+		t.Fatal(st)
+	}
+	p.Close(5 * time.Second)
+	p2 := codextest.Start(t, bins.plugin, h.env("FAKECODEX_RESUME_OTHER=1"))
+	_, err := p2.Resume(h.workspace, handle, nil)
+	if err == nil || !strings.Contains(err.Error(), "asked to resume thread "+handle+", codex resumed thread") ||
+		!strings.Contains(err.Error(), "refusing to continue a different conversation") {
+		t.Fatalf("resume error %v", err)
+	}
+}
+
+func TestReadinessFailures(t *testing.T) {
+	t.Parallel()
+	empty := t.TempDir()
+	for _, tt := range []struct {
+		name string
+		auth bool
+		opts map[string]string
+		env  []string
+		want []string
+	}{
+		{"missing explicit path", true, nil, []string{"AGENTHOST_CODEX_PATH=/nonexistent/codex"},
+			[]string{"/nonexistent/codex", "AGENTHOST_CODEX_PATH", "npm install -g @openai/codex"}},
+		{"missing cli_path", true, map[string]string{"cli_path": "/nonexistent/codex2"}, nil,
+			[]string{"/nonexistent/codex2", "session option cli_path"}},
+		{"not found anywhere", true, nil, []string{"AGENTHOST_CODEX_PATH=", "PATH=" + empty},
+			[]string{"codex CLI not found", "PATH", "/usr/local/bin/codex", "npm install -g @openai/codex"}},
+		{"too old", true, nil, []string{"FAKECODEX_VERSION=0.170.9"},
+			[]string{"codex-cli 0.170.9", "older than 0.171.0", "npm install -g @openai/codex@latest"}},
+		{"no credentials", false, nil, nil,
+			[]string{"codex has no credentials", "auth.json", "codex login", "OPENAI_API_KEY", "allow_credentials=true", "skip_auth_check=true"}},
+		{"credential withheld", false, nil, []string{"OPENAI_API_KEY=sk-test"},
+			[]string{"OPENAI_API_KEY is set but withheld from codex by the credential policy", "allow_credentials=true"}},
+		{"bad option", true, map[string]string{"approval_policy": "sometimes"}, nil,
+			[]string{`approval_policy="sometimes" is invalid`, "on-request"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHome(t, tt.auth)
+			p := codextest.Start(t, bins.plugin, h.env(tt.env...))
+			_, err := p.NewSession(h.workspace, tt.opts)
+			if err == nil {
+				t.Fatal("NewSession succeeded")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// The credential variables are stripped from the CLI's environment unless
+// the session allows them; a key allowed through satisfies the auth check.
+func TestCredentialPolicy(t *testing.T) {
+	t.Parallel()
+	h := newHome(t, true)
+	if err := os.WriteFile(filepath.Join(h.codexHome, "config.toml"), []byte("[model_providers.mine]\nname = \"mine\"\nenv_key = \"MY_PROVIDER_KEY\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"OPENAI_API_KEY=sk-test", "CODEX_ACCESS_TOKEN=tok", "MY_PROVIDER_KEY=mine", "UNRELATED=kept"}
+	ask := func(p *codextest.Plugin, name string) string {
+		ups, st := p.Turn(p.Prompt("env "+name), turnWait)
+		stopOf(t, ups, st, "end_turn")
+		return codextest.Messages(ups)
+	}
+	p, _ := open(t, h, nil, keys...)
+	for _, k := range []string{"OPENAI_API_KEY", "CODEX_ACCESS_TOKEN", "MY_PROVIDER_KEY"} {
+		if v := ask(p, k); v != "<unset>" {
+			t.Errorf("%s reached codex as %q, want it stripped", k, v)
+		}
+	}
+	if v := ask(p, "UNRELATED"); v != "kept" {
+		t.Errorf("UNRELATED = %q", v)
+	}
+
+	noAuth := newHome(t, false)
+	p2, _ := open(t, noAuth, map[string]string{"allow_credentials": "true"}, keys...)
+	if v := ask(p2, "OPENAI_API_KEY"); v != "sk-test" {
+		t.Errorf("allowed OPENAI_API_KEY reached codex as %q", v)
+	}
+	p3, _ := open(t, newHome(t, false), map[string]string{"skip_auth_check": "true"})
+	if v := ask(p3, "OPENAI_API_KEY"); v != "<unset>" {
+		t.Errorf("OPENAI_API_KEY = %q", v)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil)
+	turn := p.Prompt("sleep 30s")
+	p.Until(turnWait, "the turn's first update", func(u *agentpb.Update) bool { return u.TurnId == turn })
+	start := time.Now()
+	p.Cancel()
+	ups, st := p.Turn(turn, turnWait)
+	stopOf(t, ups, st, "cancelled")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("cancel took %s", d)
+	}
+	// The session goes on.
+	ups, st = p.Turn(p.Prompt("count 2"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+}
+
+func TestApprovals(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "on-request"})
+	for _, tt := range []struct {
+		prompt, answer, toolStatus, reply string
+	}{
+		{"tool", "accept", "completed", "approval: accept"},
+		{"tool", "decline", "failed", "approval: decline"},
+		{"edit", "acceptForSession", "completed", "approval: acceptForSession"},
+	} {
+		turn := p.Prompt(tt.prompt)
+		ups := p.Until(turnWait, "a permission request", func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
+		req := ups[len(ups)-1].GetPermissionRequest()
+		calls := kinds(ups, "tool_call")
+		if len(calls) != 1 || calls[0].GetToolCall().ToolCallId != req.ToolCall.ToolCallId {
+			t.Fatalf("%s: tool calls before the request %s; request for %q", tt.prompt, codextest.Describe(ups), req.ToolCall.ToolCallId)
+		}
+		wantKind, wantTitle := "execute", "ls"
+		if tt.prompt == "edit" {
+			wantKind, wantTitle = "edit", "edit "
+		}
+		if req.ToolCall.Kind != wantKind || !strings.HasPrefix(req.ToolCall.Title, wantTitle) {
+			t.Errorf("%s: permission tool call %v", tt.prompt, req.ToolCall)
+		}
+		var opts []string
+		for _, o := range req.Options {
+			opts = append(opts, o.OptionId+"/"+o.Kind)
+		}
+		if got := strings.Join(opts, ","); got != "accept/allow_once,acceptForSession/allow_always,decline/reject_once" {
+			t.Errorf("options %s", got)
+		}
+		p.Answer(req.RequestId, tt.answer)
+		rest, st := p.Turn(turn, turnWait)
+		stopOf(t, rest, st, "end_turn")
+		if msg := codextest.Messages(rest); msg != tt.reply {
+			t.Errorf("%s answered %s: the fake replied %q, want %q", tt.prompt, tt.answer, msg, tt.reply)
+		}
+		upd := kinds(rest, "tool_call_update")
+		if len(upd) != 1 || upd[0].GetToolCallUpdate().Status != tt.toolStatus {
+			t.Errorf("%s answered %s: tool call updates %v, want status %s", tt.prompt, tt.answer, upd, tt.toolStatus)
+		}
+		if tt.answer == "accept" && tt.prompt == "tool" {
+			if c := upd[0].GetToolCallUpdate().Content; len(c) != 1 || c[0].Text != "README.md\nmain.go\n" {
+				t.Errorf("command output %v", c)
+			}
+		}
+	}
+
+	// Cancelling the turn while the user is asked: codex gets "cancel".
+	turn := p.Prompt("tool")
+	p.Until(turnWait, "a permission request", func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
+	p.Cancel()
+	ups, st := p.Turn(turn, turnWait)
+	stopOf(t, ups, st, "cancelled")
+	if r := kinds(ups, "permission_resolved"); len(r) != 1 || r[0].GetPermissionResolved().Outcome.Outcome != "cancelled" {
+		t.Errorf("permission resolution %s", codextest.Describe(ups))
+	}
+
+	// The permissions request echoes what was asked for, or grants nothing.
+	turn = p.Prompt("perm")
+	ups = p.Until(turnWait, "a permission request", func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
+	p.Answer(ups[len(ups)-1].GetPermissionRequest().RequestId, "accept")
+	ups, _ = p.Turn(turn, turnWait)
+	if msg := codextest.Messages(ups); msg != `permissions: {"permissions":{"network":{"enabled":true}},"scope":"turn"}` {
+		t.Errorf("perm reply %q", msg)
+	}
+}
+
+func TestNoApprovalWhenPolicyNever(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "never"})
+	ups, st := p.Turn(p.Prompt("tool"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if r := kinds(ups, "permission_request"); len(r) != 0 {
+		t.Errorf("asked for permission: %s", codextest.Describe(ups))
+	}
+	if msg := codextest.Messages(ups); msg != "approval: not asked" {
+		t.Errorf("reply %q", msg)
+	}
+}
+
+func TestThoughtsAndPlans(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil)
+	ups, st := p.Turn(p.Prompt("think"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	var thought string
+	for _, u := range kinds(ups, "agent_thought_chunk") {
+		thought += u.GetAgentThoughtChunk().GetContent().GetText()
+	}
+	if thought != "thinking hard" {
+		t.Errorf("thought %q (%s)", thought, codextest.Describe(ups))
+	}
+	ups, st = p.Turn(p.Prompt("plan"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	plans := kinds(ups, "plan")
+	if len(plans) != 1 {
+		t.Fatalf("plans: %s", codextest.Describe(ups))
+	}
+	e := plans[0].GetPlan().Entries
+	if len(e) != 2 || e[0].Content != "read the code" || e[0].Status != "completed" || e[1].Status != "in_progress" {
+		t.Errorf("plan %v", e)
+	}
+}
+
+func TestTurnFailures(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), map[string]string{"model_retry_timeout": "300ms"})
+	ups, st := p.Turn(p.Prompt("fail out of tokens"), turnWait)
+	stopOf(t, ups, st, "failed")
+	if st.Error != "out of tokens" {
+		t.Errorf("error %q", st.Error)
+	}
+	ups, st = p.Turn(p.Prompt("offline"), turnWait)
+	stopOf(t, ups, st, "failed")
+	for _, w := range []string{"could not reach its model for 300ms", "Reconnecting... waiting for network", "Connection failed", "model_retry_timeout"} {
+		if !strings.Contains(st.Error, w) {
+			t.Errorf("error %q lacks %q", st.Error, w)
+		}
+	}
+	// The session goes on.
+	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+}
+
+// A CLI that dies mid-turn fails the turn with its exit status and stderr,
+// and later turns say the app-server is gone.
+func TestCLIDiesMidTurn(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil)
+	ups, st := p.Turn(p.Prompt("die"), turnWait)
+	stopOf(t, ups, st, "failed")
+	for _, w := range []string{"exited unexpectedly (exit status 3)", "asked to die", "resume it"} {
+		if !strings.Contains(st.Error, w) {
+			t.Errorf("error %q lacks %q", st.Error, w)
+		}
+	}
+	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
+	stopOf(t, ups, st, "failed")
+	if !strings.Contains(st.Error, "codex app-server is not running") {
+		t.Errorf("next turn error %q", st.Error)
+	}
+}
+
+// A line over the cap ends the app-server with an error naming the cap;
+// one under it passes.
+func TestHugeLine(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), map[string]string{"max_message_bytes": "100000"})
+	ups, st := p.Turn(p.Prompt("huge 100000"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if msg := codextest.Messages(ups); len(msg) < 99000 || !strings.HasSuffix(msg, "huge done") {
+		t.Errorf("message of %d bytes", len(msg))
+	}
+	kids := codextest.Children(p.Pid)
+	ups, st = p.Turn(p.Prompt("huge 100001"), turnWait)
+	stopOf(t, ups, st, "failed")
+	for _, w := range []string{"line too long", "over the limit of 100000 bytes", "max_message_bytes"} {
+		if !strings.Contains(st.Error, w) {
+			t.Errorf("error %q lacks %q", st.Error, w)
+		}
+	}
+	for _, k := range kids {
+		if !codextest.WaitGone(k, 5*time.Second) {
+			t.Errorf("app-server %d still running after the oversized line", k)
+		}
+	}
+}
+
+// Non-JSON lines, unknown notifications, items and fields are ignored, and
+// an unknown request gets a JSON-RPC error; a slow stream completes.
+func TestNoiseAndSlowStream(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_SLOW=10ms")
+	ups, st := p.Turn(p.Prompt("noise"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if msg := codextest.Messages(ups); !strings.Contains(msg, `"code":-32601`) || !strings.Contains(msg, "does not handle fake/unknownRequest") {
+		t.Errorf("reply %q", msg)
+	}
+	if n := len(kinds(ups, "tool_call")); n != 0 {
+		t.Errorf("an unknown item became %d tool calls", n)
+	}
+	ups, st = p.Turn(p.Prompt("count 5"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+	if msg := codextest.Messages(ups); msg != "12345" {
+		t.Errorf("slow stream %q", msg)
+	}
+}
+
+// Close stops an app-server that ignores stdin EOF and SIGTERM, within its
+// deadline, and reaps it.
+func TestCloseKillsStubbornCLI(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_IGNORE_SIGTERM=1")
+	kids := codextest.Children(p.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("children of the plugin: %v", kids)
+	}
+	start := time.Now()
+	if err := p.Close(1500 * time.Millisecond); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("close took %s", d)
+	}
+	if codextest.Alive(kids[0]) {
+		t.Errorf("app-server %d survived Close", kids[0])
+	}
+	// The plugin's log reaches us through go-plugin's stderr relay.
+	for deadline := time.Now().Add(3 * time.Second); !strings.Contains(p.Stderr(), "signal: killed"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin did not log a SIGKILL: %s", p.Stderr())
+		}
+	}
+}
+
+// SIGKILL of the plugin during a turn takes the app-server with it, even
+// one that ignores stdin EOF (which the plugin's death also causes).
+func TestPluginSIGKILLTakesCLI(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_IGNORE_SIGTERM=1")
+	turn := p.Prompt("sleep 30s")
+	p.Until(turnWait, "the turn's first update", func(u *agentpb.Update) bool { return u.TurnId == turn })
+	kids := codextest.Children(p.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("children of the plugin: %v", kids)
+	}
+	p.Kill()
+	if !codextest.WaitGone(kids[0], 5*time.Second) {
+		t.Fatalf("app-server %d still alive 5s after the plugin was SIGKILLed", kids[0])
+	}
+}
+
+// A cancel that arrives before codex has answered turn/start interrupts
+// the turn once its id is known: the next turn is not refused as "already
+// in progress".
+func TestCancelBeforeTurnStarts(t *testing.T) {
+	t.Parallel()
+	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_SLOW=50ms")
+	turn := p.Prompt("sleep 30s")
+	p.Cancel()
+	ups, st := p.Turn(turn, turnWait)
+	stopOf(t, ups, st, "cancelled")
+	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
+	stopOf(t, ups, st, "end_turn")
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package codex_test
+
+const raceEnabled = false

@@ -1,0 +1,769 @@
+// Command fakecodex is a faithful fake of the `codex` CLI 0.171.0 for the
+// codex plugin's tests: `codex --version` and `codex app-server`, JSON-RPC
+// over stdio as JSONL without the "jsonrpc" member, with the real method
+// names, shapes, errors (codes and texts) and extra fields (see
+// agent-clis.md §2 and §6). Its "model" is the prompt text:
+//
+//	count N [INTERVAL]  stream N agentMessage deltas "1".."N", INTERVAL apart
+//	sleep DURATION      hold the turn for DURATION or until interrupted
+//	tool                run a command item "ls", asking for approval first
+//	                    when approvalPolicy is untrusted or on-request;
+//	                    replies "approval: DECISION"
+//	edit                a fileChange item, approved the same way
+//	perm                an item/permissions/requestApproval request;
+//	                    replies "permissions: RESULT"
+//	think               a reasoning item (summary deltas), then a message
+//	plan                a turn/plan/updated notification, then a message
+//	huge N              one agentMessage delta on a line of exactly N bytes
+//	die                 exit with status 3 in the middle of the turn
+//	fail MESSAGE        complete the turn as failed with MESSAGE
+//	offline             retry errors (willRetry) until interrupted
+//	env NAME            reply with the value of NAME in its environment
+//	noise               non-JSON and unknown lines, an unknown request
+//	anything else       echoed back as one delta
+//
+// Environment knobs: FAKECODEX_VERSION overrides the version,
+// FAKECODEX_SLOW delays every line it writes, FAKECODEX_IGNORE_SIGTERM=1
+// ignores SIGTERM and stdin EOF, FAKECODEX_RESUME_OTHER=1 answers
+// thread/resume with another thread, FAKECODEX_LOG appends every line it
+// reads to a file.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func main() {
+	args := os.Args[1:]
+	switch {
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-V"):
+		v := os.Getenv("FAKECODEX_VERSION")
+		if v == "" {
+			v = "0.171.0"
+		}
+		fmt.Println("codex-cli " + v)
+	case len(args) >= 1 && args[0] == "app-server":
+		newServer().serve()
+	default:
+		fmt.Fprintf(os.Stderr, "error: unrecognized subcommand %q\n\nUsage: codex [OPTIONS] [PROMPT]\n", strings.Join(args, " "))
+		os.Exit(2)
+	}
+}
+
+type server struct {
+	wmu  sync.Mutex
+	w    *bufio.Writer
+	slow time.Duration
+	log  *os.File
+	home string
+
+	mu          sync.Mutex
+	gotInit     bool // initialize was answered
+	initialized bool // the client sent initialized
+	optOut      map[string]bool
+	threads     map[string]*thread
+	nextReq     int
+	waiting     map[string]chan json.RawMessage // answers to our requests
+}
+
+type thread struct {
+	id, cwd, policy string
+	ephemeral       bool
+	rollout         string
+	turns           int
+	active          *turn
+}
+
+type turn struct {
+	id        string
+	interrupt chan struct{}
+	once      sync.Once
+}
+
+func (t *turn) stop() { t.once.Do(func() { close(t.interrupt) }) }
+
+func (t *turn) interrupted() bool {
+	select {
+	case <-t.interrupt:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait sleeps d and reports whether the turn was not interrupted.
+func (t *turn) wait(d time.Duration) bool {
+	if d <= 0 {
+		return !t.interrupted()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-t.interrupt:
+		return false
+	}
+}
+
+func newServer() *server {
+	s := &server{w: bufio.NewWriterSize(os.Stdout, 1<<16), threads: map[string]*thread{}, waiting: map[string]chan json.RawMessage{}, optOut: map[string]bool{}}
+	s.slow, _ = time.ParseDuration(os.Getenv("FAKECODEX_SLOW"))
+	if p := os.Getenv("FAKECODEX_LOG"); p != "" {
+		s.log, _ = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	}
+	s.home = os.Getenv("CODEX_HOME")
+	if s.home == "" {
+		h, _ := os.UserHomeDir()
+		s.home = filepath.Join(h, ".codex")
+	}
+	return s
+}
+
+func (s *server) serve() {
+	ignoreTerm := os.Getenv("FAKECODEX_IGNORE_SIGTERM") == "1"
+	if ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	// Like the real server, a log line on stderr at startup.
+	fmt.Fprintln(os.Stderr, "\x1b[2m2026-11-29T20:17:09.000000Z\x1b[0m \x1b[31mERROR\x1b[0m codex_app_server: Codex could not find bubblewrap on PATH (fake)")
+	r := bufio.NewReaderSize(os.Stdin, 1<<16)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			if s.log != nil {
+				s.log.Write(line)
+				if line[len(line)-1] != '\n' {
+					s.log.Write([]byte("\n"))
+				}
+			}
+			s.handleLine(line)
+		}
+		if err != nil {
+			if ignoreTerm {
+				select {} // stdin EOF ignored too
+			}
+			os.Exit(0)
+		}
+	}
+}
+
+type inMsg struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+func (s *server) handleLine(line []byte) {
+	var m inMsg
+	if err := json.Unmarshal(line, &m); err != nil {
+		fmt.Fprintf(os.Stderr, "fakecodex: failed to deserialize message: %v\n", err)
+		return
+	}
+	switch {
+	case m.Method != "" && len(m.ID) > 0:
+		s.request(m)
+	case m.Method != "":
+		if m.Method == "initialized" {
+			s.mu.Lock()
+			s.initialized = true
+			s.mu.Unlock()
+		}
+	case len(m.ID) > 0:
+		s.mu.Lock()
+		ch := s.waiting[string(m.ID)]
+		delete(s.waiting, string(m.ID))
+		s.mu.Unlock()
+		if ch != nil {
+			if len(m.Error) > 0 {
+				ch <- json.RawMessage(`{"error":` + string(m.Error) + `}`)
+			} else {
+				ch <- m.Result
+			}
+		}
+	}
+}
+
+// Writing. Every line is delayed by FAKECODEX_SLOW.
+
+func (s *server) writeLine(b []byte) {
+	if s.slow > 0 {
+		time.Sleep(s.slow)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.w.Write(b)
+	s.w.WriteByte('\n')
+	s.w.Flush()
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+type response struct {
+	ID     json.RawMessage `json:"id"`
+	Result any             `json:"result"`
+}
+
+type errorResponse struct {
+	Error struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	ID json.RawMessage `json:"id"`
+}
+
+type notification struct {
+	Method      string `json:"method"`
+	Params      any    `json:"params"`
+	EmittedAtMs int64  `json:"emittedAtMs"`
+}
+
+type serverRequest struct {
+	Method string `json:"method"`
+	ID     int    `json:"id"`
+	Params any    `json:"params"`
+}
+
+func (s *server) result(id json.RawMessage, v any) {
+	s.writeLine(mustJSON(response{ID: id, Result: v}))
+}
+
+func (s *server) fail(id json.RawMessage, code int, msg string) {
+	var e errorResponse
+	e.Error.Code, e.Error.Message, e.ID = code, msg, id
+	s.writeLine(mustJSON(e))
+}
+
+func (s *server) notify(method string, params any) {
+	s.mu.Lock()
+	skip := s.optOut[method]
+	s.mu.Unlock()
+	if !skip {
+		s.writeLine(mustJSON(notification{Method: method, Params: params, EmittedAtMs: time.Now().UnixMilli()}))
+	}
+}
+
+// ask sends a request to the client and waits for its answer or the end
+// of the turn; the answer is nil when the turn was interrupted first.
+func (s *server) ask(th *thread, t *turn, method string, params any) json.RawMessage {
+	s.mu.Lock()
+	id := s.nextReq
+	s.nextReq++
+	ch := make(chan json.RawMessage, 1)
+	s.waiting[strconv.Itoa(id)] = ch
+	s.mu.Unlock()
+	s.writeLine(mustJSON(serverRequest{Method: method, ID: id, Params: params}))
+	var answer json.RawMessage
+	select {
+	case answer = <-ch:
+	case <-t.interrupt:
+	}
+	s.notify("serverRequest/resolved", map[string]any{"threadId": th.id, "requestId": id})
+	return answer
+}
+
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// Requests.
+
+var knownMethods = []string{"initialize", "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/read", "thread/list", "turn/start", "turn/steer", "turn/interrupt", "model/list", "account/read", "config/read"}
+
+func (s *server) request(m inMsg) {
+	s.mu.Lock()
+	inited := s.gotInit
+	s.mu.Unlock()
+	switch m.Method {
+	case "initialize":
+		s.mu.Lock()
+		already := s.gotInit
+		s.gotInit = true
+		s.mu.Unlock()
+		if already {
+			s.fail(m.ID, -32600, "Already initialized")
+			return
+		}
+		var p struct {
+			ClientInfo struct {
+				Name    string `json:"name"`
+				Version string `json:"version"`
+			} `json:"clientInfo"`
+			Capabilities *struct {
+				OptOut []string `json:"optOutNotificationMethods"`
+			} `json:"capabilities"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		s.mu.Lock()
+		if p.Capabilities != nil {
+			for _, o := range p.Capabilities.OptOut {
+				s.optOut[o] = true
+			}
+		}
+		s.mu.Unlock()
+		s.result(m.ID, map[string]any{
+			"userAgent":      fmt.Sprintf("%s/0.171.0 (Debian 12.0.0; x86_64) unknown (%s; %s)", p.ClientInfo.Name, p.ClientInfo.Name, p.ClientInfo.Version),
+			"codexHome":      s.home,
+			"platformFamily": "unix", "platformOs": "linux",
+		})
+		s.notify("configWarning", map[string]any{"summary": "Codex could not find bubblewrap on PATH (fake).", "details": nil})
+		s.notify("remoteControl/status/changed", map[string]any{"status": "disabled", "serverName": "fake", "installationId": newID(), "environmentId": nil})
+		return
+	}
+	if !inited {
+		s.fail(m.ID, -32600, "Not initialized")
+		return
+	}
+	switch m.Method {
+	case "thread/start":
+		s.threadStart(m)
+	case "thread/resume":
+		s.threadResume(m)
+	case "turn/start":
+		s.turnStart(m)
+	case "turn/interrupt":
+		s.turnInterrupt(m)
+	default:
+		s.fail(m.ID, -32600, fmt.Sprintf("Invalid request: unknown variant `%s`, expected one of `%s`", m.Method, strings.Join(knownMethods, "`, `")))
+	}
+}
+
+type threadParams struct {
+	ThreadID       string          `json:"threadId"`
+	Cwd            string          `json:"cwd"`
+	Model          string          `json:"model"`
+	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
+	Sandbox        string          `json:"sandbox"`
+	Ephemeral      bool            `json:"ephemeral"`
+}
+
+func (s *server) threadJSON(th *thread) map[string]any {
+	var path any
+	if th.rollout != "" {
+		path = th.rollout
+	} else if !th.ephemeral {
+		path = s.rolloutPath(th.id, time.Now())
+	}
+	now := time.Now().Unix()
+	return map[string]any{
+		"id": th.id, "environments": []any{map[string]any{"environmentId": "local", "cwd": th.cwd, "runtimeWorkspaceRoots": []string{th.cwd}}},
+		"extra": nil, "sessionId": th.id, "forkedFromId": nil, "attachedToThreadId": nil, "parentThreadId": nil, "preview": "",
+		"ephemeral": th.ephemeral, "section": nil, "historyMode": "paginated", "modelProvider": "openai", "model": "gpt-fake",
+		"reasoningEffort": nil, "createdAt": now, "updatedAt": now, "recencyAt": now, "status": map[string]any{"type": "idle"},
+		"path": path, "cwd": th.cwd, "cliVersion": "0.171.0", "originator": "agenthost", "source": "vscode",
+		"canAcceptDirectInput": true, "gitInfo": nil, "name": nil, "turns": []any{}, "fakeUnknownField": map[string]any{"nested": []int{1, 2}},
+	}
+}
+
+func (s *server) threadResult(th *thread) map[string]any {
+	return map[string]any{
+		"thread": s.threadJSON(th), "model": "gpt-fake", "modelProvider": "openai", "serviceTier": nil, "cwd": th.cwd,
+		"approvalPolicy": th.policy, "approvalsReviewer": "user",
+		"sandbox": map[string]any{"type": "workspaceWrite", "writableRoots": []string{}, "networkAccess": false}, "reasoningEffort": nil,
+	}
+}
+
+func policyOf(raw json.RawMessage) string {
+	var p string
+	if json.Unmarshal(raw, &p) == nil && p != "" {
+		return p
+	}
+	return "never"
+}
+
+func (s *server) threadStart(m inMsg) {
+	var p threadParams
+	_ = json.Unmarshal(m.Params, &p)
+	if p.Cwd == "" {
+		p.Cwd, _ = os.Getwd()
+	}
+	th := &thread{id: newID(), cwd: p.Cwd, policy: policyOf(p.ApprovalPolicy), ephemeral: p.Ephemeral}
+	s.mu.Lock()
+	s.threads[th.id] = th
+	s.mu.Unlock()
+	s.result(m.ID, s.threadResult(th))
+	s.notify("thread/started", map[string]any{"thread": s.threadJSON(th)})
+}
+
+func (s *server) threadResume(m inMsg) {
+	var p threadParams
+	_ = json.Unmarshal(m.Params, &p)
+	if _, err := uuid.Parse(p.ThreadID); err != nil {
+		s.fail(m.ID, -32600, "invalid session id: "+err.Error())
+		return
+	}
+	s.mu.Lock()
+	th := s.threads[p.ThreadID]
+	s.mu.Unlock()
+	if th == nil {
+		matches, _ := filepath.Glob(filepath.Join(s.home, "sessions", "*", "*", "*", "rollout-*-"+p.ThreadID+".jsonl"))
+		if len(matches) == 0 {
+			s.fail(m.ID, -32600, "no rollout found for thread id "+p.ThreadID)
+			return
+		}
+		th = &thread{id: p.ThreadID, cwd: p.Cwd, rollout: matches[0], turns: 1}
+		s.mu.Lock()
+		s.threads[th.id] = th
+		s.mu.Unlock()
+	}
+	if len(p.ApprovalPolicy) > 0 {
+		th.policy = policyOf(p.ApprovalPolicy)
+	} else if th.policy == "" {
+		th.policy = "never"
+	}
+	res := s.threadResult(th)
+	if os.Getenv("FAKECODEX_RESUME_OTHER") == "1" {
+		other := *th
+		other.id = newID()
+		res = s.threadResult(&other)
+	}
+	s.result(m.ID, res)
+}
+
+func (s *server) rolloutPath(id string, t time.Time) string {
+	return filepath.Join(s.home, "sessions", t.Format("2006"), t.Format("01"), t.Format("02"),
+		"rollout-"+t.Format("2006-01-02T15-04-05")+"-"+id+".jsonl")
+}
+
+// materialize writes the thread's rollout file, lazily, on its first turn.
+func (s *server) materialize(th *thread) {
+	if th.ephemeral || th.rollout != "" {
+		return
+	}
+	now := time.Now()
+	th.rollout = s.rolloutPath(th.id, now)
+	_ = os.MkdirAll(filepath.Dir(th.rollout), 0o700)
+	meta := map[string]any{"timestamp": now.UTC().Format(time.RFC3339Nano), "ordinal": 0, "type": "session_meta",
+		"payload": map[string]any{"session_id": th.id, "id": th.id, "cwd": th.cwd, "originator": "agenthost", "cli_version": "0.171.0", "source": "vscode", "model_provider": "openai"}}
+	_ = os.WriteFile(th.rollout, append(mustJSON(meta), '\n'), 0o600)
+}
+
+func turnJSON(id, status string, turnErr any, started, completed any) map[string]any {
+	return map[string]any{"id": id, "rootTurnId": id, "items": []any{}, "itemsView": "notLoaded", "status": status,
+		"error": turnErr, "startedAt": started, "completedAt": completed, "durationMs": nil}
+}
+
+func (s *server) turnStart(m inMsg) {
+	var p struct {
+		ThreadID string `json:"threadId"`
+		Input    []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"input"`
+		ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		s.fail(m.ID, -32600, "Invalid request: "+err.Error())
+		return
+	}
+	s.mu.Lock()
+	th := s.threads[p.ThreadID]
+	busy := th != nil && th.active != nil
+	var tu *turn
+	if th != nil && !busy {
+		tu = &turn{id: newID(), interrupt: make(chan struct{})}
+		th.active = tu
+		if len(p.ApprovalPolicy) > 0 {
+			th.policy = policyOf(p.ApprovalPolicy)
+		}
+	}
+	s.mu.Unlock()
+	switch {
+	case th == nil:
+		s.fail(m.ID, -32600, "thread not found: "+p.ThreadID)
+		return
+	case busy:
+		s.fail(m.ID, -32600, "a turn is already in progress on thread "+p.ThreadID)
+		return
+	}
+	var text []string
+	for _, in := range p.Input {
+		if in.Type == "text" {
+			text = append(text, in.Text)
+		}
+	}
+	s.result(m.ID, map[string]any{"turn": turnJSON(tu.id, "inProgress", nil, nil, nil)})
+	go s.runTurn(th, tu, strings.Join(text, "\n"))
+}
+
+func (s *server) turnInterrupt(m inMsg) {
+	var p struct {
+		ThreadID string `json:"threadId"`
+		TurnID   string `json:"turnId"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	s.mu.Lock()
+	var tu *turn
+	if th := s.threads[p.ThreadID]; th != nil && th.active != nil && th.active.id == p.TurnID {
+		tu = th.active
+	}
+	s.mu.Unlock()
+	if tu == nil {
+		s.fail(m.ID, -32600, "no active turn to interrupt")
+		return
+	}
+	s.result(m.ID, map[string]any{})
+	tu.stop()
+}
+
+// The turn.
+
+type turnEnd struct {
+	status string
+	err    any
+	output int
+}
+
+func (s *server) runTurn(th *thread, tu *turn, text string) {
+	started := time.Now().Unix()
+	s.notify("thread/status/changed", map[string]any{"threadId": th.id, "status": map[string]any{"type": "active", "activeFlags": []any{}}})
+	s.notify("turn/started", map[string]any{"threadId": th.id, "turn": turnJSON(tu.id, "inProgress", nil, started, nil)})
+	s.mu.Lock()
+	s.materialize(th)
+	th.turns++
+	s.mu.Unlock()
+	userItem := map[string]any{"type": "userMessage", "id": newID(), "clientId": nil,
+		"content": []any{map[string]any{"type": "text", "text": text, "text_elements": []any{}}}, "startedAtMs": nowMs(), "completedAtMs": nil}
+	s.notify("item/started", map[string]any{"item": userItem, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+	userItem["completedAtMs"] = nowMs()
+	s.notify("item/completed", map[string]any{"item": userItem, "threadId": th.id, "turnId": tu.id, "contentTokenCount": nil, "completedAtMs": nowMs()})
+
+	end := s.model(th, tu, text)
+	if tu.interrupted() && end.status == "completed" {
+		end.status = "interrupted"
+	}
+	if end.status != "interrupted" {
+		out := int64(end.output)
+		last := map[string]int64{"totalTokens": 120 + out + 5, "inputTokens": 100, "cachedInputTokens": 20, "cacheWriteInputTokens": 0,
+			"outputTokens": out, "reasoningOutputTokens": 5}
+		s.notify("thread/tokenUsage/updated", map[string]any{"threadId": th.id, "turnId": tu.id,
+			"tokenUsage": map[string]any{"total": last, "last": last, "modelContextWindow": 272000}})
+	}
+	if end.status == "failed" {
+		s.notify("thread/status/changed", map[string]any{"threadId": th.id, "status": map[string]any{"type": "systemError"}})
+	} else {
+		s.notify("thread/status/changed", map[string]any{"threadId": th.id, "status": map[string]any{"type": "idle"}})
+	}
+	s.mu.Lock()
+	th.active = nil
+	s.mu.Unlock()
+	s.notify("turn/completed", map[string]any{"threadId": th.id, "turn": turnJSON(tu.id, end.status, end.err, started, time.Now().Unix())})
+}
+
+// message streams deltas as one agentMessage item.
+func (s *server) message(th *thread, tu *turn, deltas []string, gap time.Duration) bool {
+	id := newID()
+	s.notify("item/started", map[string]any{"item": map[string]any{"type": "agentMessage", "id": id, "text": "", "phase": nil}, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+	var full strings.Builder
+	for i, d := range deltas {
+		if i > 0 && !tu.wait(gap) {
+			return false
+		}
+		if tu.interrupted() {
+			return false
+		}
+		s.notify("item/agentMessage/delta", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": d})
+		full.WriteString(d)
+	}
+	s.notify("item/completed", map[string]any{"item": map[string]any{"type": "agentMessage", "id": id, "text": full.String(), "phase": "final_answer"},
+		"threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
+	return true
+}
+
+func (s *server) asksApproval(th *thread) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return th.policy == "untrusted" || th.policy == "on-request"
+}
+
+func (s *server) model(th *thread, tu *turn, text string) turnEnd {
+	fields := strings.Fields(text)
+	word := ""
+	if len(fields) > 0 {
+		word = fields[0]
+	}
+	ok := turnEnd{status: "completed", output: 1}
+	interrupted := turnEnd{status: "interrupted"}
+	switch word {
+	case "count":
+		n, gap := 1, time.Duration(0)
+		if len(fields) > 1 {
+			n, _ = strconv.Atoi(fields[1])
+		}
+		if len(fields) > 2 {
+			gap, _ = time.ParseDuration(fields[2])
+		}
+		deltas := make([]string, n)
+		for i := range deltas {
+			deltas[i] = strconv.Itoa(i + 1)
+		}
+		if !s.message(th, tu, deltas, gap) {
+			return interrupted
+		}
+		ok.output = n
+		return ok
+	case "sleep":
+		d := time.Hour
+		if len(fields) > 1 {
+			d, _ = time.ParseDuration(fields[1])
+		}
+		if !tu.wait(d) {
+			return interrupted
+		}
+		s.message(th, tu, []string{"slept " + d.String()}, 0)
+		return ok
+	case "tool", "edit":
+		return s.tool(th, tu, word)
+	case "perm":
+		answer := s.ask(th, tu, "item/permissions/requestApproval", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": newID(),
+			"cwd": th.cwd, "reason": "needs the network", "permissions": map[string]any{"network": map[string]any{"enabled": true}}, "startedAtMs": nowMs(), "environmentId": nil})
+		if answer == nil {
+			return interrupted
+		}
+		s.message(th, tu, []string{"permissions: " + string(answer)}, 0)
+		return ok
+	case "think":
+		id := newID()
+		s.notify("item/started", map[string]any{"item": map[string]any{"type": "reasoning", "id": id, "summary": []string{}, "content": []string{}}, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+		for _, d := range []string{"thinking ", "hard"} {
+			s.notify("item/reasoning/summaryTextDelta", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": d, "summaryIndex": 0})
+		}
+		s.notify("item/completed", map[string]any{"item": map[string]any{"type": "reasoning", "id": id, "summary": []string{"thinking hard"}, "content": []string{}}, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
+		s.message(th, tu, []string{"thought"}, 0)
+		return ok
+	case "plan":
+		s.notify("turn/plan/updated", map[string]any{"threadId": th.id, "turnId": tu.id, "explanation": nil, "plan": []any{
+			map[string]any{"step": "read the code", "status": "completed"}, map[string]any{"step": "fix the bug", "status": "inProgress"}}})
+		s.message(th, tu, []string{"planned"}, 0)
+		return ok
+	case "huge":
+		n := 1 << 20
+		if len(fields) > 1 {
+			n, _ = strconv.Atoi(fields[1])
+		}
+		id := newID()
+		frame := func(delta string) []byte {
+			return mustJSON(notification{Method: "item/agentMessage/delta", EmittedAtMs: nowMs(),
+				Params: map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": delta}})
+		}
+		pad := max(n-len(frame("")), 0)
+		s.writeLine(frame(strings.Repeat("x", pad)))
+		s.message(th, tu, []string{"huge done"}, 0)
+		return ok
+	case "die":
+		s.message(th, tu, []string{"dying"}, 0)
+		fmt.Fprintln(os.Stderr, "fakecodex: fatal: the model process crashed (asked to die)")
+		os.Exit(3)
+	case "fail":
+		msg := strings.TrimSpace(strings.TrimPrefix(text, "fail"))
+		e := map[string]any{"message": msg, "codexErrorInfo": "other", "additionalDetails": nil, "misalignment": nil}
+		s.notify("error", map[string]any{"error": e, "willRetry": false, "threadId": th.id, "turnId": tu.id})
+		return turnEnd{status: "failed", err: e}
+	case "offline":
+		for i := 2; ; i++ {
+			msg := "Reconnecting... waiting for network"
+			if i <= 5 {
+				msg = fmt.Sprintf("Reconnecting... %d/5", i)
+			}
+			s.notify("error", map[string]any{"error": map[string]any{"message": msg,
+				"codexErrorInfo":    map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": nil}},
+				"additionalDetails": "Connection failed: error sending request", "misalignment": nil},
+				"willRetry": true, "threadId": th.id, "turnId": tu.id})
+			if !tu.wait(50 * time.Millisecond) {
+				return interrupted
+			}
+		}
+	case "env":
+		v, set := "<unset>", false
+		if len(fields) > 1 {
+			v, set = os.LookupEnv(fields[1])
+		}
+		if !set {
+			v = "<unset>"
+		}
+		s.message(th, tu, []string{v}, 0)
+		return ok
+	case "noise":
+		s.writeLine([]byte("fakecodex: this line is not JSON"))
+		s.writeLine([]byte(""))
+		s.writeLine([]byte(`["a","JSON","array"]`))
+		s.writeLine([]byte(`{"method": broken json`))
+		s.notify("fake/unknownNotification", map[string]any{"threadId": th.id, "whatever": 1})
+		s.notify("item/started", map[string]any{"item": map[string]any{"type": "futureItemType", "id": newID(), "shape": []int{1}}, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+		answer := s.ask(th, tu, "fake/unknownRequest", map[string]any{"threadId": th.id})
+		s.message(th, tu, []string{"noise answered: " + string(answer)}, 0)
+		return ok
+	}
+	if !s.message(th, tu, []string{text}, 0) {
+		return interrupted
+	}
+	return ok
+}
+
+// tool runs a command (or file change) item, asking first when the
+// approval policy says so.
+func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
+	id := newID()
+	item := map[string]any{"type": "commandExecution", "id": id, "command": "ls", "cwd": th.cwd, "processId": nil, "source": "agent",
+		"status": "inProgress", "commandActions": []any{map[string]any{"type": "listFiles", "command": "ls", "path": nil}},
+		"aggregatedOutput": nil, "exitCode": nil, "durationMs": nil}
+	method := "item/commandExecution/requestApproval"
+	params := map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "approvalId": nil,
+		"reason": "list the files", "command": "ls", "cwd": th.cwd, "commandActions": []any{}, "proposedExecpolicyAmendment": nil}
+	if kind == "edit" {
+		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress",
+			"changes": []any{map[string]any{"path": filepath.Join(th.cwd, "notes.txt"), "kind": map[string]any{"type": "add"}, "diff": "+hello\n"}}}
+		method = "item/fileChange/requestApproval"
+		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": "write notes", "grantRoot": nil}
+	}
+	s.notify("item/started", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+	decision := "not asked"
+	if s.asksApproval(th) {
+		answer := s.ask(th, tu, method, params)
+		if answer == nil {
+			return turnEnd{status: "interrupted"}
+		}
+		var a struct {
+			Decision any `json:"decision"`
+		}
+		_ = json.Unmarshal(answer, &a)
+		decision = fmt.Sprint(a.Decision)
+	}
+	switch decision {
+	case "accept", "acceptForSession", "not asked":
+		if kind == "tool" {
+			s.notify("item/commandExecution/outputDelta", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": "README.md\nmain.go\n"})
+			item["aggregatedOutput"], item["exitCode"], item["durationMs"] = "README.md\nmain.go\n", 0, 3
+		}
+		item["status"] = "completed"
+	default:
+		item["status"] = "declined"
+	}
+	s.notify("item/completed", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
+	if decision == "cancel" {
+		tu.stop()
+		return turnEnd{status: "interrupted"}
+	}
+	s.message(th, tu, []string{"approval: " + decision}, 0)
+	return turnEnd{status: "completed", output: 2}
+}

@@ -1,0 +1,604 @@
+package codex
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// interruptBound is how long a cancelled turn waits for codex to confirm
+// the interrupt with turn/completed before it ends anyway.
+const interruptBound = 3 * time.Second
+
+// Prompt runs one turn: turn/start, then the turn's notifications mapped
+// to updates until turn/completed. Cancelling ctx sends turn/interrupt.
+func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Turn) (sdk.StopReason, error) {
+	a.mu.Lock()
+	c, threadID, opts := a.conn, a.threadID, a.opts
+	a.mu.Unlock()
+	if c == nil {
+		return "", errors.New("codex: no session is open")
+	}
+	if err := c.Err(); err != nil {
+		return "", fmt.Errorf("codex: cannot start the turn: %w", err)
+	}
+	input, err := toInput(req.Prompt)
+	if err != nil {
+		return "", err
+	}
+	t := &turnRun{
+		a: a, c: c, turn: turn, threadID: threadID, opts: opts,
+		streamed: map[string]bool{}, started: map[string]threadItem{}, approvals: map[string]context.CancelCauseFunc{},
+	}
+	return t.run(ctx, input)
+}
+
+// turnRun is the state of one running turn.
+type turnRun struct {
+	a        *agent
+	c        *conn
+	turn     *sdk.Turn
+	threadID string
+	turnID   string
+	opts     options
+
+	// streamed marks items whose text arrived as deltas, so their
+	// item/completed is not reported twice.
+	streamed map[string]bool
+	// started holds the tool items announced as tool calls; approvals
+	// read it from their goroutines.
+	mu      sync.Mutex
+	started map[string]threadItem
+
+	approvalCtx context.Context
+	approvals   map[string]context.CancelCauseFunc // by JSON-RPC request id
+	wg          sync.WaitGroup
+
+	retryingSince time.Time  // first retry error since the last progress
+	lastRetry     *turnError // the latest retry error
+	lastError     *turnError // the latest non-retry error notification
+}
+
+// outcome is how a turn ended.
+type outcome struct {
+	reason sdk.StopReason
+	err    error
+}
+
+func (t *turnRun) run(ctx context.Context, input []userInput) (sdk.StopReason, error) {
+	c := t.c
+	c.openSink()
+	defer c.closeSink()
+	actx, cancelApprovals := context.WithCancelCause(ctx)
+	t.approvalCtx = actx
+	defer func() {
+		// Codex clears a turn's requests when it ends: withdraw them.
+		cancelApprovals(errWithdrawn)
+		t.wg.Wait()
+	}()
+
+	startCh, err := c.start("turn/start", turnStartParams{ThreadID: t.threadID, Input: input})
+	if err != nil {
+		return "", fmt.Errorf("codex: turn/start: %w", err)
+	}
+	var (
+		ctxDone     = ctx.Done()
+		cancelled   bool
+		interruptCh <-chan *message
+		giveUp      <-chan time.Time // after an interrupt, stop waiting for turn/completed
+		wake        <-chan struct{}  // nil until the turn id is known
+		stallErr    error
+		stall       *time.Timer
+		stallC      <-chan time.Time
+	)
+	defer func() {
+		if stall != nil {
+			stall.Stop()
+		}
+	}()
+	interrupted := false
+	// interrupt sends turn/interrupt once the turn id is known, and bounds
+	// the wait for the turn's end.
+	interrupt := func() {
+		if giveUp == nil {
+			giveUp = time.After(interruptBound)
+		}
+		if t.turnID == "" || interrupted {
+			return
+		}
+		interrupted = true
+		if ch, err := c.start("turn/interrupt", turnInterruptParams{ThreadID: t.threadID, TurnID: t.turnID}); err == nil {
+			interruptCh = ch
+		}
+	}
+	finish := func(o outcome) (sdk.StopReason, error) {
+		switch {
+		case stallErr != nil:
+			return "", stallErr
+		case cancelled:
+			return sdk.StopCancelled, nil
+		}
+		return o.reason, o.err
+	}
+	// drain handles every queued event; it reports the turn's end.
+	drain := func() (outcome, bool) {
+		for {
+			e, ok := c.next()
+			if !ok {
+				return outcome{}, false
+			}
+			if o, end := t.handle(e.msg); end {
+				return o, true
+			}
+		}
+	}
+	for {
+		// Arm the stall timer while codex only retries.
+		if t.opts.modelRetryTimeout > 0 && !t.retryingSince.IsZero() && stallC == nil && stallErr == nil {
+			stall = time.NewTimer(time.Until(t.retryingSince.Add(t.opts.modelRetryTimeout)))
+			stallC = stall.C
+		}
+		select {
+		case m, ok := <-startCh:
+			startCh = nil
+			var res turnResult
+			if err := decodeResponse(m, ok, c, &res); err != nil {
+				if cancelled {
+					return sdk.StopCancelled, nil
+				}
+				var re *rpcError
+				if errors.As(err, &re) {
+					return "", fmt.Errorf("codex refused the turn: %s", re.Error())
+				}
+				return "", fmt.Errorf("codex: turn/start: %w", err)
+			}
+			t.turnID = res.Turn.ID
+			wake = c.wake
+			if cancelled {
+				interrupt()
+			}
+			// Events may have queued before the answer was read.
+			if o, end := drain(); end {
+				return finish(o)
+			}
+		case <-wake:
+			if o, end := drain(); end {
+				return finish(o)
+			}
+		case <-ctxDone:
+			ctxDone, cancelled = nil, true
+			interrupt()
+		case m, ok := <-interruptCh:
+			interruptCh = nil
+			if ok && m.Error != nil {
+				// "no active turn to interrupt": it ended meanwhile, and
+				// its turn/completed is on its way.
+				t.a.log.Debug("turn/interrupt refused", "error", m.Error.Error())
+			}
+		case <-stallC:
+			stallC, stall = nil, nil
+			if t.retryingSince.IsZero() {
+				continue
+			}
+			if wait := time.Until(t.retryingSince.Add(t.opts.modelRetryTimeout)); wait > 0 {
+				continue // progress and new retries since: re-arm
+			}
+			stallErr = t.stallError()
+			interrupt()
+		case <-giveUp:
+			t.a.log.Warn("codex did not confirm the interrupt; ending the turn", "turn", t.turnID, "after", interruptBound)
+			return finish(outcome{reason: sdk.StopCancelled})
+		case <-c.done:
+			// The turn's end may be queued ahead of the connection's.
+			if t.turnID != "" {
+				if o, end := drain(); end {
+					return finish(o)
+				}
+			}
+			if cancelled && stallErr == nil {
+				return sdk.StopCancelled, nil
+			}
+			return "", fmt.Errorf("codex: the turn failed: %w", c.Err())
+		}
+	}
+}
+
+// stallError is the failure of a turn that only retried for longer than
+// the session option model_retry_timeout.
+func (t *turnRun) stallError() error {
+	msg := "no answer"
+	if e := t.lastRetry; e != nil {
+		msg = e.Message
+		if e.AdditionalDetails != nil && *e.AdditionalDetails != "" {
+			msg += " (" + *e.AdditionalDetails + ")"
+		}
+	}
+	return fmt.Errorf("codex could not reach its model for %s: %s; check the network and the model provider's configuration (base URL, credentials), or raise the session option %s",
+		t.opts.modelRetryTimeout, msg, optModelRetryTimeout)
+}
+
+// handle maps one notification or server request of the turn. It reports
+// whether the turn has ended, and how.
+func (t *turnRun) handle(m *message) (outcome, bool) {
+	if m.isRequest() {
+		t.request(m)
+		return outcome{}, false
+	}
+	// Every turn notification names its thread; other threads (sub-agents)
+	// are not this session's.
+	var ids struct {
+		ThreadID string `json:"threadId"`
+		TurnID   string `json:"turnId"`
+	}
+	_ = json.Unmarshal(m.Params, &ids)
+	if ids.ThreadID != "" && ids.ThreadID != t.threadID {
+		return outcome{}, false
+	}
+	if ids.TurnID != "" && ids.TurnID != t.turnID {
+		return outcome{}, false
+	}
+	switch m.Method {
+	case "turn/started":
+		var n turnNotification
+		if t.decode(m, &n) && n.Turn.ID == t.turnID {
+			t.a.turnStarted(t.turn)
+		}
+	case "turn/completed":
+		var n turnNotification
+		if !t.decode(m, &n) || n.Turn.ID != t.turnID {
+			return outcome{}, false
+		}
+		return t.completed(n.Turn), true
+	case "item/agentMessage/delta":
+		var n deltaNotification
+		if t.decode(m, &n) {
+			t.progress()
+			t.streamed[n.ItemID] = true
+			t.turn.Message(n.Delta)
+		}
+	case "item/reasoning/summaryTextDelta", "item/reasoning/textDelta":
+		var n deltaNotification
+		if t.decode(m, &n) {
+			t.progress()
+			t.streamed[n.ItemID] = true
+			t.turn.Thought(n.Delta)
+		}
+	case "item/started":
+		var n itemNotification
+		if t.decode(m, &n) {
+			t.progress()
+			t.itemStarted(n.Item)
+		}
+	case "item/completed":
+		var n itemNotification
+		if t.decode(m, &n) {
+			t.progress()
+			t.itemCompleted(n.Item)
+		}
+	case "item/commandExecution/outputDelta", "item/fileChange/outputDelta", "item/mcpToolCall/progress", "turn/diff/updated":
+		t.progress()
+	case "turn/plan/updated":
+		var n planNotification
+		if t.decode(m, &n) {
+			t.progress()
+			entries := make([]sdk.PlanEntry, 0, len(n.Plan))
+			for _, s := range n.Plan {
+				entries = append(entries, sdk.PlanEntry{Content: s.Step, Priority: "medium", Status: planStatus(s.Status)})
+			}
+			t.turn.Plan(entries)
+		}
+	case "thread/tokenUsage/updated":
+		var n tokenUsageNotification
+		if t.decode(m, &n) {
+			t.progress()
+			u := n.TokenUsage.Last
+			t.turn.Usage(sdk.Usage{
+				InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+				CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningOutputTokens,
+			})
+		}
+	case "error":
+		var n errorNotification
+		if t.decode(m, &n) {
+			if n.WillRetry {
+				if t.retryingSince.IsZero() {
+					t.retryingSince = time.Now()
+				}
+				t.lastRetry = &n.Error
+				t.a.log.Info("codex is retrying its model", "turn", t.turnID, "error", n.Error.Message)
+			} else {
+				t.lastError = &n.Error
+				t.a.log.Warn("codex reported an error", "turn", t.turnID, "error", n.Error.Message)
+			}
+		}
+	case "serverRequest/resolved":
+		var n serverRequestResolved
+		if t.decode(m, &n) {
+			// Codex cleared the request (answered, or the turn ended): stop
+			// asking the user.
+			if cancel, ok := t.approvals[string(n.RequestID)]; ok {
+				cancel(errWithdrawn)
+				delete(t.approvals, string(n.RequestID))
+			}
+		}
+	case "warning":
+		t.a.log.Warn("codex warning", "params", truncate(string(m.Params), 500))
+	}
+	return outcome{}, false
+}
+
+// progress notes that the turn moved, which ends a retry streak.
+func (t *turnRun) progress() {
+	t.retryingSince, t.lastRetry = time.Time{}, nil
+}
+
+func (t *turnRun) decode(m *message, v any) bool {
+	if err := json.Unmarshal(m.Params, v); err != nil {
+		t.a.log.Warn("skipped a codex notification that did not decode", "method", m.Method, "error", err)
+		return false
+	}
+	return true
+}
+
+// completed maps turn/completed's status to the turn's end.
+func (t *turnRun) completed(turn turnInfo) outcome {
+	switch turn.Status {
+	case "completed":
+		return outcome{reason: sdk.StopEndTurn}
+	case "interrupted":
+		return outcome{reason: sdk.StopCancelled}
+	case "failed":
+		e := turn.Error
+		if e == nil {
+			e = t.lastError
+		}
+		if e == nil || e.Message == "" {
+			return outcome{err: errors.New("codex failed the turn without saying why")}
+		}
+		msg := e.Message
+		if e.AdditionalDetails != nil && *e.AdditionalDetails != "" && !strings.Contains(msg, *e.AdditionalDetails) {
+			msg += " (" + *e.AdditionalDetails + ")"
+		}
+		return outcome{err: errors.New(msg)}
+	}
+	return outcome{err: fmt.Errorf("codex ended the turn with the unknown status %q", turn.Status)}
+}
+
+// turnStarted reports the thread's handle once codex has saved the thread,
+// which it does when the first turn starts.
+func (a *agent) turnStarted(turn *sdk.Turn) {
+	a.mu.Lock()
+	report := !a.resumable && !a.opts.ephemeral
+	a.resumable = a.resumable || !a.opts.ephemeral
+	id := a.threadID
+	a.mu.Unlock()
+	if report {
+		turn.HandleChanged(id, "created")
+	}
+}
+
+// Tool items: their item/started becomes a tool call, their item/completed
+// its final update.
+
+func (t *turnRun) itemStarted(it threadItem) {
+	call, ok := toolCall(it)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	t.started[it.ID] = it
+	t.mu.Unlock()
+	t.turn.ToolCall(call)
+}
+
+func (t *turnRun) itemCompleted(it threadItem) {
+	switch it.Type {
+	case "agentMessage":
+		if !t.streamed[it.ID] && it.Text != "" {
+			t.turn.Message(it.Text)
+		}
+		return
+	case "reasoning":
+		if !t.streamed[it.ID] {
+			if s := reasoningText(it); s != "" {
+				t.turn.Thought(s)
+			}
+		}
+		return
+	}
+	call, ok := toolCall(it)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	_, seen := t.started[it.ID]
+	delete(t.started, it.ID)
+	t.mu.Unlock()
+	if !seen {
+		t.turn.ToolCall(call)
+	}
+	t.turn.ToolCallUpdate(toolUpdate(it))
+}
+
+func reasoningText(it threadItem) string {
+	parts := append([]string(nil), it.Summary...)
+	if len(parts) == 0 {
+		var content []string
+		_ = json.Unmarshal(it.Content, &content)
+		parts = content
+	}
+	return strings.Join(parts, "\n")
+}
+
+// toolCall maps a tool item to an ACP tool call; other items are not tools.
+func toolCall(it threadItem) (sdk.ToolCall, bool) {
+	c := sdk.ToolCall{ToolCallID: it.ID, Status: "in_progress"}
+	switch it.Type {
+	case "commandExecution":
+		c.Kind, c.Title = "execute", it.Command
+		if c.Title == "" {
+			c.Title = "run a command"
+		}
+		c.RawInputJSON = marshal(map[string]any{"command": it.Command, "cwd": it.Cwd})
+	case "fileChange":
+		c.Kind, c.Title = "edit", "edit "+paths(it.Changes)
+		changes := make([]map[string]any, len(it.Changes))
+		for i, ch := range it.Changes {
+			changes[i] = map[string]any{"path": ch.Path, "kind": ch.Kind}
+		}
+		c.RawInputJSON = marshal(map[string]any{"changes": changes})
+	case "mcpToolCall":
+		c.Kind, c.Title = "other", it.Server+"/"+it.Tool
+		c.RawInputJSON = rawOrEmpty(it.Arguments)
+	case "dynamicToolCall":
+		c.Kind, c.Title = "other", it.Tool
+		c.RawInputJSON = rawOrEmpty(it.Arguments)
+	case "webSearch":
+		c.Kind, c.Title = "fetch", "web search: "+it.Query
+		c.RawInputJSON = marshal(map[string]any{"query": it.Query})
+	default:
+		return sdk.ToolCall{}, false
+	}
+	if it.Status == "" || it.Status == "inProgress" {
+		return c, true
+	}
+	c.Status = toolStatus(it.Status)
+	return c, true
+}
+
+// toolUpdate is a tool item's final update.
+func toolUpdate(it threadItem) sdk.ToolCallUpdate {
+	u := sdk.ToolCallUpdate{ToolCallID: it.ID, Status: toolStatus(it.Status)}
+	if it.Status == "" {
+		u.Status = "completed"
+	}
+	switch it.Type {
+	case "commandExecution":
+		if it.AggregatedOutput != nil && *it.AggregatedOutput != "" {
+			u.Content = []sdk.ContentBlock{sdk.TextBlock(*it.AggregatedOutput)}
+		}
+		u.RawOutputJSON = marshal(map[string]any{"status": it.Status, "exitCode": it.ExitCode, "durationMs": it.DurationMs})
+	case "fileChange":
+		var diffs []string
+		for _, ch := range it.Changes {
+			if ch.Diff != "" {
+				diffs = append(diffs, ch.Diff)
+			}
+		}
+		if len(diffs) > 0 {
+			u.Content = []sdk.ContentBlock{sdk.TextBlock(strings.Join(diffs, "\n"))}
+		}
+		u.RawOutputJSON = marshal(map[string]any{"status": it.Status})
+	case "mcpToolCall", "dynamicToolCall":
+		u.RawOutputJSON = marshal(map[string]any{"status": it.Status, "result": json.RawMessage(rawOrNull(it.Result)), "error": json.RawMessage(rawOrNull(it.Error))})
+	}
+	return u
+}
+
+// toolStatus maps codex item statuses to ACP's; declined is a failure.
+func toolStatus(s string) string {
+	switch s {
+	case "inProgress":
+		return "in_progress"
+	case "completed":
+		return "completed"
+	case "failed", "declined":
+		return "failed"
+	}
+	return s
+}
+
+func planStatus(s string) string {
+	if s == "inProgress" {
+		return "in_progress"
+	}
+	return s
+}
+
+func paths(changes []fileChange) string {
+	var ps []string
+	for i, c := range changes {
+		if i == 3 {
+			ps = append(ps, fmt.Sprintf("and %d more", len(changes)-3))
+			break
+		}
+		ps = append(ps, c.Path)
+	}
+	if len(ps) == 0 {
+		return "files"
+	}
+	return strings.Join(ps, ", ")
+}
+
+func marshal(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func rawOrEmpty(b json.RawMessage) string {
+	if len(b) == 0 || string(b) == "null" {
+		return ""
+	}
+	return string(b)
+}
+
+func rawOrNull(b json.RawMessage) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// toInput converts a prompt to codex user input: text as text, ACP image
+// blocks as images, resource links as their URI in the text.
+func toInput(blocks []sdk.ContentBlock) ([]userInput, error) {
+	var out []userInput
+	for _, b := range blocks {
+		switch b.Type {
+		case "", "text":
+			out = append(out, userInput{"type": "text", "text": b.Text, "text_elements": []any{}})
+		case "image":
+			var img struct {
+				Data     string `json:"data"`
+				MimeType string `json:"mimeType"`
+				URI      string `json:"uri"`
+			}
+			if err := json.Unmarshal([]byte(b.JSON), &img); err != nil {
+				return nil, fmt.Errorf("codex: the prompt's image block is not valid ACP JSON: %w", err)
+			}
+			switch {
+			case strings.HasPrefix(img.URI, "file://"):
+				out = append(out, userInput{"type": "localImage", "path": strings.TrimPrefix(img.URI, "file://")})
+			case img.Data != "":
+				out = append(out, userInput{"type": "image", "url": "data:" + img.MimeType + ";base64," + img.Data})
+			case img.URI != "":
+				out = append(out, userInput{"type": "image", "url": img.URI})
+			default:
+				return nil, errors.New("codex: the prompt's image block has neither data nor a URI")
+			}
+		case "resource_link":
+			var link struct {
+				URI string `json:"uri"`
+			}
+			if err := json.Unmarshal([]byte(b.JSON), &link); err != nil || link.URI == "" {
+				return nil, errors.New("codex: the prompt's resource_link block has no URI")
+			}
+			out = append(out, userInput{"type": "text", "text": link.URI, "text_elements": []any{}})
+		default:
+			return nil, fmt.Errorf("codex: cannot send a prompt block of type %q to codex (it takes text, image and resource_link blocks)", b.Type)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("codex: the prompt is empty")
+	}
+	return out, nil
+}
