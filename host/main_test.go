@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if code := tortureRole(); code >= 0 {
 		os.Exit(code)
 	}
+	if code := roundtripRole(); code >= 0 {
+		os.Exit(code)
+	}
 	dir, err := os.MkdirTemp("", "agenthost-host-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -268,6 +268,13 @@ func (s *server) emitInTurn(turnID string, u Update) error {
 	if !running {
 		return fmt.Errorf("sdk: turn %s has ended; its updates are closed", turnID)
 	}
+	if u.HandleChanged != nil && u.HandleChanged.Handle != "" {
+		// Identify reports the newest handle, so a host that readopts
+		// this plugin resumes the right conversation.
+		s.mu.Lock()
+		s.handle = u.HandleChanged.Handle
+		s.mu.Unlock()
+	}
 	s.emit(u)
 	return nil
 }

@@ -1,0 +1,321 @@
+package claude
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// retireGrace bounds each stop step of a CLI the plugin gives up on in the
+// middle of a session (a broken stream, an interrupt left unanswered).
+const retireGrace = time.Second
+
+// agent is the sdk.Agent for one Claude Code conversation. It owns at most
+// one running CLI at a time; a CLI that died or was given up on is
+// replaced, resuming the conversation, at the next turn.
+type agent struct {
+	log hclog.Logger
+
+	mu        sync.Mutex
+	cfg       config
+	opened    bool
+	workspace string
+	path      string // the claude binary
+	version   string
+	env       []string
+	handle    string // the Claude session id, as last reported
+	// persisted is true once the CLI has taken a turn, so its transcript
+	// exists and a replacement CLI must --resume rather than reuse
+	// --session-id.
+	persisted bool
+	proc      *cli
+	retired   []*cli // CLIs being stopped in the background
+	closed    bool
+}
+
+var (
+	_ sdk.Agent     = (*agent)(nil)
+	_ sdk.Closer    = (*agent)(nil)
+	_ sdk.Describer = (*agent)(nil)
+)
+
+// New is the plugin's sdk.Factory. It starts nothing: the CLI is found,
+// checked and started when the host opens the session.
+func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+	log := env.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &agent{log: log}, nil
+}
+
+// AgentVersion implements sdk.Describer: the Claude Code version, once a
+// session is open.
+func (a *agent) AgentVersion() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.version
+}
+
+// NewSession starts a CLI on a new conversation with a pre-assigned
+// session id (--session-id), which is the session's handle.
+func (a *agent) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.SessionInfo, error) {
+	return a.open(ctx, req.Workspace, req.Options, "")
+}
+
+// ResumeSession starts a CLI on the conversation req.Handle (--resume). An
+// unknown id fails with the CLI's own message.
+func (a *agent) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
+	if req.Handle == "" {
+		return sdk.SessionInfo{}, errors.New("claude: resume needs the Claude session id")
+	}
+	return a.open(ctx, req.Workspace, req.Options, req.Handle)
+}
+
+// open runs the readiness checks (options, workspace, binary, version,
+// credentials) and starts the CLI: on a new conversation when resume is
+// empty, otherwise on the conversation it names.
+func (a *agent) open(ctx context.Context, workspace string, opts map[string]string, resume string) (sdk.SessionInfo, error) {
+	cfg, unknown, err := parseOptions(opts)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	if len(unknown) > 0 {
+		a.log.Warn("ignoring session options the claude plugin does not know", "options", unknown)
+	}
+	if err := checkWorkspace(workspace); err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	path, err := findCLI(cfg.cliPath)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	env := cliEnv(os.Environ(), workspace, cfg.allowCredentials)
+	v, err := probeVersion(ctx, path, env)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	if !cfg.skipAuthCheck {
+		if err := checkCredentials(cfg.allowCredentials); err != nil {
+			return sdk.SessionInfo{}, err
+		}
+	}
+	st := start{id: resume, resume: resume != ""}
+	if !st.resume {
+		st.id = cfg.sessionID
+		if st.id == "" {
+			st.id = newUUID()
+		}
+	}
+
+	a.mu.Lock()
+	if a.closed || a.opened {
+		a.mu.Unlock()
+		return sdk.SessionInfo{}, errors.New("claude: this agent is closed or already has a session")
+	}
+	a.cfg, a.workspace, a.path, a.env, a.version, a.handle = cfg, workspace, path, env, v.String(), st.id
+	a.mu.Unlock()
+	a.log.Info("opening claude session", "path", path, "version", v.String(), "session_id", st.id, "resume", st.resume)
+
+	c, err := a.launch(ctx, st)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	a.mu.Lock()
+	closed := a.closed
+	if !closed {
+		a.proc, a.opened = c, true
+		// A resumed conversation has a transcript already.
+		a.persisted = st.resume
+	}
+	a.mu.Unlock()
+	if closed {
+		c.stop(context.Background(), retireGrace)
+		return sdk.SessionInfo{}, errors.New("claude: the agent was closed while the session opened")
+	}
+	return sdk.SessionInfo{Handle: st.id, Options: cfg.raw}, nil
+}
+
+func checkWorkspace(dir string) error {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return fmt.Errorf("claude: the session's workspace must be an absolute directory, got %q", dir)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("claude: the session's workspace %s cannot be used: %v", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("claude: the session's workspace %s is not a directory", dir)
+	}
+	return nil
+}
+
+// launch starts a CLI for st and completes the initialize handshake.
+func (a *agent) launch(ctx context.Context, st start) (*cli, error) {
+	a.mu.Lock()
+	cfg, path, env, dir := a.cfg, a.path, a.env, a.workspace
+	a.mu.Unlock()
+	c, err := startCLI(a.log, path, cfg.cliArgs(st), env, dir, st, cfg.maxLineBytes)
+	if err != nil {
+		return nil, fmt.Errorf("claude: could not start %s: %v", path, err)
+	}
+	if err := c.initialize(ctx); err != nil {
+		c.stop(context.Background(), retireGrace)
+		return nil, err
+	}
+	return c, nil
+}
+
+// current returns the running CLI, replacing one that has exited (or was
+// given up on) by a new CLI on the same conversation.
+func (a *agent) current(ctx context.Context) (*cli, error) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, errors.New("claude: the session is closed")
+	}
+	c, handle, persisted := a.proc, a.handle, a.persisted
+	a.mu.Unlock()
+	if c != nil && !c.hasExited() {
+		return c, nil
+	}
+	why := "it was stopped after the previous turn failed"
+	if c != nil {
+		why = "it exited after the previous turn (" + c.exitNote() + ")"
+		a.retire(c)
+	}
+	// A CLI that died inside its first turn may have written the
+	// transcript before reporting the session.
+	persisted = persisted || transcriptExists(handle)
+	a.log.Info("restarting claude", "why", why, "session_id", handle, "resume", persisted)
+	n, err := a.launch(ctx, start{id: handle, resume: persisted})
+	if err != nil {
+		return nil, fmt.Errorf("claude is not running (%s) and could not be restarted: %w", why, err)
+	}
+	a.mu.Lock()
+	closed := a.closed
+	if !closed {
+		a.proc = n
+	}
+	a.mu.Unlock()
+	if closed {
+		n.stop(context.Background(), retireGrace)
+		return nil, errors.New("claude: the session is closed")
+	}
+	return n, nil
+}
+
+// retire stops c in the background and forgets it as the running CLI.
+// Close waits for it.
+func (a *agent) retire(c *cli) {
+	a.mu.Lock()
+	if a.proc == c {
+		a.proc = nil
+	}
+	a.retired = slices.DeleteFunc(a.retired, (*cli).isStopped)
+	a.retired = append(a.retired, c)
+	a.mu.Unlock()
+	go c.stop(context.Background(), retireGrace)
+}
+
+// noteSession records the session id the CLI reports (system/init,
+// result). A new id is reported to the host as a handle change: older CLIs
+// mint one on every resume.
+func (a *agent) noteSession(id string, turn *sdk.Turn, resumed bool) {
+	if id == "" {
+		return
+	}
+	a.mu.Lock()
+	a.persisted = true
+	changed := id != a.handle
+	old := a.handle
+	a.handle = id
+	a.mu.Unlock()
+	if changed {
+		origin := "created"
+		if resumed {
+			origin = "resumed"
+		}
+		a.log.Info("claude reports a new session id", "old", old, "new", id, "origin", origin)
+		turn.HandleChanged(id, origin)
+	}
+}
+
+// Prompt sends the prompt as a user message and reports the CLI's output
+// until the turn's result line.
+func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Turn) (sdk.StopReason, error) {
+	if ctx.Err() != nil {
+		return sdk.StopCancelled, nil
+	}
+	content, err := promptContent(req.Prompt)
+	if err != nil {
+		return "", err
+	}
+	c, err := a.current(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sdk.StopCancelled, nil
+		}
+		return "", err
+	}
+	line := userLine{Type: "user", Message: userMessage{Role: "user", Content: content}, SessionID: "default"}
+	if err := c.write(line); err != nil {
+		a.retire(c)
+		return "", fmt.Errorf("claude did not take the prompt: %v", err)
+	}
+	r := &turnRun{a: a, c: c, turn: turn, log: a.log.With("turn", turn.ID()),
+		perms: map[string]*pendingPerm{}, answers: make(chan permAnswer)}
+	return r.run(ctx)
+}
+
+// Close stops the CLI (stdin EOF, grace, SIGTERM, grace, SIGKILL) and waits
+// for CLIs being stopped in the background. Every CLI is reaped before it
+// returns, at the latest by SIGKILL when ctx ends.
+func (a *agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	a.closed = true
+	c, retired, grace := a.proc, a.retired, a.cfg.stopGrace
+	if !a.opened {
+		grace = defaultStopGrace
+	}
+	a.proc, a.retired = nil, nil
+	a.mu.Unlock()
+	if c != nil {
+		a.log.Info("closing claude", "pid", c.pid)
+		c.stop(ctx, grace)
+	}
+	for _, r := range retired {
+		r.stop(ctx, grace)
+	}
+	return nil
+}
+
+// transcriptExists reports whether the CLI keeps a transcript of session
+// id: ${CLAUDE_CONFIG_DIR:-~/.claude}/projects/<project>/<id>.jsonl.
+func transcriptExists(id string) bool {
+	dir := configDir()
+	if dir == "" || id == "" {
+		return false
+	}
+	m, _ := filepath.Glob(filepath.Join(dir, "projects", "*", id+".jsonl"))
+	return len(m) > 0
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

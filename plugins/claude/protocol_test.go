@@ -1,0 +1,279 @@
+package claude
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// sampleLines returns the stdout lines of the real CLI's transcripts in
+// testdata/samples (copies of the reference samples): the .jsonl file
+// whole, and the "<< " lines of the .txt transcripts, some of which were
+// cut off mid-line.
+func sampleLines(t testing.TB) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, name := range []string{"claude_stream_noauth.jsonl", "claude_interrupt.txt", "claude_badresume.txt"} {
+		b, err := os.ReadFile("testdata/samples/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range bytes.Lines(b) {
+			if strings.HasSuffix(name, ".txt") {
+				rest, ok := bytes.CutPrefix(line, []byte("<< "))
+				if !ok || bytes.HasPrefix(rest, []byte("STDERR:")) {
+					continue
+				}
+				line = rest
+			}
+			out = append(out, bytes.TrimRight(line, "\n"))
+		}
+	}
+	return out
+}
+
+func TestDecodeSamples(t *testing.T) {
+	var got []string
+	for _, line := range sampleLines(t) {
+		m, err := decodeLine(line)
+		if err != nil {
+			got = append(got, "error")
+			continue
+		}
+		s := m.Type + "/" + m.Subtype
+		if m.Type == "result" {
+			s += "/" + strings.Join([]string{boolStr(m.IsError), m.TerminalReason, resultText(m)}, "/")
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		// noauth
+		"system/init", "assistant/", "result/success/true/api_error/Not logged in · Please run /login",
+		// interrupt: the initialize response and the init line were cut
+		"error", "control_response/", "error", "user/",
+		"result/error_during_execution/true/aborted_streaming/[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null",
+		// unknown resume
+		"result/error_during_execution/true//No conversation found with session ID: 11111111-2222-4333-8444-555555555555",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("decoded samples:\n got %q\nwant %q", got, want)
+	}
+	m, _ := decodeLine(sampleLines(t)[1])
+	if m.Error != "authentication_failed" || !m.IsAPIErrorMessage || m.Message.blocks()[0].Text != "Not logged in · Please run /login" {
+		t.Errorf("synthetic assistant message: %+v", m)
+	}
+	m, _ = decodeLine(sampleLines(t)[0])
+	if m.SessionID != "7ae65b20-5758-4ff8-86b5-04a056ec858f" || m.ClaudeCodeVersion != "2.1.332" || m.APIKeySource != "none" {
+		t.Errorf("init: %+v", m)
+	}
+}
+
+func boolStr(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func TestDecodeLenient(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		want string // type, or "skip" for errNotJSON, "error" for a syntax error
+	}{
+		{"", "skip"},
+		{"   ", "skip"},
+		{"[SandboxDebug] something", "skip"},
+		{"null", "skip"},
+		{`{"type":"assistant"`, "error"},
+		{`{"type":"future","whatever":{"deep":[1,2]}}`, "future"},
+		// A field whose type changed is dropped, not fatal.
+		{`{"type":"result","is_error":"yes","result":"ok","usage":[1]}`, "result"},
+		{`{"type":"assistant","message":{"content":{"not":"an array"}}}`, "assistant"},
+		{`{"type":"user","parent_tool_use_id":null,"message":{"content":"text"}}`, "user"},
+	} {
+		m, err := decodeLine([]byte(tt.line))
+		got := ""
+		switch {
+		case errors.Is(err, errNotJSON):
+			got = "skip"
+		case err != nil:
+			got = "error"
+		default:
+			got = m.Type
+		}
+		if got != tt.want {
+			t.Errorf("decodeLine(%q) = %q (%v), want %q", tt.line, got, err, tt.want)
+		}
+	}
+	m, _ := decodeLine([]byte(`{"type":"result","is_error":"yes","result":"ok"}`))
+	if m.Result != "ok" || m.IsError {
+		t.Errorf("lenient result: %+v", m)
+	}
+}
+
+func FuzzDecodeLine(f *testing.F) {
+	for _, line := range sampleLines(f) {
+		f.Add(line)
+	}
+	f.Add([]byte(`{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"x"}],"is_error":true}]}}`))
+	f.Add([]byte(`{"type":"control_request","request_id":"r","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"}}}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, err := decodeLine(line)
+		if err != nil {
+			if m != nil {
+				t.Fatal("message and error")
+			}
+			return
+		}
+		// Everything the turn loop touches must be safe on any message.
+		for _, b := range m.Message.blocks() {
+			_ = b.resultText()
+			_ = toolTitle(b.Name, b.Input)
+			_, _ = todoPlan(b.Name, b.Input)
+		}
+		_ = resultText(m)
+		var req controlRequest
+		_ = json.Unmarshal(m.Request, &req)
+		_ = hasSuggestions(req.PermissionSuggestions)
+		// A line that decodes is a JSON object whose "type" we read.
+		var probe struct {
+			Type json.RawMessage `json:"type"`
+		}
+		if err := json.Unmarshal(bytes.TrimSpace(line), &probe); err != nil && !isTypeError(err) {
+			t.Fatalf("decodeLine accepted invalid JSON %q", line)
+		}
+	})
+}
+
+func TestReadLine(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	in := "short\n" + long + "\n" + "after\n" + strings.Repeat("y", 100) + "\nlast-no-newline"
+	r := bufio.NewReaderSize(strings.NewReader(in), 16) // fragments smaller than lines
+	var got []string
+	for {
+		line, err := readLine(r, 100)
+		var tooLong *lineTooLongError
+		switch {
+		case errors.As(err, &tooLong):
+			got = append(got, "TOO LONG")
+			continue
+		case len(line) > 0:
+			got = append(got, strings.TrimSuffix(string(line), "\n"))
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"short", "TOO LONG", "after", strings.Repeat("y", 100), "last-no-newline"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines = %q, want %q", got, want)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"2.1.332 (Claude Code)": "2.1.332", "v2.0.0\n": "2.0.0", "  10.20.30": "10.20.30",
+		"1.0.128 (Claude Code)": "1.0.128", "Claude Code": "", "": "",
+	} {
+		v, ok := parseVersion(in)
+		if got := map[bool]string{true: v.String(), false: ""}[ok]; got != want {
+			t.Errorf("parseVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if !(version{1, 9, 99}).less(minVersion) || (version{2, 0, 0}).less(minVersion) || !(version{2, 1, 9}).less(version{2, 1, 10}) {
+		t.Error("version ordering is wrong")
+	}
+}
+
+func TestCLIEnv(t *testing.T) {
+	in := []string{"PATH=/bin", "ANTHROPIC_API_KEY=k", "CLAUDECODE=1", "AWS_PROFILE=p", "PWD=/elsewhere", "ANTHROPIC_BASE_URL=u", "X=1"}
+	if got, want := cliEnv(in, "/w", false), []string{"PATH=/bin", "X=1", "PWD=/w"}; !slices.Equal(got, want) {
+		t.Errorf("stripped: %q, want %q", got, want)
+	}
+	if got, want := cliEnv(in, "/w", true), []string{"PATH=/bin", "ANTHROPIC_API_KEY=k", "AWS_PROFILE=p", "ANTHROPIC_BASE_URL=u", "X=1", "PWD=/w"}; !slices.Equal(got, want) {
+		t.Errorf("allowed: %q, want %q", got, want)
+	}
+}
+
+func TestCLIArgs(t *testing.T) {
+	c, _, err := parseOptions(map[string]string{OptSystemPrompt: "", OptMaxTurns: "3", OptDisallowedTools: "Bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.cliArgs(start{id: "-x", resume: true})
+	want := []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
+		"--permission-prompt-tool", "stdio", "--disallowedTools=Bash", "--max-turns=3", "--system-prompt=", "--resume=-x"}
+	if !slices.Equal(got, want) {
+		t.Errorf("argv %q, want %q", got, want)
+	}
+}
+
+func TestPromptContent(t *testing.T) {
+	got, err := promptContent([]sdk.ContentBlock{sdk.TextBlock("a"), sdk.TextBlock("b")})
+	if err != nil || got != "ab" {
+		t.Errorf("text prompt: %v %v", got, err)
+	}
+	got, err = promptContent([]sdk.ContentBlock{
+		sdk.TextBlock("look"),
+		{Type: "image", JSON: `{"type":"image","data":"aGk=","mimeType":"image/png"}`},
+		{Type: "resource", JSON: `{"type":"resource","resource":{"uri":"file:///a.go","text":"package a"}}`},
+		{Type: "resource_link", JSON: `{"type":"resource_link","uri":"file:///b.go","name":"b.go"}`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(got)
+	want := `[{"text":"look","type":"text"},{"source":{"data":"aGk=","media_type":"image/png","type":"base64"},"type":"image"},` +
+		`{"text":"\u003ccontext ref=\"file:///a.go\"\u003e\npackage a\n\u003c/context\u003e","type":"text"},{"text":"[b.go](file:///b.go)","type":"text"}]`
+	if string(b) != want {
+		t.Errorf("content:\n got %s\nwant %s", b, want)
+	}
+	if _, err := promptContent([]sdk.ContentBlock{{Type: "audio", JSON: `{}`}}); err == nil || !strings.Contains(err.Error(), `type "audio"`) {
+		t.Errorf("audio: %v", err)
+	}
+}
+
+func TestToolTitle(t *testing.T) {
+	for _, tt := range []struct{ name, input, want string }{
+		{"Bash", `{"command":"ls  -la\n"}`, "Bash ls -la"},
+		{"Read", `{"file_path":"/etc/hosts"}`, "Read /etc/hosts"},
+		{"mcp__x__y", `{"a":1}`, "mcp__x__y"},
+		{"Grep", `not json`, "Grep"},
+		{"", ``, "tool"},
+	} {
+		if got := toolTitle(tt.name, json.RawMessage(tt.input)); got != tt.want {
+			t.Errorf("toolTitle(%s, %s) = %q, want %q", tt.name, tt.input, got, tt.want)
+		}
+	}
+}
+
+func TestPhase(t *testing.T) {
+	if d := phase(context.Background(), 5*time.Second, 2); d != 5*time.Second {
+		t.Errorf("no deadline: %s", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2100*time.Millisecond)
+	defer cancel()
+	if d := phase(ctx, 5*time.Second, 2); d > time.Second || d < 900*time.Millisecond {
+		t.Errorf("2.1s left, 2 phases: %s", d)
+	}
+}
+
+func TestNewUUID(t *testing.T) {
+	u := newUUID()
+	if len(u) != 36 || u[14] != '4' || !strings.ContainsRune("89ab", rune(u[19])) {
+		t.Errorf("newUUID() = %s", u)
+	}
+}

@@ -1,0 +1,855 @@
+// Command fakeclaude is a faithful fake of Claude Code 2.1.332 in
+// stream-json mode, for the claude plugin's tests. It accepts the argv the
+// plugin and the official SDKs use, answers the control protocol's
+// initialize and interrupt requests like the real CLI, emits system/init
+// lazily on the first user message, writes a transcript under
+// $CLAUDE_CONFIG_DIR (or ~/.claude)/projects, fails an unknown --resume and
+// a --session-id already in use with the real CLI's texts, and adds
+// unknown fields to every message it prints.
+//
+// Its "model" is the prompt text:
+//
+//	count N [INTERVAL]  N assistant text messages "1".."N", INTERVAL apart
+//	sleep DURATION      hold the turn until interrupted (or DURATION passes)
+//	tool                a Bash tool_use, a can_use_tool permission request
+//	                    (with --permission-prompt-tool stdio), its tool_result
+//	todo                a TodoWrite tool_use and its tool_result
+//	think               a thinking block, then a text block
+//	huge N              one assistant line of at least N bytes
+//	die                 one assistant message, then exit status 3
+//	noauth              the real unauthenticated answer (also every turn
+//	                    when no credential is configured)
+//	fail                an API error (is_error result, subtype success)
+//	maxturns            an error_max_turns result
+//	anything else       echoed as one assistant message
+//
+// Environment knobs: FAKECLAUDE_VERSION (what --version prints),
+// FAKECLAUDE_IGNORE_SIGTERM=1 (ignore SIGTERM and stdin EOF),
+// FAKECLAUDE_SLOW=DURATION (delay every line), FAKECLAUDE_NOISE=1 (a
+// non-JSON line, a blank line and an unknown message type before every
+// line), FAKECLAUDE_ROTATE_ON_RESUME=1 (a new session id on resume, as 1.x
+// did; FAKE_CLAUDE_ROTATE_ON_RESUME also works), FAKECLAUDE_RECORD=DIR
+// (write DIR/<pid>.json with argv, env, cwd and ppid, and append every
+// stdin line to DIR/<pid>.stdin.jsonl).
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const realVersion = "2.1.332"
+
+func main() {
+	recordInvocation()
+	a := parseArgs(os.Args[1:])
+	if a.version {
+		v := os.Getenv("FAKECLAUDE_VERSION")
+		if v == "" {
+			v = realVersion
+		}
+		fmt.Println(v + " (Claude Code)")
+		return
+	}
+	f := newFake(a)
+	f.run()
+}
+
+// ---- argv ----
+
+type args struct {
+	version, print, verbose, fork, cont bool
+	outputFormat, inputFormat           string
+	permPromptTool, permMode            string
+	sessionID, model                    string
+	resume                              *string
+}
+
+var valueFlags = []string{
+	"output-format", "input-format", "permission-prompt-tool", "permission-mode", "session-id", "model",
+	"fallback-model", "allowedTools", "allowed-tools", "disallowedTools", "disallowed-tools", "max-turns",
+	"system-prompt", "append-system-prompt", "add-dir", "settings", "setting-sources", "mcp-config",
+	"max-budget-usd", "max-thinking-tokens", "thinking", "effort", "json-schema", "plugin-dir", "tools",
+	"permission-prompts",
+}
+
+var boolFlags = []string{
+	"print", "verbose", "fork-session", "continue", "include-partial-messages", "include-hook-events",
+	"replay-user-messages", "no-session-persistence", "strict-mcp-config", "dangerously-skip-permissions",
+	"bare", "version", "debug",
+}
+
+var permModes = []string{"acceptEdits", "auto", "bypassPermissions", "manual", "dontAsk", "plan", "default"}
+
+func fatal(code int, msg string) {
+	fmt.Fprintln(os.Stderr, msg)
+	os.Exit(code)
+}
+
+func parseArgs(argv []string) args {
+	var a args
+	shorts := map[string]string{"-p": "print", "-c": "continue", "-v": "version", "-r": "resume"}
+	for i := 0; i < len(argv); i++ {
+		arg := argv[i]
+		name, value, hasValue := "", "", false
+		switch {
+		case shorts[arg] != "":
+			name = shorts[arg]
+		case strings.HasPrefix(arg, "--"):
+			name, value, hasValue = strings.Cut(arg[2:], "=")
+		case strings.HasPrefix(arg, "-"):
+			fatal(1, fmt.Sprintf("error: unknown option '%s'", arg))
+		default:
+			continue // a prompt argument; stream-json input ignores it
+		}
+		switch {
+		case name == "resume":
+			if !hasValue && i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
+				i++
+				value, hasValue = argv[i], true
+			}
+			v := value
+			a.resume = &v
+		case slices.Contains(valueFlags, name):
+			if !hasValue {
+				if i+1 >= len(argv) {
+					fatal(1, fmt.Sprintf("error: option '--%s <value>' argument missing", name))
+				}
+				i++
+				value = argv[i]
+			}
+			switch name {
+			case "output-format":
+				a.outputFormat = value
+			case "input-format":
+				a.inputFormat = value
+			case "permission-prompt-tool":
+				a.permPromptTool = value
+			case "permission-mode":
+				if !slices.Contains(permModes, value) {
+					fatal(1, fmt.Sprintf("error: option '--permission-mode <mode>' argument '%s' is invalid. Allowed choices are acceptEdits, auto, bypassPermissions, manual, dontAsk, plan.", value))
+				}
+				a.permMode = value
+			case "session-id":
+				a.sessionID = value
+			case "model":
+				a.model = value
+			}
+		case slices.Contains(boolFlags, name):
+			if hasValue {
+				fatal(1, fmt.Sprintf("error: option '--%s' does not take an argument", name))
+			}
+			switch name {
+			case "print":
+				a.print = true
+			case "verbose":
+				a.verbose = true
+			case "fork-session":
+				a.fork = true
+			case "continue":
+				a.cont = true
+			case "version":
+				a.version = true
+			}
+		default:
+			fatal(1, fmt.Sprintf("error: unknown option '--%s'", name))
+		}
+	}
+	return a
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// ---- the fake CLI ----
+
+type fake struct {
+	a            args
+	cwd          string
+	configDir    string
+	sessionID    string
+	transcript   string
+	authed       bool
+	apiKeySource string
+	slow         time.Duration
+	noise        bool
+	ignoreTerm   bool
+	recordStdin  *os.File
+
+	outMu sync.Mutex
+
+	mu               sync.Mutex
+	cur              *turn
+	queued           int
+	interruptPending bool
+	initSent         bool
+	lastIsError      bool
+	permWaiters      map[string]chan map[string]any
+
+	turns chan string
+	done  chan struct{}
+}
+
+type turn struct {
+	interrupted chan struct{}
+	once        sync.Once
+}
+
+func (t *turn) interrupt() { t.once.Do(func() { close(t.interrupted) }) }
+
+func newFake(a args) *fake {
+	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, turns: make(chan string, 64), done: make(chan struct{})}
+	f.cwd, _ = os.Getwd()
+	f.configDir = os.Getenv("CLAUDE_CONFIG_DIR")
+	if f.configDir == "" {
+		home, _ := os.UserHomeDir()
+		f.configDir = filepath.Join(home, ".claude")
+	}
+	f.slow, _ = time.ParseDuration(os.Getenv("FAKECLAUDE_SLOW"))
+	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
+	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
+	f.apiKeySource = "none"
+	switch {
+	case os.Getenv("ANTHROPIC_API_KEY") != "":
+		f.authed, f.apiKeySource = true, "ANTHROPIC_API_KEY"
+	case os.Getenv("ANTHROPIC_AUTH_TOKEN") != "", os.Getenv("CLAUDE_CODE_OAUTH_TOKEN") != "":
+		f.authed = true
+	default:
+		_, err := os.Stat(filepath.Join(f.configDir, ".credentials.json"))
+		f.authed = err == nil
+	}
+	if dir := os.Getenv("FAKECLAUDE_RECORD"); dir != "" {
+		f.recordStdin, _ = os.OpenFile(filepath.Join(dir, strconv.Itoa(os.Getpid())+".stdin.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	return f
+}
+
+func (f *fake) run() {
+	a := f.a
+	if f.ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if a.print && a.outputFormat == "stream-json" && !a.verbose {
+		fatal(1, "Error: When using --print, --output-format=stream-json requires --verbose")
+	}
+	if a.sessionID != "" && (a.resume != nil || a.cont) && !a.fork {
+		fatal(1, "Error: --session-id with --continue or --resume also needs --fork-session.")
+	}
+	if a.inputFormat != "stream-json" || a.outputFormat != "stream-json" {
+		fatal(2, "fakeclaude: only --input-format stream-json with --output-format stream-json is implemented")
+	}
+	switch {
+	case a.resume != nil:
+		id := *a.resume
+		if !uuidRE.MatchString(id) {
+			msg := fmt.Sprintf("Error: --resume requires a valid session ID or session title when used with --print. Usage: claude -p --resume <session-id|title>. Provided value %q is not a UUID and does not match any session title.", id)
+			f.startupFailure(newUUID(), msg, msg)
+		}
+		path := f.findTranscript(id)
+		if path == "" {
+			msg := "No conversation found with session ID: " + id
+			f.startupFailure(id, msg, msg)
+		}
+		f.sessionID, f.transcript = id, path
+		if os.Getenv("FAKECLAUDE_ROTATE_ON_RESUME") == "1" || os.Getenv("FAKE_CLAUDE_ROTATE_ON_RESUME") == "1" {
+			f.sessionID = newUUID()
+			f.transcript = filepath.Join(filepath.Dir(path), f.sessionID+".jsonl")
+			if b, err := os.ReadFile(path); err == nil {
+				_ = os.WriteFile(f.transcript, b, 0o600)
+			}
+		}
+	case a.sessionID != "":
+		if !uuidRE.MatchString(a.sessionID) {
+			fatal(1, "Error: Invalid session ID. Must be a valid UUID.")
+		}
+		if f.findTranscript(a.sessionID) != "" {
+			fatal(1, fmt.Sprintf("Error: Session ID %s is already in use.", a.sessionID))
+		}
+		f.sessionID = a.sessionID
+		f.transcript = filepath.Join(f.configDir, "projects", sanitize(f.cwd), f.sessionID+".jsonl")
+	default:
+		f.sessionID = newUUID()
+		f.transcript = filepath.Join(f.configDir, "projects", sanitize(f.cwd), f.sessionID+".jsonl")
+	}
+
+	go f.runTurns()
+	f.readStdin()
+	// Stdin closed: the session ends once the running turn has.
+	if f.ignoreTerm {
+		for { // not select{}: the runtime would call that a deadlock and exit
+			time.Sleep(time.Hour)
+		}
+	}
+	close(f.turns)
+	<-f.done
+	f.mu.Lock()
+	failed := f.lastIsError
+	f.mu.Unlock()
+	if failed {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// startupFailure is the real CLI's answer to a --resume it cannot honour:
+// an error result on stdout, the message on stderr, exit status 1.
+func (f *fake) startupFailure(sessionID, errText, stderr string) {
+	f.emit(map[string]any{
+		"type": "result", "subtype": "error_during_execution", "duration_ms": 0, "duration_api_ms": 0,
+		"is_error": true, "num_turns": 0, "stop_reason": nil, "session_id": sessionID, "total_cost_usd": 0,
+		"usage": zeroUsage(), "modelUsage": map[string]any{}, "permission_denials": []any{},
+		"uuid": newUUID(), "errors": []string{errText}, "result_index": 0,
+	})
+	fatal(1, stderr)
+}
+
+func (f *fake) findTranscript(id string) string {
+	matches, _ := filepath.Glob(filepath.Join(f.configDir, "projects", "*", id+".jsonl"))
+	if len(matches) == 0 {
+		return ""
+	}
+	return matches[0]
+}
+
+var nonAlnum = regexp.MustCompile(`[^a-zA-Z0-9]`)
+
+func sanitize(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	return nonAlnum.ReplaceAllString(p, "-")
+}
+
+// ---- stdin ----
+
+func (f *fake) readStdin() {
+	r := bufio.NewReaderSize(os.Stdin, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(strings.TrimSpace(string(line))) > 0 {
+			if f.recordStdin != nil {
+				_, _ = f.recordStdin.Write(append(bytesTrimRight(line), '\n'))
+			}
+			f.handleInput(line)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func bytesTrimRight(b []byte) []byte { return []byte(strings.TrimRight(string(b), "\r\n")) }
+
+func (f *fake) handleInput(line []byte) {
+	var m struct {
+		Type      string          `json:"type"`
+		RequestID string          `json:"request_id"`
+		Request   json.RawMessage `json:"request"`
+		Response  json.RawMessage `json:"response"`
+		Message   struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		fmt.Fprintf(os.Stderr, "fakeclaude: ignoring malformed stdin line: %v\n", err)
+		return
+	}
+	switch m.Type {
+	case "control_request":
+		var req struct {
+			Subtype string `json:"subtype"`
+		}
+		_ = json.Unmarshal(m.Request, &req)
+		switch req.Subtype {
+		case "initialize":
+			f.controlSuccess(m.RequestID, map[string]any{
+				"commands": []any{
+					map[string]any{"name": "review", "description": "Review a pull request", "argumentHint": "", "builtin": true},
+					map[string]any{"name": "compact", "description": "Clear conversation history but keep a summary in context", "argumentHint": "<optional custom summarization instructions>", "builtin": true},
+				},
+				"output_style": "default", "available_output_styles": []string{"default", "Explanatory", "Learning"},
+			})
+		case "interrupt":
+			f.controlSuccess(m.RequestID, map[string]any{"still_queued": []any{}})
+			f.mu.Lock()
+			if f.cur != nil {
+				f.cur.interrupt()
+			} else if f.queued > 0 {
+				f.interruptPending = true
+			}
+			f.mu.Unlock()
+		case "set_permission_mode", "set_model":
+			f.controlSuccess(m.RequestID, map[string]any{})
+		default:
+			f.emit(map[string]any{"type": "control_response", "response": map[string]any{
+				"subtype": "error", "request_id": m.RequestID, "error": "Unsupported control request subtype: " + req.Subtype}})
+		}
+	case "control_response":
+		var resp struct {
+			RequestID string         `json:"request_id"`
+			Response  map[string]any `json:"response"`
+			Error     string         `json:"error"`
+		}
+		_ = json.Unmarshal(m.Response, &resp)
+		f.mu.Lock()
+		ch := f.permWaiters[resp.RequestID]
+		delete(f.permWaiters, resp.RequestID)
+		f.mu.Unlock()
+		if ch != nil {
+			if resp.Response == nil {
+				resp.Response = map[string]any{"behavior": "deny", "message": "error: " + resp.Error}
+			}
+			ch <- resp.Response
+		} else {
+			fmt.Fprintf(os.Stderr, "fakeclaude: control response for unknown request %q\n", resp.RequestID)
+		}
+	case "user":
+		text := contentText(m.Message.Content)
+		f.mu.Lock()
+		f.queued++
+		f.mu.Unlock()
+		f.turns <- text
+	}
+}
+
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &blocks)
+	var parts []string
+	for _, b := range blocks {
+		if b.Type == "text" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func (f *fake) controlSuccess(id string, response map[string]any) {
+	f.emit(map[string]any{"type": "control_response", "response": map[string]any{
+		"subtype": "success", "request_id": id, "response": response}})
+}
+
+// ---- output ----
+
+// emit prints one message, with unknown fields added as a newer CLI would.
+func (f *fake) emit(m map[string]any) {
+	m["fake_unknown_field"] = map[string]any{"nested": []any{1, "two", nil}, "added_in": "9.9.9"}
+	m["emittedAtMs"] = time.Now().UnixMilli()
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	if f.slow > 0 {
+		time.Sleep(f.slow)
+	}
+	if f.noise {
+		os.Stdout.WriteString("[SandboxDebug] fakeclaude noise: not JSON\n\n")
+		os.Stdout.WriteString(`{"type":"fake_future_type","subtype":"whatever","payload":{"x":[1,2,3]},"session_id":` + strconv.Quote(f.sessionID) + "}\n")
+		os.Stdout.WriteString(`{"type":"system","subtype":"fake_future_subtype","session_id":` + strconv.Quote(f.sessionID) + "}\n")
+	}
+	os.Stdout.Write(append(b, '\n'))
+}
+
+func (f *fake) appendTranscript(m map[string]any) {
+	if err := os.MkdirAll(filepath.Dir(f.transcript), 0o700); err != nil {
+		return
+	}
+	file, err := os.OpenFile(f.transcript, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer file.Close()
+	m["sessionId"] = f.sessionID
+	m["cwd"] = f.cwd
+	m["version"] = realVersion
+	m["entrypoint"] = "sdk-cli"
+	m["timestamp"] = now()
+	m["isSidechain"] = false
+	b, _ := json.Marshal(m)
+	file.Write(append(b, '\n'))
+}
+
+func now() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func zeroUsage() map[string]any {
+	return map[string]any{
+		"output_tokens_details": map[string]any{"thinking_tokens": 0}, "input_tokens": 0,
+		"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0,
+		"server_tool_use": map[string]any{"web_search_requests": 0, "web_fetch_requests": 0},
+		"service_tier":    "standard", "cache_creation": map[string]any{"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+		"inference_geo": "", "iterations": []any{}, "speed": "standard", "fallback_credit": nil,
+	}
+}
+
+func (f *fake) model() string {
+	switch f.a.model {
+	case "", "default", "opus":
+		return "claude-opus-5-5"
+	case "sonnet":
+		return "claude-sonnet-5-5"
+	}
+	return f.a.model
+}
+
+func (f *fake) systemInit() map[string]any {
+	perm := f.a.permMode
+	if perm == "" || perm == "manual" {
+		perm = "default"
+	}
+	return map[string]any{
+		"type": "system", "subtype": "init", "cwd": f.cwd, "session_id": f.sessionID,
+		"tools":       []string{"Task", "Bash", "Edit", "Read", "Write", "WebFetch", "WebSearch", "TodoWrite"},
+		"mcp_servers": []any{}, "model": f.model(), "permissionMode": perm,
+		"slash_commands": []string{"review", "compact"}, "terminal_slash_commands": []string{"doctor"},
+		"apiKeySource": f.apiKeySource, "claude_code_version": realVersion, "output_style": "default",
+		"agents": []string{"claude", "Explore", "general-purpose", "Plan"}, "skills": []string{"review"},
+		"plugins":            []any{map[string]any{"name": "cc-plugin-agents-md", "path": "builtin", "source": "cc-plugin-agents-md@builtin"}},
+		"capabilities":       []string{"interrupt_receipt_v1", "interrupt_cancel_queued_v1"},
+		"analytics_disabled": false, "product_feedback_disabled": false, "served_by_anthropic": true,
+		"uuid": newUUID(), "sandbox_enabled": false,
+		"memory_paths": map[string]any{"auto": filepath.Join(f.configDir, "projects", sanitize(f.cwd), "memory") + "/"},
+		"original_cwd": f.cwd, "additional_directories": []any{},
+		"messaging_socket_path": "/tmp/cc-socks/" + strconv.Itoa(os.Getpid()) + ".sock",
+		"fast_mode_state":       "off", "fast_mode_disabled_reason": "sdk_opt_in_required",
+		"per_turn_effort_active": true, "ultrathink_available": false, "ultrathink_typed_raises": false, "view_mode": "default",
+	}
+}
+
+// assistant returns an assistant line with the given content blocks.
+func (f *fake) assistant(msgID string, stopReason any, blocks ...map[string]any) map[string]any {
+	for _, b := range blocks {
+		b["fake_block_field"] = true
+	}
+	return map[string]any{
+		"type": "assistant",
+		"message": map[string]any{
+			"id": msgID, "container": nil, "model": f.model(), "role": "assistant", "stop_details": nil,
+			"stop_reason": stopReason, "stop_sequence": nil, "type": "message",
+			"usage": map[string]any{"input_tokens": 12, "output_tokens": 3, "cache_creation_input_tokens": 0,
+				"cache_read_input_tokens": 100, "service_tier": "standard"},
+			"content": blocks, "context_management": nil,
+		},
+		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": newUUID(), "timestamp": now(),
+	}
+}
+
+func text(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
+
+func (f *fake) userLine(content any, extra map[string]any) map[string]any {
+	m := map[string]any{
+		"type":               "user",
+		"message":            map[string]any{"role": "user", "content": content},
+		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": newUUID(), "timestamp": now(),
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// result returns a result line.
+func (f *fake) result(subtype string, isError bool, resultText string, stopReason any, terminal string, numTurns int, outTokens int) map[string]any {
+	m := map[string]any{
+		"type": "result", "subtype": subtype, "is_error": isError, "duration_ms": 42, "duration_api_ms": 30,
+		"num_turns": numTurns, "stop_reason": stopReason, "session_id": f.sessionID,
+		"total_cost_usd": 0.0123,
+		"usage": map[string]any{
+			"output_tokens_details": map[string]any{"thinking_tokens": 2}, "input_tokens": 12,
+			"cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens,
+			"server_tool_use": map[string]any{"web_search_requests": 0, "web_fetch_requests": 0}, "service_tier": "standard",
+		},
+		"modelUsage": map[string]any{}, "permission_denials": []any{}, "terminal_reason": terminal,
+		"uuid": newUUID(), "queued_turn_count": 0, "result_index": 0,
+	}
+	if resultText != "" || !isError {
+		m["result"] = resultText
+	}
+	return m
+}
+
+// ---- turns ----
+
+func (f *fake) runTurns() {
+	defer close(f.done)
+	for prompt := range f.turns {
+		t := &turn{interrupted: make(chan struct{})}
+		f.mu.Lock()
+		f.queued--
+		f.cur = t
+		if f.interruptPending {
+			f.interruptPending = false
+			t.interrupt()
+		}
+		first := !f.initSent
+		f.initSent = true
+		f.mu.Unlock()
+		if first {
+			f.emit(f.systemInit())
+		}
+		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": newUUID()})
+		isError := f.runTurn(t, strings.TrimSpace(prompt))
+		f.mu.Lock()
+		f.cur = nil
+		f.lastIsError = isError
+		f.mu.Unlock()
+	}
+}
+
+// wait sleeps for d and reports whether the turn was not interrupted.
+func wait(t *turn, d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-t.interrupted:
+			return false
+		default:
+			return true
+		}
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-t.interrupted:
+		return false
+	}
+}
+
+// interrupted ends the turn as the real CLI does after an interrupt.
+func (f *fake) interrupted(marker string) bool {
+	f.emit(f.userLine([]any{text(marker)}, nil))
+	r := f.result("error_during_execution", true, "", nil, "aborted_streaming", 2, 0)
+	r["errors"] = []string{"[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"}
+	r["usage"] = zeroUsage()
+	r["total_cost_usd"] = 0
+	f.emit(r)
+	return true
+}
+
+const interruptMarker = "[Request interrupted by user]"
+
+// runTurn plays one turn and reports whether its result was an error.
+func (f *fake) runTurn(t *turn, prompt string) bool {
+	if !wait(t, 0) {
+		return f.interrupted(interruptMarker)
+	}
+	word, rest, _ := strings.Cut(prompt, " ")
+	fields := strings.Fields(rest)
+	if !f.authed {
+		word = "noauth"
+	}
+	msgID := "msg_01" + randHex(10)
+	say := func(s string) {
+		f.emit(f.assistant(msgID, nil, text(s)))
+		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": newUUID()})
+	}
+	done := func(last string, n int) bool {
+		f.emit(f.result("success", false, last, "end_turn", "completed", n, 5))
+		return false
+	}
+	switch word {
+	case "count":
+		n, _ := strconv.Atoi(first(fields))
+		var interval time.Duration
+		if len(fields) > 1 {
+			interval, _ = time.ParseDuration(fields[1])
+		}
+		for i := 1; i <= n; i++ {
+			if i > 1 && !wait(t, interval) {
+				return f.interrupted(interruptMarker)
+			}
+			say(strconv.Itoa(i))
+		}
+		return done(strconv.Itoa(n), 1)
+	case "sleep":
+		d, _ := time.ParseDuration(first(fields))
+		if !wait(t, d) {
+			return f.interrupted(interruptMarker)
+		}
+		say("slept " + d.String())
+		return done("slept "+d.String(), 1)
+	case "think":
+		f.emit(f.assistant(msgID, nil, map[string]any{"type": "thinking", "thinking": "Let me think about it.", "signature": "c2lnbmF0dXJl"}))
+		say("thought it through")
+		return done("thought it through", 1)
+	case "tool":
+		return f.tool(t, msgID)
+	case "todo":
+		id := "toolu_01" + randHex(10)
+		input := map[string]any{"todos": []any{
+			map[string]any{"content": "write the code", "status": "completed", "activeForm": "Writing the code"},
+			map[string]any{"content": "test it", "status": "in_progress", "activeForm": "Testing it"},
+		}}
+		f.emit(f.assistant(msgID, "tool_use", map[string]any{"type": "tool_use", "id": id, "name": "TodoWrite", "input": input}))
+		f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result",
+			"content": "Todos have been modified successfully. Ensure that you continue to use the todo list to track your progress."}}, nil))
+		say("planned")
+		return done("planned", 2)
+	case "huge":
+		n, _ := strconv.Atoi(first(fields))
+		say(strings.Repeat("x", n))
+		return done("huge", 1)
+	case "die":
+		say("dying")
+		fatal(3, "fakeclaude: dying mid-turn as asked")
+	case "noauth":
+		f.noAuth()
+		return true
+	case "fail":
+		const msg = `API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`
+		a := f.assistant(newUUID(), "stop_sequence", text(msg))
+		a["error"] = "server_error"
+		a["is_api_error_message"] = true
+		a["message"].(map[string]any)["model"] = "<synthetic>"
+		f.emit(a)
+		r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
+		r["api_error_status"] = 500
+		f.emit(r)
+		return true
+	case "maxturns":
+		say("still working")
+		r := f.result("error_max_turns", true, "", nil, "max_turns", 2, 5)
+		r["errors"] = []string{"Reached maximum number of turns (1)"}
+		f.emit(r)
+		return true
+	}
+	say(prompt)
+	return done(prompt, 1)
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// noAuth is the real unauthenticated turn (samples/claude_stream_noauth.jsonl).
+func (f *fake) noAuth() {
+	u := zeroUsage()
+	u["output_tokens_details"] = nil
+	u["service_tier"] = nil
+	u["inference_geo"], u["iterations"], u["speed"] = nil, nil, nil
+	f.emit(map[string]any{
+		"type": "assistant",
+		"message": map[string]any{
+			"diagnostics": nil, "id": newUUID(), "container": nil, "model": "<synthetic>", "role": "assistant",
+			"stop_details": nil, "stop_reason": "stop_sequence", "stop_sequence": "", "type": "message", "usage": u,
+			"content": []any{text("Not logged in · Please run /login")}, "context_management": nil,
+		},
+		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": newUUID(), "timestamp": now(),
+		"error": "authentication_failed", "is_api_error_message": true,
+	})
+	f.emit(map[string]any{
+		"duration_api_ms": 0, "stop_reason": "stop_sequence", "session_id": f.sessionID, "total_cost_usd": 0,
+		"usage": zeroUsage(), "modelUsage": map[string]any{}, "permission_denials": []any{},
+		"terminal_reason": "api_error", "fast_mode_state": "off", "fast_mode_disabled_reason": "sdk_opt_in_required",
+		"safety_stops": 0, "is_error": true, "num_turns": 1, "subtype": "success", "api_error_status": nil,
+		"result": "Not logged in · Please run /login", "type": "result", "duration_ms": 158, "uuid": newUUID(),
+		"queued_turn_count": 0, "result_index": 0, "model_usage_since_last_result": map[string]any{},
+	})
+}
+
+// tool runs a Bash tool call, asking for permission over the control
+// protocol when the permission prompt tool is stdio.
+func (f *fake) tool(t *turn, msgID string) bool {
+	id := "toolu_01" + randHex(10)
+	input := map[string]any{"command": "ls", "description": "List files in the workspace"}
+	f.emit(f.assistant(msgID, "tool_use", map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": input}))
+	ask := f.a.permPromptTool == "stdio" && f.a.permMode != "bypassPermissions" && f.a.permMode != "dontAsk"
+	note := ""
+	if ask {
+		reqID := newUUID()
+		ch := make(chan map[string]any, 1)
+		f.mu.Lock()
+		f.permWaiters[reqID] = ch
+		f.mu.Unlock()
+		f.emit(map[string]any{"type": "control_request", "request_id": reqID, "request": map[string]any{
+			"subtype": "can_use_tool", "tool_name": "Bash", "input": input,
+			"permission_suggestions": []any{map[string]any{"type": "addRules",
+				"rules": []any{map[string]any{"toolName": "Bash", "ruleContent": "ls"}}, "behavior": "allow", "destination": "localSettings"}},
+			"tool_use_id": id, "agent_id": nil, "blocked_path": nil, "decision_reason": nil,
+			"title": "Claude wants to run ls", "display_name": "Bash", "description": "List files in the workspace",
+		}})
+		var resp map[string]any
+		select {
+		case resp = <-ch:
+		case <-t.interrupted:
+			f.mu.Lock()
+			delete(f.permWaiters, reqID)
+			f.mu.Unlock()
+			f.emit(map[string]any{"type": "control_cancel_request", "request_id": reqID})
+			return f.interrupted(interruptMarker)
+		}
+		if resp["behavior"] != "allow" {
+			msg, _ := resp["message"].(string)
+			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}}, nil))
+			if resp["interrupt"] == true {
+				return f.interrupted("[Request interrupted by user for tool use]")
+			}
+			f.emit(f.assistant("msg_01"+randHex(10), nil, text("permission denied: "+msg)))
+			f.emit(f.result("success", false, "permission denied: "+msg, "end_turn", "completed", 2, 5))
+			return false
+		}
+		if in, ok := resp["updatedInput"].(map[string]any); ok {
+			input = in
+		}
+		if p, ok := resp["updatedPermissions"].([]any); ok && len(p) > 0 {
+			note = fmt.Sprintf(" (%d permission rules saved)", len(p))
+		}
+	}
+	out := "README.md\nmain.go"
+	f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": out, "is_error": false}},
+		map[string]any{"tool_use_result": map[string]any{"stdout": out, "stderr": "", "interrupted": false, "isImage": false, "command": input["command"]}}))
+	say := "listed 2 files" + note
+	f.emit(f.assistant("msg_01"+randHex(10), "end_turn", text(say)))
+	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
+	return false
+}
+
+// recordInvocation writes argv, environment, cwd and parent pid for the
+// tests when FAKECLAUDE_RECORD names a directory.
+func recordInvocation() {
+	dir := os.Getenv("FAKECLAUDE_RECORD")
+	if dir == "" {
+		return
+	}
+	cwd, _ := os.Getwd()
+	b, _ := json.Marshal(map[string]any{"args": os.Args[1:], "env": os.Environ(), "cwd": cwd, "pid": os.Getpid(), "ppid": os.Getppid()})
+	_ = os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())+".json"), b, 0o600)
+}

@@ -1,0 +1,343 @@
+package claude
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// interruptGrace is how long a cancelled turn waits for the CLI to end it
+// after the interrupt request; then the CLI is stopped. The conformance kit
+// allows a cancelled turn 5 s.
+const interruptGrace = 3 * time.Second
+
+// Permission options offered for a can_use_tool request.
+const (
+	optAllow       = "allow"
+	optAllowAlways = "allow_always"
+	optReject      = "reject"
+)
+
+// authHelp is what a user reads when the CLI could not authenticate.
+const authHelp = "run `claude auth login`, or set ANTHROPIC_API_KEY and allow it for this session with the session option " + OptAllowCredentials + "=true"
+
+// turnRun maps one turn's stdout messages to SDK updates and answers the
+// CLI's permission requests, until the result line.
+type turnRun struct {
+	a    *agent
+	c    *cli
+	turn *sdk.Turn
+	log  hclog.Logger
+
+	perms       map[string]*pendingPerm // by the CLI's request id
+	answers     chan permAnswer
+	outstanding int // permission goroutines not yet drained
+
+	cancelled   bool
+	interruptID string
+	authFailed  bool
+}
+
+// pendingPerm is a can_use_tool request waiting for the user.
+type pendingPerm struct {
+	cancel context.CancelFunc
+	req    controlRequest
+}
+
+type permAnswer struct {
+	id  string
+	out sdk.PermissionOutcome
+}
+
+// run is the turn loop.
+func (r *turnRun) run(ctx context.Context) (sdk.StopReason, error) {
+	defer r.finish()
+	done := ctx.Done()
+	var giveUp <-chan time.Time
+	for {
+		select {
+		case ev, ok := <-r.c.events:
+			if !ok {
+				return r.streamEnded()
+			}
+			if ev.err != nil {
+				r.a.retire(r.c)
+				if r.cancelled {
+					return sdk.StopCancelled, nil
+				}
+				return "", ev.err
+			}
+			if stop, err, end := r.handle(ctx, ev.msg); end {
+				return stop, err
+			}
+		case ans := <-r.answers:
+			r.outstanding--
+			r.answer(ans)
+		case <-done:
+			done = nil
+			r.cancelled = true
+			if err := r.interrupt(); err != nil {
+				r.log.Warn("could not interrupt claude; stopping it", "error", err)
+				r.a.retire(r.c)
+				return sdk.StopCancelled, nil
+			}
+			giveUp = time.After(interruptGrace)
+		case <-giveUp:
+			r.log.Warn("claude did not end the turn after an interrupt; stopping it", "waited", interruptGrace)
+			r.a.retire(r.c)
+			return sdk.StopCancelled, nil
+		}
+	}
+}
+
+// finish cancels the permission requests still open and waits for their
+// goroutines.
+func (r *turnRun) finish() {
+	for _, p := range r.perms {
+		p.cancel()
+	}
+	for ; r.outstanding > 0; r.outstanding-- {
+		<-r.answers
+	}
+	if r.interruptID != "" {
+		r.c.forget(r.interruptID)
+	}
+}
+
+// interrupt sends the control protocol's interrupt request. The CLI answers
+// it, prints an interrupt marker and ends the turn with an
+// error_during_execution result.
+func (r *turnRun) interrupt() error {
+	r.log.Info("cancelling the turn: interrupting claude")
+	id, _, err := r.c.request("interrupt", nil)
+	r.interruptID = id
+	return err
+}
+
+// streamEnded handles the end of stdout in the middle of a turn: the CLI
+// exited.
+func (r *turnRun) streamEnded() (sdk.StopReason, error) {
+	note := r.c.exitNote()
+	r.a.retire(r.c)
+	if r.cancelled {
+		return sdk.StopCancelled, nil
+	}
+	return "", fmt.Errorf("claude exited during the turn (%s); the next turn restarts it", note)
+}
+
+// handle reports one message. end is true when the turn is over.
+func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, err error, end bool) {
+	switch m.Type {
+	case "system":
+		if m.Subtype == "init" {
+			r.log.Debug("claude session", "session_id", m.SessionID, "model", m.Model, "version", m.ClaudeCodeVersion,
+				"permission_mode", m.PermissionMode, "api_key_source", m.APIKeySource)
+			r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
+		} else {
+			r.log.Debug("claude system message", "subtype", m.Subtype)
+		}
+	case "assistant":
+		r.assistant(m)
+	case "user":
+		r.user(m)
+	case "control_request":
+		r.askPermission(ctx, m)
+	case "control_cancel_request":
+		if p, ok := r.perms[m.RequestID]; ok {
+			r.log.Debug("claude withdrew a permission request", "request_id", m.RequestID)
+			delete(r.perms, m.RequestID)
+			p.cancel()
+		}
+	case "result":
+		stop, err := r.result(m)
+		return stop, err, true
+	}
+	return "", nil, false
+}
+
+// assistant reports an assistant message's text, thinking and tool calls.
+// A synthetic message that reports a failed API call is not the agent
+// speaking: its error surfaces with the result.
+func (r *turnRun) assistant(m *message) {
+	if m.IsAPIErrorMessage || m.Error != "" {
+		if m.Error == "authentication_failed" {
+			r.authFailed = true
+		}
+		r.log.Debug("claude reports an API error", "error", m.Error)
+		return
+	}
+	for _, b := range m.Message.blocks() {
+		switch b.Type {
+		case "text":
+			if b.Text != "" {
+				r.turn.Message(b.Text)
+			}
+		case "thinking":
+			if b.Thinking != "" {
+				r.turn.Thought(b.Thinking)
+			}
+		case "tool_use", "server_tool_use", "mcp_tool_use":
+			r.turn.ToolCall(sdk.ToolCall{
+				ToolCallID: b.ID, Title: toolTitle(b.Name, b.Input), Kind: toolKind(b.Name),
+				Status: "pending", RawInputJSON: rawJSON(b.Input),
+			})
+			if plan, ok := todoPlan(b.Name, b.Input); ok {
+				r.turn.Plan(plan)
+			}
+		}
+	}
+}
+
+// user reports tool results; other user messages (the interrupt marker,
+// replays) are the CLI's bookkeeping.
+func (r *turnRun) user(m *message) {
+	for _, b := range m.Message.blocks() {
+		if b.Type != "tool_result" {
+			continue
+		}
+		status := "completed"
+		if b.IsError {
+			status = "failed"
+		}
+		u := sdk.ToolCallUpdate{ToolCallID: b.ToolUseID, Status: status}
+		if t := b.resultText(); t != "" {
+			u.Content = []sdk.ContentBlock{sdk.TextBlock(t)}
+		}
+		r.turn.ToolCallUpdate(u)
+	}
+}
+
+// result ends the turn. is_error is always checked: an API or
+// authentication failure arrives as subtype "success" with is_error true.
+func (r *turnRun) result(m *message) (sdk.StopReason, error) {
+	r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
+	if u := m.Usage; u != nil || m.TotalCostUSD != 0 {
+		var su sdk.Usage
+		if u != nil {
+			su = sdk.Usage{
+				InputTokens:       u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
+				OutputTokens:      u.OutputTokens,
+				CachedInputTokens: u.CacheReadInputTokens,
+			}
+			if u.OutputTokensDetails != nil {
+				su.ReasoningTokens = u.OutputTokensDetails.ThinkingTokens
+			}
+		}
+		su.CostUSD = m.TotalCostUSD
+		if su != (sdk.Usage{}) {
+			r.turn.Usage(su)
+		}
+	}
+	switch {
+	case r.cancelled:
+		return sdk.StopCancelled, nil
+	case m.Subtype == "error_max_turns":
+		return sdk.StopMaxTurnRequests, nil
+	case m.IsError && (r.authFailed || isAuthText(m.Result)):
+		return "", fmt.Errorf("claude could not authenticate (%s): %s", orDefault(resultText(m), "authentication failed"), authHelp)
+	case m.IsError:
+		return "", fmt.Errorf("claude failed the turn: %s", resultText(m))
+	}
+	switch m.StopReason {
+	case "max_tokens":
+		return sdk.StopMaxTokens, nil
+	case "refusal":
+		return sdk.StopRefusal, nil
+	}
+	return sdk.StopEndTurn, nil
+}
+
+// isAuthText recognises the CLI's texts for a missing or rejected
+// credential.
+func isAuthText(s string) bool {
+	s = strings.ToLower(s)
+	for _, t := range []string{"not logged in", "invalid api key", "please run /login", "oauth token has expired", "authentication_error"} {
+		if strings.Contains(s, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// askPermission asks the user about a can_use_tool request, in the
+// background: the turn keeps reading while the user decides, so the CLI
+// can withdraw the request and a cancel still interrupts.
+func (r *turnRun) askPermission(ctx context.Context, m *message) {
+	var req controlRequest
+	if err := json.Unmarshal(m.Request, &req); err != nil && !isTypeError(err) {
+		r.log.Warn("malformed can_use_tool request", "error", err)
+	}
+	if r.cancelled {
+		r.respond(m.RequestID, permissionDeny{Behavior: "deny", Message: "The turn was cancelled.", Interrupt: true})
+		return
+	}
+	title := req.Title
+	if title == "" {
+		title = toolTitle(req.ToolName, req.Input)
+	}
+	opts := []sdk.PermissionOption{{OptionID: optAllow, Name: "Allow", Kind: "allow_once"}}
+	if hasSuggestions(req.PermissionSuggestions) {
+		opts = append(opts, sdk.PermissionOption{OptionID: optAllowAlways, Name: "Always allow", Kind: "allow_always"})
+	}
+	opts = append(opts, sdk.PermissionOption{OptionID: optReject, Name: "Reject", Kind: "reject_once"})
+	preq := sdk.PermissionRequest{
+		ToolCall: sdk.ToolCall{ToolCallID: req.ToolUseID, Title: title, Kind: toolKind(req.ToolName),
+			Status: "pending", RawInputJSON: rawJSON(req.Input)},
+		Options: opts,
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	r.perms[m.RequestID] = &pendingPerm{cancel: cancel, req: req}
+	r.outstanding++
+	id := m.RequestID
+	go func() {
+		out, _ := r.turn.RequestPermission(pctx, preq)
+		r.answers <- permAnswer{id: id, out: out}
+	}()
+}
+
+func hasSuggestions(raw json.RawMessage) bool {
+	var s []json.RawMessage
+	return json.Unmarshal(raw, &s) == nil && len(s) > 0
+}
+
+// answer sends the user's decision back as the control response, unless
+// the CLI withdrew the request.
+func (r *turnRun) answer(a permAnswer) {
+	p, ok := r.perms[a.id]
+	if !ok {
+		return
+	}
+	delete(r.perms, a.id)
+	p.cancel()
+	var resp any
+	switch {
+	case a.out.Cancelled():
+		resp = permissionDeny{Behavior: "deny", Message: "The user cancelled this tool call.", Interrupt: true}
+	case a.out.OptionID == optAllow || a.out.OptionID == optAllowAlways:
+		allow := permissionAllow{Behavior: "allow", UpdatedInput: p.req.Input}
+		if len(allow.UpdatedInput) == 0 {
+			allow.UpdatedInput = json.RawMessage("{}")
+		}
+		if a.out.OptionID == optAllowAlways && hasSuggestions(p.req.PermissionSuggestions) {
+			allow.UpdatedPermissions = p.req.PermissionSuggestions
+		}
+		resp = allow
+	default:
+		resp = permissionDeny{Behavior: "deny", Message: "The user denied this tool call."}
+	}
+	r.log.Debug("answering claude's permission request", "request_id", a.id, "outcome", a.out.Outcome, "option", a.out.OptionID)
+	r.respond(a.id, resp)
+}
+
+func (r *turnRun) respond(id string, resp any) {
+	if err := r.c.write(successResponse(id, resp)); err != nil && !errors.Is(err, context.Canceled) {
+		r.log.Warn("could not answer claude's permission request", "request_id", id, "error", err)
+	}
+}
