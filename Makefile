@@ -40,7 +40,8 @@ test: lint ## Run lint, then every test with the race detector.
 # testdata and scratch files outside git do not count; generated protobuf
 # code is left as protoc-gen-go writes it.
 lint: check-generate ## Check generated code and gofmt, then run go vet and staticcheck.
-	@unformatted=$$(git ls-files -z --cached --others --exclude-standard -- '*.go' ':!:*.pb.go' | xargs -0 -r gofmt -l); \
+	@unformatted=$$(git ls-files -z --cached --others --exclude-standard -- '*.go' ':!:*.pb.go' \
+		| xargs -0 -r sh -c 'for f; do [ -e "$$f" ] && printf "%s\0" "$$f"; done' _ | xargs -0 -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then \
 		echo "These files need gofmt -w:"; echo "$$unformatted"; exit 1; \
 	fi
@@ -71,8 +72,8 @@ fuzz: ## Run every Fuzz* target for FUZZTIME each (default 15s).
 bench: ## Run every benchmark.
 	go test -run '^$$' -bench . -benchmem ./...
 
-demo: ## Run the lease store demo (examples/storedemo).
-	go run ./examples/storedemo
+demo: ## Build bin/agenthost, kill its host mid-turn, restart it, and check the session's journal (examples/demo).
+	go run ./examples/demo
 
 tidy: ## Tidy go.mod and go.sum (also those of the tools module).
 	go mod tidy

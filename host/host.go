@@ -28,6 +28,11 @@ type AgentPlugin struct {
 	// top of the host's allowlist. The credential policy does not apply to
 	// it: it is configuration, not inherited.
 	Env []string
+	// SHA256, when set, is the hex SHA-256 digest the executable at Path
+	// must have. StartSession verifies it right before every spawn; a
+	// mismatch fails the start before any process exists, naming both
+	// digests.
+	SHA256 string
 }
 
 // CredentialPolicy says which environment variables carry an agent's
@@ -47,6 +52,10 @@ func DefaultCredentialPolicies() map[string]CredentialPolicy {
 			"CLAUDE_CODE_SESSION_ACCESS_TOKEN", "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR", "ANTHROPIC_IDENTITY_TOKEN",
 			"ANTHROPIC_IDENTITY_TOKEN_FILE", "ANTHROPIC_FOUNDRY_API_KEY", "ANTHROPIC_FOUNDRY_AUTH_TOKEN",
 			"ANTHROPIC_AWS_API_KEY", "AWS_BEARER_TOKEN_BEDROCK", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
+			"ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_VERTEX_PROJECT_ID",
+			"ANTHROPIC_ORGANIZATION_ID", "ANTHROPIC_WORKSPACE_ID",
+			"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY", "CLAUDE_CODE_USE_GATEWAY", "CLAUDE_CODE_USE_MANTLE",
+			"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS",
 		}},
 		"codex": {Variables: []string{
 			"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", "OPENAI_BASE_URL", "OPENAI_ORGANIZATION", "AZURE_OPENAI_API_KEY",

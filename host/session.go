@@ -3,12 +3,15 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,6 +154,15 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			return nil, err
 		}
 	}
+	if req.AllowCredentials {
+		// Plugins strip their provider's credentials too, unless told.
+		opts := make(map[string]string, len(req.Options)+1)
+		for k, v := range req.Options {
+			opts[k] = v
+		}
+		opts["allow_credentials"] = "true"
+		req.Options = opts
+	}
 	workspace := req.Workspace
 	if workspace == "" && resume {
 		workspace = rec.Workspace
@@ -183,6 +195,9 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		return nil, fmt.Errorf("start session %q: %w", id, cause)
 	}
 	if err := checkExecutable(agent.Path); err != nil {
+		return preSpawn(err)
+	}
+	if err := checkDigest(agent.Path, agent.SHA256); err != nil {
 		return preSpawn(err)
 	}
 	env, err := h.environment(ctx, req.Agent, agent, req.AllowCredentials)
@@ -269,6 +284,35 @@ func checkExecutable(path string) error {
 	}
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return fmt.Errorf("plugin %s is not an executable file", path)
+	}
+	return nil
+}
+
+// ErrDigestMismatch: a plugin executable is not the one its configuration
+// pins by SHA-256.
+var ErrDigestMismatch = errors.New("plugin executable does not match its configured sha256")
+
+// checkDigest verifies that the file at path has the hex SHA-256 digest
+// want; an empty want pins nothing.
+func checkDigest(path, want string) error {
+	if want == "" {
+		return nil
+	}
+	want = strings.ToLower(strings.TrimSpace(want))
+	if len(want) != 2*sha256.Size || strings.Trim(want, "0123456789abcdef") != "" {
+		return fmt.Errorf("%w: the configured sha256 of %s, %q, is not 64 hex digits", ErrDigestMismatch, path, want)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("verify the sha256 of plugin %s: %w", path, err)
+	}
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return fmt.Errorf("verify the sha256 of plugin %s: %w", path, err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != want {
+		return fmt.Errorf("%w: %s has sha256 %s, expected %s; reinstall the plugin or update its sha256", ErrDigestMismatch, path, got, want)
 	}
 	return nil
 }

@@ -5,8 +5,9 @@
 // releases the lease, reopens the store as a restarted host would, and
 // prints the session's journal.
 //
-// It is what `make demo` runs until the host binary can run real sessions.
-// This process stands in for the plugin: it records its own pid as the owner.
+// It is the lease store on its own; `make demo` runs examples/demo, which
+// drives the whole binary. This process stands in for the plugin: it
+// records its own pid as the owner.
 package main
 
 import (

@@ -1,21 +1,19 @@
 package sdktest
 
 import (
-	"context"
+	"bytes"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
+	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agenthost/agenthost/plugin/sdk/conformance"
 )
 
 // markerVar is set in this test process, so every process the kit starts
@@ -26,301 +24,60 @@ var marker = rand.Text()
 
 func TestMain(m *testing.M) {
 	os.Setenv(markerVar, marker)
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if left := envHolders(markerVar + "=" + marker); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "sdktest: processes started by the tests still running: %v\n", left)
-			for _, pid := range left {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+	goleak.VerifyTestMain(m)
+}
+
+// leftovers lists live processes whose environment holds the marker.
+func leftovers() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(b, []byte(markerVar+"="+marker)) {
+			continue
+		}
+		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
+				continue
 			}
-			code = 1
 		}
-		for _, b := range []*build{&fixtures, &scripted} {
-			if b.dir != "" {
-				os.RemoveAll(b.dir)
-			}
-		}
-		os.Exit(code)
-	}))
-}
-
-// fixtureNames are the plugins under testdata.
-var fixtureNames = []string{"wrongcookie", "garbage", "neverready", "wrongidentity", "ignoresshutdown", "crashmidstream", "escapes", "conforming"}
-
-// scriptedPkg is the example plugin the kit's defaults are written for.
-const scriptedPkg = "../../../examples/scripted/cmd/agenthost-plugin-scripted"
-
-type build struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-var fixtures, scripted build
-
-// goBuild builds the main packages pkgs into b.dir, once.
-func (b *build) goBuild(pkgs ...string) (string, error) {
-	b.once.Do(func() {
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			b.err = fmt.Errorf("no go command to build the test plugins: %w", err)
-			return
-		}
-		if b.dir, b.err = os.MkdirTemp("", "sdktest-bin-"); b.err != nil {
-			return
-		}
-		cmd := exec.Command(gobin, append([]string{"build", "-o", b.dir + "/"}, pkgs...)...)
-		// Without the marker: the go command is not a plugin.
-		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, markerVar+"=") })
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %v: %v\n%s", pkgs, err, out)
-		}
-	})
-	return b.dir, b.err
-}
-
-// fixture returns the path of the built testdata plugin name.
-func fixture(t *testing.T, name string) string {
-	t.Helper()
-	pkgs := make([]string, len(fixtureNames))
-	for i, n := range fixtureNames {
-		pkgs[i] = "./testdata/" + n
+		out = append(out, pid)
 	}
-	dir, err := fixtures.goBuild(pkgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(dir, name)
+	return out
 }
 
-// noLeftovers fails t if a process the tests started is still running or
-// the kit still tracks a child.
-func noLeftovers(t *testing.T) {
-	t.Helper()
-	if left := envHolders(markerVar + "=" + marker); len(left) > 0 {
-		t.Errorf("processes started by the kit are still running: %v", left)
+// TestScripted runs the kit through Run, with its default prompts, against
+// the scripted example plugin, which every check must pass.
+func TestScripted(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "scripted")
+	cmd := exec.Command("go", "build", "-o", bin, "../../../examples/scripted/cmd/agenthost-plugin-scripted")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	Run(t, bin)
+	if left := leftovers(); len(left) > 0 {
 		for _, pid := range left {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-	}
-	children.Range(func(pid, _ any) bool {
-		t.Errorf("the kit still tracks plugin process %d", pid)
-		return true
-	})
-}
-
-func checkNames() []string {
-	var names []string
-	for _, c := range checks {
-		names = append(names, c.name)
-	}
-	return names
-}
-
-// TestScripted runs the kit with its default prompts against the scripted
-// example plugin, which every check must pass.
-func TestScripted(t *testing.T) {
-	if _, err := os.Stat(scriptedPkg); err != nil {
-		t.Skipf("the scripted example plugin is not there yet (%v)", err)
-	}
-	dir, err := scripted.goBuild(scriptedPkg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	Run(t, filepath.Join(dir, "agenthost-plugin-scripted"))
-	noLeftovers(t)
-}
-
-// TestConforming runs Check, with prompts of another language, against a
-// correct plugin whose turns start a child process.
-func TestConforming(t *testing.T) {
-	bin := fixture(t, "conforming")
-	results := Check(t.Context(), bin, WithPrompts(Prompts{Stream: "stream 3", Hold: "hold", Replay: "stream 20"}))
-	var names []string
-	for _, r := range results {
-		names = append(names, r.Name)
-		if r.Err != nil {
-			t.Errorf("%s: %v", r.Name, r.Err)
-		} else {
-			t.Logf("%s: ok (%s)", r.Name, r.Duration.Round(time.Millisecond))
-		}
-	}
-	if !slices.Equal(names, checkNames()) {
-		t.Errorf("Check reported %v, expected one result per check in order: %v", names, checkNames())
-	}
-	noLeftovers(t)
-}
-
-// TestBrokenPlugins runs Check against plugins that break the protocol in
-// one way each, and expects the check that covers it to fail with an
-// informative error, and the kit to leave nothing behind.
-func TestBrokenPlugins(t *testing.T) {
-	for _, tc := range []struct {
-		fixture string
-		opts    []Option
-		// fail maps a check expected to fail to substrings of its error.
-		fail map[string][]string
-		// pass are checks expected to pass.
-		pass []string
-		// notRun: every other check is expected not to run.
-		notRun bool
-	}{{
-		fixture: "wrongcookie",
-		fail:    map[string][]string{"handshake": {"handshake", "This binary is a plugin"}},
-		notRun:  true,
-	}, {
-		fixture: "garbage",
-		fail:    map[string][]string{"handshake": {"Unrecognized remote plugin message: hello from a plugin that talks on stdout"}},
-		notRun:  true,
-	}, {
-		fixture: "neverready",
-		opts:    []Option{WithStartTimeout(time.Second)},
-		fail:    map[string][]string{"handshake": {"timeout while waiting for plugin to start", "within 1s", "neverready: sleeping instead of serving"}},
-		notRun:  true,
-	}, {
-		fixture: "wrongidentity",
-		fail: map[string][]string{"identify": {
-			"pid = ", ", expected ", "the pid of the process the kit started",
-			`spawn_token = "not-the-spawn-token", expected`,
-		}},
-		pass: []string{"handshake"},
-	}, {
-		fixture: "ignoresshutdown",
-		opts:    []Option{WithTimeout(2 * time.Second)},
-		fail: map[string][]string{"graceful-stop": {
-			"Close(fence 1) did not return within",
-			"after Close and SIGTERM, the plugin process", "was still running",
-		}},
-		pass: []string{"handshake", "identify", "attach-binds-session", "new-session", "kill-on-ignored-shutdown"},
-	}, {
-		fixture: "crashmidstream",
-		fail: map[string][]string{
-			"prompt-streams-updates":       {"the Updates stream ended after 2 updates", "before the turn_stopped", "exit status 3"},
-			"cancel-yields-cancelled":      {"exit status 3"},
-			"outbox-replay-after-reattach": {"exit status 3"},
-		},
-		pass: []string{"handshake", "identify", "attach-binds-session", "new-session", "graceful-stop", "kill-on-ignored-shutdown"},
-	}, {
-		fixture: "escapes",
-		fail: map[string][]string{
-			"kill-on-ignored-shutdown": {"carrying the plugin's spawn token are still running: they left the plugin's process group"},
-			"prompt-streams-updates":   {"survived outside its process group"},
-		},
-		pass: []string{"handshake", "identify", "attach-binds-session", "new-session", "graceful-stop"},
-	}} {
-		t.Run(tc.fixture, func(t *testing.T) {
-			bin := fixture(t, tc.fixture)
-			start := time.Now()
-			results := Check(t.Context(), bin, tc.opts...)
-			t.Logf("Check took %s", time.Since(start).Round(time.Millisecond))
-			byName := map[string]Result{}
-			for _, r := range results {
-				byName[r.Name] = r
-				t.Logf("%s (%s): %v", r.Name, r.Duration.Round(time.Millisecond), r.Err)
-			}
-			for name, subs := range tc.fail {
-				r, ok := byName[name]
-				switch {
-				case !ok:
-					t.Errorf("no result for check %s", name)
-				case r.Err == nil:
-					t.Errorf("check %s passed, expected it to fail", name)
-				case errors.Is(r.Err, ErrNotRun):
-					t.Errorf("check %s did not run, expected it to fail: %v", name, r.Err)
-				default:
-					for _, s := range subs {
-						if !strings.Contains(r.Err.Error(), s) {
-							t.Errorf("check %s failed with %q, expected the error to mention %q", name, r.Err, s)
-						}
-					}
-				}
-			}
-			for _, name := range tc.pass {
-				if r := byName[name]; r.Err != nil {
-					t.Errorf("check %s failed, expected it to pass: %v", name, r.Err)
-				}
-			}
-			if tc.notRun {
-				for _, r := range results {
-					if _, failing := tc.fail[r.Name]; !failing && !errors.Is(r.Err, ErrNotRun) {
-						t.Errorf("check %s: got %v, expected it not to run", r.Name, r.Err)
-					}
-				}
-			}
-			noLeftovers(t)
-		})
+		t.Errorf("processes started by the kit are still running: %v", left)
 	}
 }
 
-// TestCheckHonoursContext: a cancelled context runs no check.
-func TestCheckHonoursContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	results := Check(ctx, "/nonexistent/plugin")
-	if len(results) != len(checks) {
-		t.Fatalf("got %d results, expected %d", len(results), len(checks))
+// The re-exports are the conformance package's own values.
+func TestReexports(t *testing.T) {
+	var _ conformance.Option = WithEnv("A=B")
+	var _ conformance.Result = Result{}
+	if ErrNotRun != conformance.ErrNotRun || SessionID != conformance.SessionID || SpawnTokenVar != conformance.SpawnTokenVar {
+		t.Error("sdktest's values differ from conformance's")
 	}
-	for _, r := range results {
-		if !errors.Is(r.Err, ErrNotRun) {
-			t.Errorf("%s: got %v, expected ErrNotRun", r.Name, r.Err)
-		}
+	if DefaultPrompts() != conformance.DefaultPrompts() {
+		t.Error("DefaultPrompts differs")
 	}
-}
-
-// TestMissingBinary: a binary that is not there fails the handshake with
-// its path in the error.
-func TestMissingBinary(t *testing.T) {
-	results := Check(t.Context(), "/nonexistent/plugin")
-	if err := results[0].Err; err == nil || !strings.Contains(err.Error(), "/nonexistent/plugin") {
-		t.Errorf("handshake: got %v, expected an error naming the binary", err)
-	}
-	noLeftovers(t)
-}
-
-// TestStopWithDeadline stops a process group whose members ignore SIGTERM
-// (it must take the deadline, then kill them all) and one that honours it
-// (it must not wait for the deadline).
-func TestStopWithDeadline(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
-	for _, tc := range []struct {
-		name    string
-		script  string
-		minTook time.Duration
-		maxTook time.Duration
-	}{
-		{"ignores SIGTERM", `trap "" TERM; sleep 60 & sleep 60 & echo ready; wait; wait`, 300 * time.Millisecond, 2 * time.Second},
-		{"honours SIGTERM", `sleep 60 & echo ready; exec sleep 60`, 0, 250 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := spawn(sh, []string{"-c", tc.script}, os.Environ(), filepath.Join(t.TempDir(), "log"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer children.Delete(c.pid)
-			defer c.stdout.Close()
-			buf := make([]byte, 6)
-			if _, err := c.stdout.Read(buf); err != nil {
-				t.Fatal(err)
-			}
-			if n := len(groupMembers(c.pid)); n < 2 {
-				t.Fatalf("group %d has %d live members, expected the shell and its children", c.pid, n)
-			}
-			start := time.Now()
-			if err := stopWithDeadline(c.pid, 300*time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
-			took := time.Since(start)
-			if took < tc.minTook || took > tc.maxTook {
-				t.Errorf("stop took %s, expected between %s and %s", took, tc.minTook, tc.maxTook)
-			}
-			if !c.gone() {
-				t.Error("the leader was not reaped")
-			}
-			if left := groupMembers(c.pid); len(left) > 0 {
-				t.Errorf("group %d still has live members %v", c.pid, left)
-			}
-		})
+	if got := fmt.Sprint(len(Check(t.Context(), "/nonexistent/plugin"))); got != fmt.Sprint(len(conformance.Names())) {
+		t.Errorf("Check returned %s results", got)
 	}
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConformanceCommand(t *testing.T) {
+	t.Parallel()
+	t.Run("scripted passes", func(t *testing.T) {
+		t.Parallel()
+		r := ah(t, "conformance", bins.scripted)
+		if r.code != 0 || !strings.Contains(r.stdout, "10 passed, 0 failed, 0 not run") ||
+			!regexpMatch(`(?m)^  handshake\s+PASS\s+\S+s$`, r.stdout) || !regexpMatch(`(?m)^  kill-on-ignored-shutdown\s+PASS`, r.stdout) {
+			t.Errorf("conformance of the scripted plugin: %s", r)
+		}
+	})
+	t.Run("the built-in scripted passes", func(t *testing.T) {
+		t.Parallel()
+		r := ah(t, "conformance", "scripted", "--json")
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.code != 0 || len(lines) != 10 {
+			t.Fatalf("conformance scripted --json: %s", r)
+		}
+		for _, l := range lines {
+			var c struct {
+				Check string `json:"check"`
+				Pass  bool   `json:"pass"`
+			}
+			if err := json.Unmarshal([]byte(l), &c); err != nil || !c.Pass {
+				t.Errorf("line %q: %v", l, err)
+			}
+		}
+	})
+	t.Run("a broken plugin fails", func(t *testing.T) {
+		t.Parallel()
+		r := ah(t, "conformance", bins.broken)
+		if r.code != 1 || !regexpMatch(`(?m)^  identify\s+FAIL`, r.stdout) || !regexpMatch(`(?m)^  handshake\s+PASS`, r.stdout) ||
+			!strings.Contains(r.stdout, "✗ identify:") || !strings.Contains(r.stdout, `spawn_token = "not-the-spawn-token"`) ||
+			!regexpMatch(`(?m)^2 passed, 8 failed, 0 not run$`, r.stdout) {
+			t.Errorf("conformance of a broken plugin: %s", r)
+		}
+	})
+	t.Run("no such binary", func(t *testing.T) {
+		t.Parallel()
+		if r := ah(t, "conformance", "/nonexistent/plugin"); r.code != 1 || !strings.Contains(r.stderr, "no plugin binary at /nonexistent/plugin") {
+			t.Errorf("conformance of a missing binary: %s", r)
+		}
+		if r := ah(t, "conformance"); r.code != 2 {
+			t.Errorf("conformance without a binary: %s", r)
+		}
+	})
+}
+
+// Third-party plugins: every executable in <state-dir>/plugins, and those
+// agenthost.json names, with a sha256 verified before every start.
+func TestThirdPartyPlugins(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	b, err := os.ReadFile(bins.scripted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	good := hex.EncodeToString(sum[:])
+	wrong := strings.Repeat("ab", 32)
+	if err := os.MkdirAll(filepath.Join(dir, "plugins"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "plugins", "mine"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "plugins", "notes.txt"), []byte("not a plugin"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{"agents": map[string]any{
+		"pinned":   map[string]any{"path": bins.scripted, "sha256": good, "env": []string{"SOME_SETTING=1"}},
+		"tampered": map[string]any{"path": bins.scripted, "sha256": wrong},
+	}}
+	cb, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "agenthost.json"), cb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mustAH(t, "--state-dir", dir, "agents")
+	for _, want := range []string{
+		`mine\s+plugins directory\s+` + filepath.Join(dir, "plugins", "mine"),
+		`pinned\s+agenthost.json\s+` + bins.scripted + `\s+pinned ` + good[:12],
+		`scripted\s+built-in\s+\(this binary\) __plugin scripted`,
+	} {
+		if !regexpMatch(want, r.stdout) {
+			t.Errorf("agents does not match %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "notes.txt") {
+		t.Errorf("a non-executable file counts as a plugin:\n%s", r.stdout)
+	}
+
+	s := serve(t, dir)
+	if got := strings.Join(s.ready.Agents, ","); got != "claude,codex,mine,pinned,scripted,tampered" {
+		t.Errorf("the host runs %s", got)
+	}
+	if r := mustAH(t, "--state-dir", dir, "run", "--agent", "mine", "count 2"); r.stdout != "12\n" {
+		t.Errorf("run --agent mine: %s", r)
+	}
+	if r := mustAH(t, "--state-dir", dir, "run", "--agent", "pinned", "count 1"); r.stdout != "1\n" {
+		t.Errorf("run --agent pinned: %s", r)
+	}
+	r = ah(t, "--state-dir", dir, "run", "--agent", "tampered", "--session", "t1", "count 1")
+	if r.code != 1 || !strings.Contains(r.stderr, "has sha256 "+good+", expected "+wrong) || !strings.Contains(r.stderr, bins.scripted) {
+		t.Errorf("run --agent tampered: %s", r)
+	}
+	if r := mustAH(t, "--state-dir", dir, "sessions", "show", "t1"); !strings.Contains(r.stdout, "released") || !strings.Contains(r.stdout, "pid-absent") {
+		t.Errorf("the tampered plugin's session:\n%s", r.stdout)
+	}
+
+	// A malformed configuration stops the host from starting, with the
+	// file and the problem named.
+	bad := stateDir(t)
+	_ = os.WriteFile(filepath.Join(bad, "agenthost.json"), []byte(`{"agents": {"x": {"path": "relative/plugin"}}}`), 0o600)
+	if r := ah(t, "--state-dir", bad, "serve"); r.code != 1 || !strings.Contains(r.stderr, `agent "x": "path" must be absolute`) {
+		t.Errorf("serve with a relative plugin path: %s", r)
+	}
+	_ = os.WriteFile(filepath.Join(bad, "agenthost.json"), []byte(`{"agents": {"x": {"path": "/bin/true", "sha": "1"}}}`), 0o600)
+	if r := ah(t, "--state-dir", bad, "agents"); r.code != 1 || !strings.Contains(r.stderr, `unknown field "sha"`) {
+		t.Errorf("agents with a misspelt field: %s", r)
+	}
+}

@@ -1,0 +1,472 @@
+// Command demo is what `make demo` runs: it builds bin/agenthost, starts
+// `agenthost serve` on a temporary state directory, streams a turn of the
+// scripted agent through the CLI, SIGKILLs the host in the middle of the
+// turn, shows that the plugin lives on, restarts the host, shows the
+// session readopted, waits for the turn to end, and checks that the
+// session's journal is complete and gap-free — saying what happens as it
+// goes. It exits with status 1 if any check fails. It needs nothing but
+// Go; everything it starts is stopped and the state directory removed.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	session = "demo"
+	chunks  = 60
+	prompt  = "count 60 100ms"
+	killAt  = 20 // the chunk after which the host is killed
+)
+
+func main() {
+	d := &demo{}
+	err := d.run()
+	d.cleanup()
+	if err != nil {
+		fmt.Printf("\nFAILED: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("\nAll checks passed: the session outlived its host, and its journal lost nothing.")
+}
+
+type demo struct {
+	root, bin, dir string
+	serve          *exec.Cmd
+	serveDone      chan struct{}
+	serveStderr    bytes.Buffer
+}
+
+func say(format string, args ...any) { fmt.Printf("\n"+format+"\n", args...) }
+func detail(format string, args ...any) {
+	fmt.Printf("   "+format+"\n", args...)
+}
+func ok(format string, args ...any) { fmt.Printf("   ✓ "+format+"\n", args...) }
+
+// shown is how a command is shown: bin/agenthost and the state directory
+// abbreviated.
+func (d *demo) shown(args ...string) string {
+	return "$ agenthost " + strings.Join(quoteAll(args), " ")
+}
+
+func quoteAll(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, " '\"") {
+			a = "'" + a + "'"
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func (d *demo) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(d.bin, append([]string{"--state-dir", d.dir}, args...)...)
+	cmd.Env = append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")
+	return cmd
+}
+
+// ah runs an agenthost command to completion.
+func (d *demo) ah(args ...string) (stdout, stderr string, err error) {
+	cmd := d.command(args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "     " + strings.ReplaceAll(s, "\n", "\n     ")
+}
+
+func (d *demo) run() error {
+	fmt.Println("agenthost demo: a session survives its host being killed in the middle of a turn.")
+
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+		return fmt.Errorf("run the demo from the agenthost module (go env GOMOD: %v)", err)
+	}
+	d.root = filepath.Dir(strings.TrimSpace(string(out)))
+	d.bin = filepath.Join(d.root, "bin", "agenthost")
+
+	say("1. Building bin/agenthost: one binary holding the host, its command line and the built-in plugins.")
+	build := exec.Command("go", "build", "-o", d.bin, "./cmd/agenthost")
+	build.Dir = d.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	detail("built %s", d.bin)
+
+	// A short path: the host's unix socket lives in the state directory.
+	if d.dir, err = os.MkdirTemp("/tmp", "ahdemo-"); err != nil {
+		return err
+	}
+	say("2. Starting the host on a fresh state directory, %s.", d.dir)
+	detail("%s", d.shown("serve"))
+	ready, err := d.startServe()
+	if err != nil {
+		return err
+	}
+	detail("it answers with one line for the app that launched it:")
+	detail("%s", ready)
+
+	say("3. Starting a session of the scripted agent, whose turn counts to %d, one number every 100 ms.", chunks)
+	args := []string{"run", "--agent", "scripted", "--session", session, "--json", prompt}
+	detail("%s", d.shown(args...))
+	run := d.command(args...)
+	runOut, err := run.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var runErr bytes.Buffer
+	run.Stderr = &runErr
+	if err := run.Start(); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(runOut)
+	fmt.Print("   streaming:")
+	seen, lastSeq, pluginPID := 0, uint64(0), 0
+	for seen < killAt && sc.Scan() {
+		var m struct {
+			Params struct {
+				Update struct {
+					SessionUpdate string `json:"sessionUpdate"`
+					Content       struct {
+						Text string `json:"text"`
+					} `json:"content"`
+				} `json:"update"`
+				Meta struct {
+					Agenthost struct {
+						Seq uint64 `json:"seq"`
+					} `json:"agenthost"`
+				} `json:"_meta"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Params.Update.SessionUpdate != "agent_message_chunk" {
+			continue
+		}
+		seen++
+		lastSeq = m.Params.Meta.Agenthost.Seq
+		fmt.Print(" " + m.Params.Update.Content.Text)
+		if pluginPID == 0 {
+			if pluginPID, err = d.pluginPID(); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Println()
+	if seen < killAt {
+		_ = run.Wait()
+		return fmt.Errorf("the turn streamed %d chunks and stopped: %s", seen, runErr.String())
+	}
+	detail("the client has seen the journal up to entry %d.", lastSeq)
+
+	say("4. Killing the host with SIGKILL (pid %d) in the middle of the turn: no chance to clean up.", d.serve.Process.Pid)
+	_ = d.serve.Process.Kill()
+	<-d.serveDone
+	for sc.Scan() {
+	}
+	_ = run.Wait()
+	detail("the client lost its connection and says:")
+	fmt.Println(indent(runErr.String()))
+	if err := syscall.Kill(pluginPID, 0); err != nil {
+		return fmt.Errorf("the plugin (pid %d) died with the host: %v", pluginPID, err)
+	}
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pluginPID), "cmdline"))
+	what := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+	if what == "" {
+		what = "the scripted plugin"
+	}
+	ok("the plugin process is still running (pid %d: %s).", pluginPID, what)
+	detail("It runs in its own session, so the host's death did not reach it. It keeps counting, and keeps")
+	detail("every update in its outbox until a host confirms the update is in the journal.")
+	_, e, _ := d.ah("status")
+	detail("%s", d.shown("status"))
+	fmt.Println(indent(e))
+	time.Sleep(time.Second)
+
+	say("5. Restarting the host on the same state directory.")
+	detail("%s", d.shown("serve", "--shutdown-sessions"))
+	if _, err := d.startServe("--shutdown-sessions"); err != nil {
+		return err
+	}
+	status, _, err := d.ah("status")
+	if err != nil {
+		return fmt.Errorf("agenthost status: %v", err)
+	}
+	detail("%s", d.shown("status"))
+	fmt.Println(indent(status))
+	if !strings.Contains(status, "readopted 1") {
+		return errors.New("the restarted host did not readopt the session")
+	}
+	ok("the new host probed the plugin, checked it is the very process the lease records, and readopted it")
+	detail("at the next fence; it drains the outbox into the journal from the last journaled update.")
+
+	say("6. Catching up from entry %d, the one after the last the client saw, until the turn ends.", lastSeq+1)
+	fargs := []string{"journal", session, "--follow", "--json", "--from", strconv.FormatUint(lastSeq+1, 10)}
+	detail("%s", d.shown(fargs...))
+	follow := d.command(fargs...)
+	fout, err := follow.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := follow.Start(); err != nil {
+		return err
+	}
+	fsc := bufio.NewScanner(fout)
+	caught, next, ended := 0, lastSeq+1, ""
+	for fsc.Scan() {
+		var e entry
+		if err := json.Unmarshal(fsc.Bytes(), &e); err != nil {
+			return fmt.Errorf("journal --json printed %q: %v", fsc.Text(), err)
+		}
+		if e.Seq != next {
+			_ = follow.Process.Kill()
+			return fmt.Errorf("following the journal: entry %d arrived after %d", e.Seq, next-1)
+		}
+		next++
+		caught++
+		if e.Kind == "stop" {
+			ended = e.Payload.StopReason
+			break
+		}
+	}
+	_ = follow.Process.Signal(syscall.SIGINT)
+	_ = follow.Wait()
+	if ended == "" {
+		return errors.New("the journal ended without the turn's end")
+	}
+	ok("%d entries arrived, numbered %d to %d without a gap, the last one the turn's end (%s).", caught, lastSeq+1, next-1, ended)
+
+	say("7. The session's journal, as the host made it durable:")
+	detail("%s", d.shown("journal", session))
+	text, _, err := d.ah("journal", session)
+	if err != nil {
+		return fmt.Errorf("agenthost journal: %v", err)
+	}
+	fmt.Println(indent(text))
+
+	say("8. Checking the journal.")
+	if err := d.check(); err != nil {
+		return err
+	}
+
+	say("9. Shutting down: stopping the session, then the host.")
+	detail("%s", d.shown("sessions", "stop", session))
+	if o, e, err := d.ah("sessions", "stop", session); err != nil {
+		return fmt.Errorf("sessions stop: %v %s", err, e)
+	} else {
+		fmt.Println(indent(o))
+	}
+	if err := d.stopServe(); err != nil {
+		return err
+	}
+	if !gone(pluginPID, 5*time.Second) {
+		return fmt.Errorf("the plugin (pid %d) still runs after the session was stopped", pluginPID)
+	}
+	ok("the host exited on SIGTERM and no plugin process is left.")
+	return nil
+}
+
+// entry is one line of agenthost journal --json.
+type entry struct {
+	Seq     uint64 `json:"seq"`
+	Kind    string `json:"kind"`
+	Payload struct {
+		PluginSeq  uint64 `json:"pluginSeq"`
+		Event      string `json:"event"`
+		StopReason string `json:"stopReason"`
+		Update     struct {
+			SessionUpdate string `json:"sessionUpdate"`
+			Content       struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"update"`
+	} `json:"payload"`
+}
+
+func (d *demo) check() error {
+	out, _, err := d.ah("journal", session, "--json")
+	if err != nil {
+		return fmt.Errorf("agenthost journal --json: %v", err)
+	}
+	var entries []entry
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var e entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			return fmt.Errorf("journal --json printed %q: %v", line, err)
+		}
+		entries = append(entries, e)
+	}
+	var pluginSeqs []uint64
+	var texts []string
+	readopted := false
+	for i, e := range entries {
+		if e.Seq != uint64(i+1) {
+			return fmt.Errorf("journal entry %d has seq %d: a gap", i+1, e.Seq)
+		}
+		switch e.Kind {
+		case "update", "stop":
+			pluginSeqs = append(pluginSeqs, e.Payload.PluginSeq)
+			if e.Payload.Update.SessionUpdate == "agent_message_chunk" {
+				texts = append(texts, e.Payload.Update.Content.Text)
+			}
+		case "lifecycle":
+			readopted = readopted || e.Payload.Event == "readopted"
+		}
+	}
+	ok("entries 1 to %d, each once, no gap.", len(entries))
+	for i, s := range pluginSeqs {
+		if s != uint64(i+1) {
+			return fmt.Errorf("the plugin's updates are journaled as %v, not 1 to %d", pluginSeqs, chunks+1)
+		}
+	}
+	if len(pluginSeqs) != chunks+1 {
+		return fmt.Errorf("%d of the plugin's %d updates are in the journal", len(pluginSeqs), chunks+1)
+	}
+	ok("the plugin's updates 1 to %d (%d chunks and the turn's end), each exactly once: those made while", chunks+1, chunks)
+	detail("  no host was running were delivered from the outbox, none lost and none twice.")
+	for i, t := range texts {
+		if t != strconv.Itoa(i+1) {
+			return fmt.Errorf("the chunks read %v, not 1 to %d in order", texts, chunks)
+		}
+	}
+	ok("the chunks read 1, 2, … %d in order.", chunks)
+	if !readopted {
+		return errors.New("no readoption is recorded in the journal")
+	}
+	ok("the readoption is recorded between them.")
+	if last := entries[len(entries)-1]; last.Kind != "stop" || last.Payload.StopReason != "end_turn" {
+		return fmt.Errorf("the journal ends with %+v, not the turn's end", last)
+	}
+	ok("the turn ended normally (end_turn).")
+	return nil
+}
+
+// gone waits up to d for pid to exit; an exited process its new parent
+// has not reaped yet (a zombie) counts as gone.
+func gone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if syscall.Kill(pid, 0) != nil {
+			return true
+		}
+		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pluginPID reads the session's owner process from the host.
+func (d *demo) pluginPID() (int, error) {
+	out, e, err := d.ah("sessions", "show", session, "--json")
+	if err != nil {
+		return 0, fmt.Errorf("sessions show: %v %s", err, e)
+	}
+	var info struct {
+		Session struct {
+			Lease struct {
+				Owner *struct {
+					PID int `json:"pid"`
+				} `json:"owner"`
+			} `json:"lease"`
+		} `json:"session"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Session.Lease.Owner == nil {
+		return 0, fmt.Errorf("sessions show --json: %q %v", out, err)
+	}
+	return info.Session.Lease.Owner.PID, nil
+}
+
+// startServe starts agenthost serve and returns its ready line.
+func (d *demo) startServe(extra ...string) (string, error) {
+	d.serve = d.command(append([]string{"serve"}, extra...)...)
+	d.serveStderr.Reset()
+	d.serve.Stderr = &d.serveStderr
+	out, err := d.serve.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := d.serve.Start(); err != nil {
+		return "", err
+	}
+	d.serveDone = make(chan struct{})
+	lines := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(out)
+		line, _ := br.ReadString('\n')
+		lines <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, br)
+		_ = d.serve.Wait()
+		close(d.serveDone)
+	}()
+	select {
+	case line := <-lines:
+		if !strings.Contains(line, `"ready":true`) {
+			<-d.serveDone
+			return "", fmt.Errorf("agenthost serve did not start: %s%s", line, d.serveStderr.String())
+		}
+		return line, nil
+	case <-time.After(30 * time.Second):
+		return "", errors.New("agenthost serve was not ready within 30s")
+	}
+}
+
+func (d *demo) stopServe() error {
+	if d.serve == nil || d.serveDone == nil {
+		return nil
+	}
+	select {
+	case <-d.serveDone:
+		return nil
+	default:
+	}
+	_ = d.serve.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.serveDone:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = d.serve.Process.Kill()
+		<-d.serveDone
+		return errors.New("agenthost serve did not exit on SIGTERM")
+	}
+}
+
+// cleanup stops the host and any plugin of the state directory, whatever
+// happened, and removes the directory.
+func (d *demo) cleanup() {
+	_ = d.stopServe()
+	if d.dir == "" {
+		return
+	}
+	needle := []byte("AGENTHOST_SESSION_DIR=" + filepath.Join(d.dir, "sessions") + "/")
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); err == nil && bytes.Contains(env, needle) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	os.RemoveAll(d.dir)
+}

@@ -1,0 +1,277 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// style colours terminal output; the zero value prints plain text.
+type style struct{ on bool }
+
+func styleFor(w io.Writer) style {
+	return style{on: isTerminal(w) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"}
+}
+
+func (s style) wrap(code, text string) string {
+	if !s.on || text == "" {
+		return text
+	}
+	return "\x1b[" + code + "m" + text + "\x1b[0m"
+}
+
+func (s style) dim(t string) string    { return s.wrap("2", t) }
+func (s style) bold(t string) string   { return s.wrap("1", t) }
+func (s style) red(t string) string    { return s.wrap("31", t) }
+func (s style) green(t string) string  { return s.wrap("32", t) }
+func (s style) yellow(t string) string { return s.wrap("33", t) }
+func (s style) cyan(t string) string   { return s.wrap("36", t) }
+
+// acpUpdate is the union of the ACP session/update shapes the renderer
+// reads.
+type acpUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	Content       json.RawMessage
+	ToolCallID    string `json:"toolCallId"`
+	Title         string `json:"title"`
+	Kind          string `json:"kind"`
+	Status        string `json:"status"`
+	Entries       []struct {
+		Content  string `json:"content"`
+		Priority string `json:"priority"`
+		Status   string `json:"status"`
+	} `json:"entries"`
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
+}
+
+// contentText returns the text of an ACP content block, or of the first
+// text in a tool call's content list.
+func contentText(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var block struct {
+		Type    string          `json:"type"`
+		Text    string          `json:"text"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &block) == nil {
+		if block.Text != "" {
+			return block.Text
+		}
+		if len(block.Content) > 0 {
+			return contentText(block.Content)
+		}
+		if block.Type != "" && block.Type != "text" {
+			return "[" + block.Type + "]"
+		}
+		return ""
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) == nil {
+		var parts []string
+		for _, c := range list {
+			if t := contentText(c); t != "" {
+				parts = append(parts, t)
+			}
+		}
+		return strings.Join(parts, " ")
+	}
+	return ""
+}
+
+// firstLine shortens s to its first line, at most n runes.
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	more := false
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s, more = s[:i], true
+	}
+	if r := []rune(s); len(r) > n {
+		s, more = string(r[:n]), true
+	}
+	if more {
+		s += "…"
+	}
+	return s
+}
+
+// renderer prints a turn's updates readably: agent text inline on out,
+// tool calls and plans as one-liners, thoughts dimmed (only on a
+// terminal). It is safe for concurrent use.
+type renderer struct {
+	mu      sync.Mutex
+	out     io.Writer
+	st      style
+	midLine bool
+	titles  map[string]string // tool call id → title
+	spin    *spinner
+	// thoughts are shown only when out is a terminal.
+	thoughts bool
+}
+
+func newRenderer(out io.Writer, spin *spinner) *renderer {
+	return &renderer{out: out, st: styleFor(out), titles: map[string]string{}, spin: spin, thoughts: isTerminal(out)}
+}
+
+// write prints text, keeping track of whether a line is open.
+func (r *renderer) write(text string) {
+	if text == "" {
+		return
+	}
+	r.spin.clear()
+	io.WriteString(r.out, text)
+	r.midLine = !strings.HasSuffix(text, "\n")
+}
+
+// line prints a line of its own, ending an open line first.
+func (r *renderer) line(text string) {
+	if r.midLine {
+		r.write("\n")
+	}
+	r.write(text + "\n")
+}
+
+// finish ends an open line.
+func (r *renderer) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.midLine {
+		r.write("\n")
+	}
+}
+
+// update renders one ACP update object.
+func (r *renderer) update(raw json.RawMessage) {
+	var u acpUpdate
+	if json.Unmarshal(raw, &u) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.st
+	switch u.SessionUpdate {
+	case "agent_message_chunk":
+		r.write(contentText(u.Content))
+	case "agent_thought_chunk":
+		if r.thoughts {
+			r.write(st.dim(contentText(u.Content)))
+		}
+	case "user_message_chunk":
+		// The prompt, echoed from the journal: the user just typed it.
+	case "tool_call":
+		r.titles[u.ToolCallID] = u.Title
+		kind := ""
+		if u.Kind != "" {
+			kind = " " + st.dim("["+u.Kind+"]")
+		}
+		r.line(st.cyan("⚙ "+u.Title) + kind + " " + st.dim(statusWord(u.Status)))
+	case "tool_call_update":
+		title := r.titles[u.ToolCallID]
+		if title == "" {
+			title = u.ToolCallID
+		}
+		text := firstLine(contentText(u.Content), 80)
+		if text != "" {
+			text = ": " + text
+		}
+		r.line(st.dim("  ↳ "+title+" "+statusWord(u.Status)) + text)
+	case "plan":
+		r.line(st.bold("Plan:"))
+		for _, e := range u.Entries {
+			mark := "○"
+			switch e.Status {
+			case "completed":
+				mark = "●"
+			case "in_progress":
+				mark = "◐"
+			}
+			r.line("  " + mark + " " + e.Content)
+		}
+	}
+}
+
+func statusWord(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strings.ReplaceAll(s, "_", " ")
+}
+
+// spinner shows a turning character at the cursor while the agent is
+// quiet, on a terminal only. Its frame is followed by a backspace, so the
+// next output overwrites it wherever the cursor is; clear erases it.
+type spinner struct {
+	w    io.Writer
+	mu   sync.Mutex
+	on   bool // drawn now
+	last time.Time
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startSpinner starts a spinner on w if w is a terminal; otherwise it
+// returns a spinner that does nothing.
+func startSpinner(w io.Writer) *spinner {
+	s := &spinner{w: w}
+	if !isTerminal(w) {
+		return s
+	}
+	s.stop, s.done, s.last = make(chan struct{}), make(chan struct{}), time.Now()
+	go s.run()
+	return s
+}
+
+var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+func (s *spinner) run() {
+	defer close(s.done)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-s.stop:
+			s.clear()
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		if time.Since(s.last) > 300*time.Millisecond {
+			fmt.Fprint(s.w, spinnerFrames[i%len(spinnerFrames)]+"\b")
+			s.on = true
+		}
+		s.mu.Unlock()
+	}
+}
+
+// clear erases the frame and restarts the quiet period.
+func (s *spinner) clear() {
+	if s == nil || s.stop == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.on {
+		fmt.Fprint(s.w, " \b")
+		s.on = false
+	}
+	s.last = time.Now()
+}
+
+// close stops the spinner and erases it.
+func (s *spinner) close() {
+	if s == nil || s.stop == nil {
+		return
+	}
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}

@@ -1,0 +1,426 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/apiclient"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+func (a *App) sessionsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List, inspect and stop sessions",
+		Long: `List the sessions the host knows, show one in detail, or stop one.
+
+A session outlives its processes: stopping it ends its plugin and releases its
+lease, and 'agenthost run --session ID' resumes it later from the agent's own
+handle (a Claude session id, a Codex thread id).`,
+		Example: `  agenthost sessions list
+  agenthost sessions show 0198c2d5-…
+  agenthost sessions stop 0198c2d5-…`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q: use list, show or stop", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(a.sessionsListCommand(), a.sessionsShowCommand(), a.sessionsStopCommand())
+	return cmd
+}
+
+// displayID prints a session id as is, or quoted when it holds bytes a
+// terminal would not show (session ids may hold any UTF-8, NUL included).
+func displayID(id string) string {
+	if id != "" && strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) < 0 {
+		return id
+	}
+	return strconv.Quote(id)
+}
+
+// ago says how long ago t was, roughly.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.Local().Format("2006-01-02")
+}
+
+// hostStatus is the result of _agenthost/status.
+type hostStatus struct {
+	Host    host.Status `json:"host"`
+	Version string      `json:"version"`
+}
+
+func (a *App) sessionsListCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List every session the host knows",
+		Long: `List every session recorded in the state directory, newest first: its agent,
+its state (running in this host, or the lease's claim: live, released,
+reserved, conflicted, with a stage when latched), its fence, when it last
+changed, and its workspace.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.connect(ctx, apiclient.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := c.CallRaw(ctx, "session/list", nil)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				fmt.Fprintf(a.Stdout, "%s\n", m.Result)
+				return nil
+			}
+			var list struct {
+				Sessions []listedSession `json:"sessions"`
+			}
+			if err := json.Unmarshal(m.Result, &list); err != nil {
+				return err
+			}
+			var st hostStatus
+			_ = c.Call(ctx, "_agenthost/status", nil, &st)
+			if len(list.Sessions) == 0 {
+				fmt.Fprintln(a.Stdout, "no sessions yet: start one with agenthost run --agent NAME PROMPT")
+				return nil
+			}
+			slices.SortStableFunc(list.Sessions, func(x, y listedSession) int {
+				return strings.Compare(deref(y.UpdatedAt), deref(x.UpdatedAt))
+			})
+			tw := tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tFENCE\tUPDATED\tWORKSPACE")
+			for _, s := range list.Sessions {
+				ah := s.Meta.Agenthost
+				state := string(ah.Claim)
+				if ah.Stage != "" {
+					state += "/" + string(ah.Stage)
+				}
+				if slices.Contains(st.Host.Running, s.SessionID) {
+					state = "running"
+				}
+				updated := "-"
+				if s.UpdatedAt != nil {
+					if t, err := time.Parse(time.RFC3339Nano, *s.UpdatedAt); err == nil {
+						updated = ago(t)
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", displayID(s.SessionID), ah.Agent, state, ah.Fence, updated, s.Cwd)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session/list result as JSON")
+	return cmd
+}
+
+// listedSession is one session of a session/list result.
+type listedSession struct {
+	SessionID string  `json:"sessionId"`
+	Cwd       string  `json:"cwd"`
+	UpdatedAt *string `json:"updatedAt"`
+	Meta      struct {
+		Agenthost struct {
+			Agent string           `json:"agent"`
+			Claim leasestore.Claim `json:"claim"`
+			Stage leasestore.Stage `json:"stage"`
+			Fence uint64           `json:"fence"`
+		} `json:"agenthost"`
+	} `json:"_meta"`
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// sessionInfo is the result of _agenthost/session.
+type sessionInfo struct {
+	Session leasestore.Session `json:"session"`
+	LastSeq uint64             `json:"lastSeq"`
+	Running bool               `json:"running"`
+}
+
+func (a *App) sessionsShowCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:               "show SESSION",
+		Short:             "Show one session: its agent, lease, owner process, handles and journal",
+		Args:              exactArgs("SESSION"),
+		ValidArgsFunction: a.completeSessionArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connect(ctx, apiclient.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := c.CallRaw(ctx, "_agenthost/session", map[string]any{"sessionId": args[0]})
+			if err != nil {
+				return sessionError(args[0], err)
+			}
+			if asJSON {
+				fmt.Fprintf(a.Stdout, "%s\n", m.Result)
+				return nil
+			}
+			var info sessionInfo
+			if err := json.Unmarshal(m.Result, &info); err != nil {
+				return err
+			}
+			printSession(a.Stdout, info)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session record as JSON")
+	return cmd
+}
+
+// sessionError words a not-found error for a session id.
+func sessionError(id string, err error) error {
+	if apiclient.ErrorCode(err) == apiclient.CodeNotFound {
+		return fmt.Errorf("no session %s in this state directory (agenthost sessions list shows them): %w", displayID(id), err)
+	}
+	return err
+}
+
+func printSession(w io.Writer, info sessionInfo) {
+	s := info.Session
+	l := s.Lease
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("session", "%s", displayID(s.ID))
+	row("agent", "%s", s.Agent)
+	if s.Workspace != "" {
+		row("workspace", "%s", s.Workspace)
+	}
+	state := string(l.Claim)
+	if l.Stage != "" {
+		state += " (" + string(l.Stage) + ")"
+	}
+	if info.Running {
+		state += ", running in this host"
+	}
+	row("state", "%s", state)
+	row("fence", "%d", l.Fence)
+	if l.Owner != nil {
+		row("owner", "pid %d on %s", l.Owner.PID, l.Owner.HostID)
+	}
+	if l.LatchReason != "" {
+		row("latched", "%s", l.LatchReason)
+	}
+	if e := l.DeathEvidence; e != nil {
+		row("last exit", "%s: %s", e.Kind, e.Detail)
+	}
+	for i, h := range s.Handles {
+		k := ""
+		if i == 0 {
+			k = "handles"
+		}
+		row(k, "%s (%s at fence %d)", h.Handle, h.Origin, h.Fence)
+	}
+	if len(s.Options) > 0 {
+		keys := make([]string, 0, len(s.Options))
+		for k := range s.Options {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			label := ""
+			if i == 0 {
+				label = "options"
+			}
+			row(label, "%s=%s", k, s.Options[k])
+		}
+	}
+	row("journal", "%d entries (agenthost journal %s)", info.LastSeq, shellQuote(s.ID))
+	row("created", "%s (%s)", s.CreatedAt.Local().Format(time.DateTime), ago(s.CreatedAt))
+	row("updated", "%s (%s)", s.UpdatedAt.Local().Format(time.DateTime), ago(s.UpdatedAt))
+	if l.Reattach != nil && l.Reattach.LogPath != "" {
+		row("plugin log", "%s", l.Reattach.LogPath)
+	}
+	_ = tw.Flush()
+}
+
+func (a *App) sessionsStopCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop SESSION",
+		Short: "Stop a running session: its turn ends, its plugin exits, its lease is released",
+		Long: `Stop a session that runs in the host: the plugin is asked to close the session
+(a running turn ends and is journaled), then stopped; the lease is released.
+The session stays resumable with 'agenthost run --session SESSION'.`,
+		Args:              exactArgs("SESSION"),
+		ValidArgsFunction: a.completeSessionArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connect(ctx, apiclient.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Call(ctx, "_agenthost/stop", map[string]any{"sessionId": args[0]}, nil); err != nil {
+				if apiclient.ErrorCode(err) == apiclient.CodeNotFound {
+					return fmt.Errorf("%w; agenthost sessions list shows every session and its state", err)
+				}
+				return err
+			}
+			fmt.Fprintf(a.Stdout, "stopped session %s\n", displayID(args[0]))
+			return nil
+		},
+	}
+}
+
+func (a *App) statusCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the host serving the state directory: agents, sessions, restart decisions",
+		Long: `Show the host that serves the state directory: its pid and version, the agents
+it runs, how many sessions it knows and which run now, and what it decided for
+each session it found when it opened (readopted: the plugin survived the last
+host and was taken over; evicted: its plugin was gone, the session is
+resumable; latched: the evidence was incomplete, the session waits).
+
+Exits with status 1 when no host serves the state directory.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.connect(ctx, apiclient.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := c.CallRaw(ctx, "_agenthost/status", nil)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				fmt.Fprintf(a.Stdout, "%s\n", m.Result)
+				return nil
+			}
+			var st hostStatus
+			if err := json.Unmarshal(m.Result, &st); err != nil {
+				return err
+			}
+			printStatus(a.Stdout, st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the _agenthost/status result as JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, st hostStatus) {
+	h := st.Host
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("host", "agenthost %s, pid %d, host id %s", st.Version, h.PID, h.HostID)
+	row("state dir", "%s", h.StateDir)
+	row("socket", "%s", h.StateDir+string(os.PathSeparator)+SocketName)
+	row("agents", "%s", strings.Join(h.Agents, ", "))
+	row("sessions", "%d recorded, %d running", h.Sessions, len(h.Running))
+	for i, id := range h.Running {
+		k := ""
+		if i == 0 {
+			k = "running"
+		}
+		row(k, "%s", displayID(id))
+	}
+	var decided []string
+	for _, act := range []host.Action{host.ActionReadopted, host.ActionEvicted, host.ActionLatched, host.ActionFree} {
+		if n := h.Decided[act]; n > 0 {
+			decided = append(decided, fmt.Sprintf("%s %d", act, n))
+		}
+	}
+	if len(decided) == 0 {
+		decided = []string{"nothing to reconcile"}
+	}
+	row("at open", "%s", strings.Join(decided, ", "))
+	ids := make([]string, 0, len(h.Latched))
+	for id := range h.Latched {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		k := ""
+		if i == 0 {
+			k = "latched"
+		}
+		row(k, "%s: %s", displayID(id), h.Latched[id])
+	}
+	if h.Recovery != nil {
+		row("recovery", "%s", *h.Recovery)
+	}
+	_ = tw.Flush()
+}
+
+// completeSessionArg completes a command's one SESSION argument.
+func (a *App) completeSessionArg(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return a.completeSessions(cmd, args, toComplete)
+}
+
+// completeSessions completes session ids from the running host, if any.
+func (a *App) completeSessions(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	dir, err := a.resolveStateDir()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := apiclient.Dial(ctx, dir+string(os.PathSeparator)+SocketName, apiclient.Options{})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	defer c.Close()
+	var list struct {
+		Sessions []struct {
+			SessionID string `json:"sessionId"`
+			Meta      struct {
+				Agenthost struct {
+					Agent string `json:"agent"`
+				} `json:"agenthost"`
+			} `json:"_meta"`
+		} `json:"sessions"`
+	}
+	if c.Call(ctx, "session/list", nil, &list) != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, s := range list.Sessions {
+		out = append(out, s.SessionID+"\t"+s.Meta.Agenthost.Agent)
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,813 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
+)
+
+const checkHandshake = "handshake"
+
+// checks are the conformance checks, in the order they run.
+var checks = []check{
+	{checkHandshake, handshake},
+	{"identify", identify},
+	{"attach-binds-session", attachBindsSession},
+	{"new-session", newSession},
+	{"prompt-streams-updates", promptStreamsUpdates},
+	{"cancel-yields-cancelled", cancelYieldsCancelled},
+	{"stale-fence-refused", staleFenceRefused},
+	{"outbox-replay-after-reattach", outboxReplayAfterReattach},
+	{"graceful-stop", gracefulStop},
+	{"kill-on-ignored-shutdown", killOnIgnoredShutdown},
+}
+
+// Bounds of what the protocol expects to happen "promptly".
+const (
+	// cancelBound is how long a cancelled turn may take to stop.
+	cancelBound = 5 * time.Second
+	// staleStreamBound is how long the stream of an older fence may stay
+	// open after a newer fence attaches.
+	staleStreamBound = 2 * time.Second
+	// exitBound is how long a plugin may take to exit on SIGTERM.
+	exitBound = 5 * time.Second
+	// holdSettle is how long a held turn runs before the kit cancels it.
+	holdSettle = 200 * time.Millisecond
+	// detachedPause is how long the kit stays away, as a dead host, in
+	// the replay check.
+	detachedPause = 500 * time.Millisecond
+	// replayPrefix is how many updates the kit reads before it drops its
+	// connection in the replay check.
+	replayPrefix = 3
+	// shortStop is the SIGTERM deadline of kill-on-ignored-shutdown.
+	shortStop = 300 * time.Millisecond
+)
+
+// handshake: the process starts and completes the go-plugin handshake over
+// gRPC at the agenthost protocol version.
+func handshake(e *env) error {
+	p, err := e.start()
+	if err != nil {
+		return fmt.Errorf("expected the plugin to complete go-plugin's handshake (magic cookie %s, protocol version %d, gRPC) within %s: %w",
+			wire.Handshake().MagicCookieKey, wire.ProtocolVersion, e.cfg.startTimeout, err)
+	}
+	if v := p.client.NegotiatedVersion(); v != wire.ProtocolVersion {
+		return fmt.Errorf("negotiated protocol version %d, expected %d", v, wire.ProtocolVersion)
+	}
+	if proto := p.client.Protocol(); proto != "grpc" {
+		return fmt.Errorf("negotiated protocol %q, expected grpc", proto)
+	}
+	if err := p.grpc.Ping(); err != nil {
+		return fmt.Errorf("go-plugin health check after the handshake failed: %v%s", err, p.exitNote(err))
+	}
+	return nil
+}
+
+// identify: Identify reports the process the kit started, before any
+// Attach.
+func identify(e *env) error {
+	p, err := e.setupStart()
+	if err != nil {
+		return err
+	}
+	id, err := p.agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return p.rpcErr("Identify", err)
+	}
+	var bad []string
+	if id.Pid != int64(p.pid()) {
+		bad = append(bad, fmt.Sprintf("pid = %d, expected %d (the pid of the process the kit started)", id.Pid, p.pid()))
+	}
+	if id.SpawnToken != p.token {
+		bad = append(bad, fmt.Sprintf("spawn_token = %q, expected %q (the value of %s, the variable %s names)",
+			id.SpawnToken, p.token, SpawnTokenVar, wire.EnvSpawnTokenVar))
+	}
+	if id.InstanceId == "" {
+		bad = append(bad, "instance_id is empty, expected a random id per process start")
+	}
+	if id.ProtocolVersion != wire.ProtocolVersion {
+		bad = append(bad, fmt.Sprintf("protocol_version = %d, expected %d", id.ProtocolVersion, wire.ProtocolVersion))
+	}
+	if id.AgentName == "" {
+		bad = append(bad, "agent_name is empty, expected the plugin's name")
+	}
+	if id.SessionId != "" {
+		bad = append(bad, fmt.Sprintf("session_id = %q before any Attach, expected empty", id.SessionId))
+	}
+	if id.Fence != 0 {
+		bad = append(bad, fmt.Sprintf("fence = %d before any Attach, expected 0", id.Fence))
+	}
+	return badIdentity("Identify", bad)
+}
+
+// attachBindsSession: the first Attach binds the process to its session id,
+// byte for byte; another session id is refused and changes nothing.
+func attachBindsSession(e *env) error {
+	p, err := e.setupStart()
+	if err != nil {
+		return err
+	}
+	resp, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID})
+	if err != nil {
+		return p.rpcErr(fmt.Sprintf("Attach(fence 1, session %q)", SessionID), err)
+	}
+	if resp.Fence != 1 {
+		return fmt.Errorf("Attach(fence 1) answered fence %d, expected 1", resp.Fence)
+	}
+	if err := expectBound(e, p, p.agent, 1, "after Attach(fence 1)"); err != nil {
+		return err
+	}
+	const other = "another-session"
+	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 2, SessionId: other}); err == nil {
+		return fmt.Errorf("Attach(fence 2, session %q) to a process bound to session %q succeeded, expected it to be refused", other, SessionID)
+	} else if status.Code(err) == codes.Unavailable {
+		return p.rpcErr(fmt.Sprintf("Attach(fence 2, session %q)", other), err)
+	}
+	return expectBound(e, p, p.agent, 1, fmt.Sprintf("after the refused Attach(fence 2, session %q)", other))
+}
+
+// expectBound checks that Identify reports the kit's session id and fence.
+func expectBound(e *env, p *proc, c agentpb.AgentClient, fence uint64, when string) error {
+	id, err := c.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return p.rpcErr("Identify "+when, err)
+	}
+	var bad []string
+	if id.SessionId != SessionID {
+		bad = append(bad, fmt.Sprintf("session_id = %q, expected %q", id.SessionId, SessionID))
+	}
+	if id.Fence != fence {
+		bad = append(bad, fmt.Sprintf("fence = %d, expected %d", id.Fence, fence))
+	}
+	return badIdentity("Identify "+when, bad)
+}
+
+func badIdentity(what string, bad []string) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s", what, strings.Join(bad, "; "))
+}
+
+// newSession: NewSession at the attached fence returns a provider handle,
+// which Identify then reports.
+func newSession(e *env) error {
+	p, err := e.setupStart()
+	if err != nil {
+		return err
+	}
+	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err != nil {
+		return p.setupErr("Attach(fence 1)", err)
+	}
+	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options})
+	if err != nil {
+		return p.rpcErr("NewSession(fence 1)", err)
+	}
+	if resp.Handle == "" {
+		return errors.New("NewSession(fence 1) returned an empty handle, expected the provider's handle of the new conversation")
+	}
+	id, err := p.agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return p.rpcErr("Identify after NewSession", err)
+	}
+	if id.Handle != resp.Handle {
+		return fmt.Errorf("after NewSession, Identify reports handle %q, expected %q (the handle NewSession returned)", id.Handle, resp.Handle)
+	}
+	return nil
+}
+
+// promptStreamsUpdates: a turn's updates arrive on Updates from seq 1, in
+// order and without gaps, with at least one message chunk, ending with
+// turn_stopped(end_turn); the next Prompt is accepted at once and
+// continues the sequence.
+func promptStreamsUpdates(e *env) error {
+	p, err := e.setupOpen()
+	if err != nil {
+		return err
+	}
+	f, err := e.follow(p, p.agent, 1, 1)
+	if err != nil {
+		return err
+	}
+	f.want = 1
+	turn, err := e.prompt(p, p.agent, 1, e.cfg.prompts.Stream, "")
+	if err != nil {
+		return err
+	}
+	ups, stop, err := f.readTurn(turn, e.remaining())
+	if err != nil {
+		return fmt.Errorf("turn of prompt %q: %w", e.cfg.prompts.Stream, err)
+	}
+	if err := expectStop(stop, "end_turn", e.cfg.prompts.Stream); err != nil {
+		return err
+	}
+	if countKind(ups, turn, "agent_message_chunk") == 0 {
+		return fmt.Errorf("turn of prompt %q: expected at least one agent_message_chunk before turn_stopped, got %s",
+			e.cfg.prompts.Stream, describe(ups))
+	}
+
+	// A host that sees turn_stopped may start the next turn at once.
+	const next = "conformance-turn-2"
+	turn2, err := e.prompt(p, p.agent, 1, e.cfg.prompts.Stream, next)
+	if err != nil {
+		return fmt.Errorf("the next Prompt, sent right after turn_stopped: %w", err)
+	}
+	if turn2 != next {
+		return fmt.Errorf("the next Prompt, with turn_id %q, answered turn_id %q, expected the caller's id", next, turn2)
+	}
+	_, stop, err = f.readTurn(turn2, e.remaining())
+	if err != nil {
+		return fmt.Errorf("second turn of prompt %q: %w", e.cfg.prompts.Stream, err)
+	}
+	return expectStop(stop, "end_turn", e.cfg.prompts.Stream)
+}
+
+// cancelYieldsCancelled: Cancel ends a running turn with stop reason
+// cancelled, within cancelBound.
+func cancelYieldsCancelled(e *env) error {
+	p, err := e.setupOpen()
+	if err != nil {
+		return err
+	}
+	f, err := e.follow(p, p.agent, 1, 1)
+	if err != nil {
+		return err
+	}
+	f.want = 1
+	turn, err := e.prompt(p, p.agent, 1, e.cfg.prompts.Hold, "")
+	if err != nil {
+		return err
+	}
+	// Let the turn get going; it must not end by itself.
+	if ups, stop, err := f.readTurn(turn, holdSettle); err == nil {
+		return fmt.Errorf("the turn of prompt %q ended by itself (%s) before Cancel, after %s; expected it to hold until cancelled (set Prompts.Hold)",
+			e.cfg.prompts.Hold, stopString(stop), describe(ups))
+	} else if !errors.Is(err, errNoStopYet) {
+		return fmt.Errorf("turn of prompt %q: %w", e.cfg.prompts.Hold, err)
+	}
+	if _, err := p.agent.Cancel(e.ctx, &agentpb.CancelRequest{Fence: 1}); err != nil {
+		return p.rpcErr("Cancel(fence 1) of a running turn", err)
+	}
+	start := time.Now()
+	_, stop, err := f.readTurn(turn, min(cancelBound, e.remaining()))
+	if err != nil {
+		return fmt.Errorf("after Cancel: %w", err)
+	}
+	if err := expectStop(stop, "cancelled", e.cfg.prompts.Hold); err != nil {
+		return fmt.Errorf("after Cancel: %w", err)
+	}
+	if d := time.Since(start); d > cancelBound {
+		return fmt.Errorf("the cancelled turn took %s to stop, expected at most %s", d.Round(time.Millisecond), cancelBound)
+	}
+	return nil
+}
+
+// staleFenceRefused: once fence 2 attaches, every call carrying fence 1 is
+// refused with FAILED_PRECONDITION, and the Updates stream of fence 1 ends.
+func staleFenceRefused(e *env) error {
+	p, err := e.setupOpen()
+	if err != nil {
+		return err
+	}
+	handle := p.handle
+	old, err := e.follow(p, p.agent, 1, 1)
+	if err != nil {
+		return err
+	}
+	resp, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 2, SessionId: SessionID})
+	if err != nil {
+		return p.rpcErr("Attach(fence 2) over fence 1", err)
+	}
+	if resp.Fence != 2 {
+		return fmt.Errorf("Attach(fence 2) answered fence %d, expected 2", resp.Fence)
+	}
+
+	var bad []string
+	refused := func(what string, err error) {
+		switch {
+		case err == nil:
+			bad = append(bad, what+" succeeded")
+		case status.Code(err) == codes.DeadlineExceeded:
+			bad = append(bad, fmt.Sprintf("%s did not answer within %s", what, staleStreamBound))
+		case status.Code(err) != codes.FailedPrecondition:
+			bad = append(bad, fmt.Sprintf("%s failed with %s (%s)", what, status.Code(err), status.Convert(err).Message()))
+		}
+	}
+	// The stream fence 1 opened must end now.
+	if u, err := old.next(staleStreamBound); err == nil {
+		bad = append(bad, fmt.Sprintf("the Updates stream opened at fence 1 delivered seq %d after fence 2 attached", u.Seq))
+	} else if errors.Is(err, errTimeout) {
+		bad = append(bad, fmt.Sprintf("the Updates stream opened at fence 1 stayed open %s after fence 2 attached", staleStreamBound))
+	} else {
+		refused("the Updates stream opened at fence 1", old.err)
+	}
+
+	// A stale call must be refused at once, not hang.
+	ctx, cancel := context.WithTimeout(e.ctx, staleStreamBound)
+	defer cancel()
+	_, err = p.agent.Prompt(ctx, &agentpb.PromptRequest{Fence: 1, Prompt: text(e.cfg.prompts.Stream)})
+	refused("Prompt(fence 1)", err)
+	_, err = p.agent.Acknowledge(ctx, &agentpb.AcknowledgeRequest{Fence: 1, Seq: 0})
+	refused("Acknowledge(fence 1)", err)
+	refused("Updates(fence 1)", firstRecvErr(ctx, p.agent, 1))
+	_, err = p.agent.Cancel(ctx, &agentpb.CancelRequest{Fence: 1})
+	refused("Cancel(fence 1)", err)
+	_, err = p.agent.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: 1, RequestId: "conformance-no-such-request",
+		Outcome: &agentpb.PermissionOutcome{Outcome: "cancelled"}})
+	refused("AnswerPermission(fence 1)", err)
+	_, err = p.agent.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: 1, Workspace: e.workspace(), Handle: handle})
+	refused("ResumeSession(fence 1)", err)
+	_, err = p.agent.Attach(ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID})
+	refused("Attach(fence 1) after fence 2", err)
+	_, err = p.agent.Close(ctx, &agentpb.CloseRequest{Fence: 1})
+	refused("Close(fence 1)", err)
+	if len(bad) > 0 {
+		return fmt.Errorf("after Attach(fence 2), expected every call carrying fence 1 to fail with FailedPrecondition (stale fence), but: %s%s",
+			strings.Join(bad, "; "), p.exitNote(nil))
+	}
+
+	// The refusals were about the fence: fence 2 still works.
+	if _, err := p.agent.Acknowledge(e.ctx, &agentpb.AcknowledgeRequest{Fence: 2, Seq: 0}); err != nil {
+		return p.rpcErr("Acknowledge(fence 2) after the stale calls", err)
+	}
+	return expectBound(e, p, p.agent, 2, "after the stale calls")
+}
+
+// firstRecvErr opens Updates at fence and returns the error of its first
+// message.
+func firstRecvErr(ctx context.Context, c agentpb.AgentClient, fence uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, staleStreamBound)
+	defer cancel()
+	s, err := c.Updates(ctx, &agentpb.UpdatesRequest{Fence: fence, FromSeq: 1})
+	if err != nil {
+		return err
+	}
+	if _, err := s.Recv(); err != nil {
+		if status.Code(err) == codes.DeadlineExceeded {
+			return fmt.Errorf("the stream stayed open for %s: %w", staleStreamBound, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// outboxReplayAfterReattach: updates produced while no host is connected
+// wait in the plugin; a host that reattaches and asks from its last seq + 1
+// gets exactly the rest; acknowledged updates are not replayed.
+func outboxReplayAfterReattach(e *env) error {
+	p, err := e.setupOpen()
+	if err != nil {
+		return err
+	}
+	f, err := e.follow(p, p.agent, 1, 1)
+	if err != nil {
+		return err
+	}
+	f.want = 1
+	prompt := e.cfg.prompts.Replay
+	turn, err := e.prompt(p, p.agent, 1, prompt, "")
+	if err != nil {
+		return err
+	}
+	var got []*agentpb.Update
+	for len(got) < replayPrefix {
+		u, err := f.next(e.remaining())
+		if err != nil {
+			return fmt.Errorf("turn of prompt %q, before the connection drop: %w", prompt, err)
+		}
+		got = append(got, u)
+		if isStop(u, turn) {
+			return fmt.Errorf("the turn of prompt %q ended after %s; expected more than %d updates so that some arrive after the connection drops (set Prompts.Replay)",
+				prompt, describe(got), replayPrefix)
+		}
+	}
+	last := got[len(got)-1].Seq
+
+	// The host dies: its connection goes, the process stays. go-plugin
+	// has no detach, so close the connection and never Kill this client.
+	f.stop()
+	_ = p.grpc.Conn.Close()
+	sleep(e.ctx, detachedPause)
+	if c := p.child(); c.gone() {
+		return fmt.Errorf("the plugin process exited (%s) when its host's connection dropped; expected it to keep running and keep the updates%s",
+			c.exitStatus(), p.exitNote(nil))
+	}
+
+	agent, err := p.reattach()
+	if err != nil {
+		return fmt.Errorf("%w%s", err, p.exitNote(err))
+	}
+	id, err := agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return p.rpcErr("Identify after reattach", err)
+	}
+	var bad []string
+	if id.Pid != int64(p.pid()) {
+		bad = append(bad, fmt.Sprintf("pid = %d, expected %d", id.Pid, p.pid()))
+	}
+	if id.InstanceId != p.instance {
+		bad = append(bad, fmt.Sprintf("instance_id = %q, expected %q (the same process start)", id.InstanceId, p.instance))
+	}
+	if id.SessionId != SessionID {
+		bad = append(bad, fmt.Sprintf("session_id = %q, expected %q", id.SessionId, SessionID))
+	}
+	if id.LastSeq < last {
+		bad = append(bad, fmt.Sprintf("last_seq = %d, expected at least %d (the kit received seq %d)", id.LastSeq, last, last))
+	}
+	if err := badIdentity("Identify after reattach", bad); err != nil {
+		return err
+	}
+	if _, err := agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 2, SessionId: SessionID}); err != nil {
+		return p.rpcErr("Attach(fence 2) after reattach", err)
+	}
+
+	rest, err := e.follow(p, agent, 2, last+1)
+	if err != nil {
+		return err
+	}
+	rest.want = last + 1
+	ups, stop, err := rest.readTurn(turn, e.remaining())
+	if err != nil {
+		return fmt.Errorf("after reattach, Updates(from %d), expected the rest of the turn: %w", last+1, err)
+	}
+	if err := expectStop(stop, "end_turn", prompt); err != nil {
+		return fmt.Errorf("after reattach: %w", err)
+	}
+	acked := ups[len(ups)-1].Seq
+	rest.stop()
+
+	if _, err := agent.Acknowledge(e.ctx, &agentpb.AcknowledgeRequest{Fence: 2, Seq: acked}); err != nil {
+		return p.rpcErr(fmt.Sprintf("Acknowledge(fence 2, seq %d)", acked), err)
+	}
+	fresh, err := e.follow(p, agent, 2, 1)
+	if err != nil {
+		return err
+	}
+	// Something new to deliver: the next turn.
+	if _, err := e.prompt(p, agent, 2, e.cfg.prompts.Stream, ""); err != nil {
+		return fmt.Errorf("after Acknowledge: %w", err)
+	}
+	u, err := fresh.next(e.remaining())
+	if err != nil {
+		return fmt.Errorf("Updates(fence 2, from 1) after Acknowledge(seq %d) and a new Prompt: %w", acked, err)
+	}
+	switch {
+	case u.Seq <= acked:
+		return fmt.Errorf("Updates(fence 2, from 1) after Acknowledge(seq %d) replayed seq %d; expected acknowledged updates to be forgotten, the first update delivered to be seq %d",
+			acked, u.Seq, acked+1)
+	case u.Seq != acked+1:
+		return fmt.Errorf("Updates(fence 2, from 1) after Acknowledge(seq %d) began at seq %d, expected seq %d (seqs %d..%d are missing)",
+			acked, u.Seq, acked+1, acked+1, u.Seq-1)
+	}
+	return nil
+}
+
+// gracefulStop: Close succeeds, then SIGTERM makes the plugin exit within
+// exitBound, leaving no process of its group or with its spawn token. A
+// host sends SIGTERM whatever Close did, so the kit does too, and reports
+// both.
+func gracefulStop(e *env) error {
+	p, err := e.setupOpen()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	// Half the time left for Close, the rest for the exit.
+	closeBound := min(exitBound, e.remaining()/2)
+	ctx, cancel := context.WithTimeout(e.ctx, closeBound)
+	_, err = p.agent.Close(ctx, &agentpb.CloseRequest{Fence: 1})
+	cancel()
+	switch {
+	case status.Code(err) == codes.DeadlineExceeded:
+		errs = append(errs, fmt.Errorf("Close(fence 1) did not return within %s; expected the plugin to close its session promptly",
+			closeBound.Round(time.Millisecond)))
+	case err != nil:
+		errs = append(errs, p.rpcErr("Close(fence 1)", err))
+	}
+	c := p.child()
+	start := time.Now()
+	if err := syscall.Kill(c.pid, syscall.SIGTERM); err != nil && !c.gone() {
+		return errors.Join(append(errs, fmt.Errorf("SIGTERM to pid %d: %v", c.pid, err))...)
+	}
+	exitWait := min(exitBound, max(e.remaining(), 500*time.Millisecond))
+	if !c.waitExit(exitWait) {
+		errs = append(errs, fmt.Errorf("after Close and SIGTERM, the plugin process %d was still running %s later; expected it to exit on SIGTERM",
+			c.pid, exitWait.Round(time.Millisecond)))
+		return errors.Join(errs...)
+	}
+	took := time.Since(start)
+	// The group must empty by itself: no sweep here.
+	var left []int
+	poll(time.Second, func() bool {
+		left = groupMembers(c.pid)
+		return len(left) == 0
+	})
+	if len(left) > 0 {
+		errs = append(errs, fmt.Errorf("the plugin exited %s after SIGTERM (%s), but its process group %d still has live members %v; expected a plugin to stop the processes it started",
+			took.Round(time.Millisecond), c.exitStatus(), c.pid, left))
+	} else if left := envHolders(SpawnTokenVar + "=" + p.token); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("the plugin exited after SIGTERM, but processes %v carrying its spawn token are still running", left))
+	}
+	return errors.Join(errs...)
+}
+
+// killOnIgnoredShutdown: a stop with a short deadline (SIGTERM, shortStop,
+// then SIGKILL to the process group) leaves no process behind, whether the
+// plugin honours SIGTERM or ignores it, even with a turn running.
+func killOnIgnoredShutdown(e *env) error {
+	p, err := e.setupStart()
+	if err != nil {
+		return err
+	}
+	// Make the plugin busy, as best it can be; the calls are checked
+	// elsewhere.
+	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err == nil {
+		if _, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options}); err == nil {
+			_, _ = p.agent.Prompt(e.ctx, &agentpb.PromptRequest{Fence: 1, Prompt: text(e.cfg.prompts.Hold)})
+			sleep(e.ctx, holdSettle)
+		}
+	}
+	c := p.child()
+	start := time.Now()
+	if err := stopWithDeadline(c.pid, shortStop); err != nil {
+		return fmt.Errorf("stop with a %s deadline: %w", shortStop, err)
+	}
+	if took := time.Since(start); took > shortStop+2*time.Second {
+		return fmt.Errorf("stop with a %s deadline took %s", shortStop, took.Round(time.Millisecond))
+	}
+	if left := envHolders(SpawnTokenVar + "=" + p.token); len(left) > 0 {
+		return fmt.Errorf("after a stop with a %s deadline (SIGTERM, then SIGKILL to process group %d), processes %v carrying the plugin's spawn token are still running: they left the plugin's process group",
+			shortStop, c.pid, left)
+	}
+	return nil
+}
+
+// setupStart starts the plugin for a check other than handshake.
+func (e *env) setupStart() (*proc, error) {
+	p, err := e.start()
+	if err != nil {
+		return nil, fmt.Errorf("setup: start the plugin: %w", err)
+	}
+	id, err := p.agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return nil, p.setupErr("Identify", err)
+	}
+	p.instance = id.InstanceId
+	return p, nil
+}
+
+// setupOpen starts the plugin, attaches at fence 1 and opens a session.
+func (e *env) setupOpen() (*proc, error) {
+	p, err := e.setupStart()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err != nil {
+		return nil, p.setupErr("Attach(fence 1)", err)
+	}
+	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options})
+	if err != nil {
+		return nil, p.setupErr("NewSession(fence 1)", err)
+	}
+	p.handle = resp.Handle
+	return p, nil
+}
+
+// workspace returns a directory a session may work in.
+func (e *env) workspace() string {
+	dir := filepath.Join(e.dir, "workspace")
+	_ = os.MkdirAll(dir, 0o700)
+	return dir
+}
+
+// remaining is the time left in the check.
+func (e *env) remaining() time.Duration { return time.Until(deadlineOr(e.ctx)) }
+
+func deadlineOr(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(time.Hour)
+}
+
+// prompt sends a text prompt and returns the turn id.
+func (e *env) prompt(p *proc, c agentpb.AgentClient, fence uint64, prompt, turnID string) (string, error) {
+	resp, err := c.Prompt(e.ctx, &agentpb.PromptRequest{Fence: fence, Prompt: text(prompt), TurnId: turnID})
+	if err != nil {
+		return "", p.rpcErr(fmt.Sprintf("Prompt(fence %d, %q)", fence, prompt), err)
+	}
+	if resp.TurnId == "" {
+		return "", fmt.Errorf("Prompt(fence %d, %q) returned an empty turn_id", fence, prompt)
+	}
+	return resp.TurnId, nil
+}
+
+func text(s string) []*agentpb.ContentBlock {
+	return []*agentpb.ContentBlock{{Type: "text", Text: s}}
+}
+
+// rpcErr describes a failed call, noting whether the process died.
+func (p *proc) rpcErr(what string, err error) error {
+	return fmt.Errorf("%s failed: %v%s", what, err, p.exitNote(err))
+}
+
+func (p *proc) setupErr(what string, err error) error {
+	return fmt.Errorf("setup: %s failed: %v%s", what, err, p.exitNote(err))
+}
+
+// sleep waits for d or the end of ctx.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// follower reads one Updates stream in the background.
+type follower struct {
+	p      *proc
+	ch     chan *agentpb.Update
+	err    error // why the stream ended; read after ch is closed
+	cancel context.CancelFunc
+	done   chan struct{}
+	// want is the seq the next update must carry, 0 for any; every
+	// update read advances it.
+	want uint64
+}
+
+// streamEnd is the error of reading past the end of an Updates stream.
+type streamEnd struct {
+	err  error  // the stream's error
+	note string // exitNote
+}
+
+func (s *streamEnd) Error() string {
+	return fmt.Sprintf("the Updates stream ended: %v%s", s.err, s.note)
+}
+
+var (
+	errTimeout   = errors.New("timed out")
+	errNoStopYet = errors.New("no turn_stopped yet")
+)
+
+// follow opens Updates(fence, from) on c.
+func (e *env) follow(p *proc, c agentpb.AgentClient, fence, from uint64) (*follower, error) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	s, err := c.Updates(ctx, &agentpb.UpdatesRequest{Fence: fence, FromSeq: from})
+	if err != nil {
+		cancel()
+		return nil, p.rpcErr(fmt.Sprintf("Updates(fence %d, from %d)", fence, from), err)
+	}
+	f := &follower{p: p, ch: make(chan *agentpb.Update, 256), cancel: cancel, done: make(chan struct{})}
+	go f.recv(ctx, s)
+	e.onCleanup(f.stop)
+	return f, nil
+}
+
+func (f *follower) recv(ctx context.Context, s grpc.ServerStreamingClient[agentpb.Update]) {
+	defer close(f.done)
+	defer close(f.ch)
+	for {
+		u, err := s.Recv()
+		if err != nil {
+			f.err = err
+			return
+		}
+		select {
+		case f.ch <- u:
+		case <-ctx.Done():
+			f.err = ctx.Err()
+			return
+		}
+	}
+}
+
+// stop closes the stream and waits for its reader.
+func (f *follower) stop() {
+	f.cancel()
+	<-f.done
+}
+
+// next returns the next update within d. It fails with errTimeout, with
+// the stream's end, or when the update's seq is not the one expected.
+func (f *follower) next(d time.Duration) (*agentpb.Update, error) {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case u, ok := <-f.ch:
+		if !ok {
+			return nil, &streamEnd{err: f.err, note: f.p.exitNote(f.err)}
+		}
+		if f.want != 0 && u.Seq != f.want {
+			var what string
+			if u.Seq > f.want {
+				what = fmt.Sprintf("a gap: seqs %d..%d are missing", f.want, u.Seq-1)
+			} else {
+				what = "a duplicate or out-of-order update"
+			}
+			return nil, fmt.Errorf("expected seq %d next, got seq %d (%s, kind %s)", f.want, u.Seq, what, kind(u))
+		}
+		f.want = u.Seq + 1
+		return u, nil
+	case <-t.C:
+		return nil, fmt.Errorf("%w after %s", errTimeout, d.Round(time.Millisecond))
+	}
+}
+
+// readTurn reads updates until the turn_stopped of turn, within d. An
+// expired d wraps errNoStopYet.
+func (f *follower) readTurn(turn string, d time.Duration) ([]*agentpb.Update, *agentpb.TurnStopped, error) {
+	deadline := time.Now().Add(d)
+	var ups []*agentpb.Update
+	for {
+		u, err := f.next(time.Until(deadline))
+		if errors.Is(err, errTimeout) {
+			return ups, nil, fmt.Errorf("%w: expected a turn_stopped update for turn %q within %s, got %s",
+				errNoStopYet, turn, d.Round(time.Millisecond), describe(ups))
+		}
+		var end *streamEnd
+		if errors.As(err, &end) {
+			return ups, nil, fmt.Errorf("the Updates stream ended after %s, before the turn_stopped of turn %q: %v%s",
+				describe(ups), turn, end.err, end.note)
+		}
+		if err != nil {
+			return ups, nil, fmt.Errorf("%w, before the turn_stopped of turn %q (received %s)", err, turn, describe(ups))
+		}
+		ups = append(ups, u)
+		if isStop(u, turn) {
+			return ups, u.GetTurnStopped(), nil
+		}
+	}
+}
+
+func isStop(u *agentpb.Update, turn string) bool {
+	return u.GetTurnStopped() != nil && u.TurnId == turn
+}
+
+func expectStop(stop *agentpb.TurnStopped, want, prompt string) error {
+	if stop.StopReason == want {
+		return nil
+	}
+	return fmt.Errorf("the turn of prompt %q stopped with %s, expected stop reason %q", prompt, stopString(stop), want)
+}
+
+func stopString(stop *agentpb.TurnStopped) string {
+	if stop == nil {
+		return "no turn_stopped"
+	}
+	s := fmt.Sprintf("stop reason %q", stop.StopReason)
+	if stop.Error != "" {
+		s += fmt.Sprintf(" (error %q)", stop.Error)
+	}
+	return s
+}
+
+func countKind(ups []*agentpb.Update, turn, k string) int {
+	n := 0
+	for _, u := range ups {
+		if u.TurnId == turn && kind(u) == k {
+			n++
+		}
+	}
+	return n
+}
+
+// kind names the update's kind as the protocol does (agent_message_chunk…).
+func kind(u *agentpb.Update) string {
+	m := u.ProtoReflect()
+	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind")); fd != nil {
+		return string(fd.Name())
+	}
+	return "none"
+}
+
+// describe summarises updates for an error message.
+func describe(ups []*agentpb.Update) string {
+	if len(ups) == 0 {
+		return "no updates"
+	}
+	const most = 8
+	var parts []string
+	for i, u := range ups {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("… %d more", len(ups)-most))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d:%s", u.Seq, kind(u)))
+	}
+	return fmt.Sprintf("%d updates [%s]", len(ups), strings.Join(parts, " "))
+}
