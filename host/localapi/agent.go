@@ -202,12 +202,17 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		}
 	}
 	f := a.followerOf(id)
-	res, err := s.Prompt(ctx, text.String())
+	// The ACP library cancels a prompt's request context on session/cancel;
+	// the turn itself is cancelled through Cancel and ends with stop reason
+	// "cancelled", which is the answer the client expects. So wait on the
+	// connection's lifetime instead.
+	pctx := a.ctx
+	res, err := s.Prompt(pctx, text.String())
 	if err != nil {
 		return acp.PromptResponse{}, apiError(err)
 	}
 	if f != nil {
-		f.waitTurn(ctx, res.TurnID)
+		f.waitTurn(pctx, res.TurnID)
 	}
 	if res.StopReason == "failed" {
 		return acp.PromptResponse{}, &acp.RequestError{Code: -32000, Message: "the turn failed: " + res.Error}

@@ -278,6 +278,27 @@ func TestACPSessionPromptAndLoad(t *testing.T) {
 		t.Fatalf("failed turn answered %+v", m)
 	}
 
+	// session/cancel ends a running turn; the prompt is answered with the
+	// stop reason "cancelled", not an error.
+	answered := make(chan message, 1)
+	go func() {
+		answered <- c.call("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "sleep 30s"}}})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	c.send(map[string]any{"jsonrpc": "2.0", "method": "session/cancel", "params": map[string]any{"sessionId": created.SessionID}})
+	select {
+	case m := <-answered:
+		var r struct {
+			StopReason string `json:"stopReason"`
+		}
+		_ = json.Unmarshal(m.Result, &r)
+		if m.Error != nil || r.StopReason != "cancelled" {
+			t.Fatalf("cancelled prompt answered %+v (%s)", m.Error, m.Result)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("session/cancel did not end the turn")
+	}
+
 	// A second client loads the session: the journal replays as updates.
 	c2 := dial(t, sock)
 	c2.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
