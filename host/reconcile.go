@@ -83,12 +83,19 @@ const reconcileParallelism = 8
 // readopts one, and anything else latches.
 func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Result) Decision {
 	l := s.Lease
-	latch := func(reason string) Decision {
-		// Read the lease again: a step that failed half-way (a readoption
-		// whose lease move succeeded) may have moved the fence.
+	// latchAt latches the lease at the fence this decision knows it holds,
+	// never at whatever fence the store shows now: a re-probe runs on a
+	// snapshot, and a session started since then holds a newer fence that
+	// this stale decision must not touch (the store refuses it as stale).
+	latchAt := func(fence uint64, reason string) Decision {
 		cur, err := h.store.Get(ctx, s.ID)
 		if err != nil {
 			h.report(ReconcileScope, fmt.Errorf("latch session %q: %w", s.ID, err))
+			return Decision{Action: ActionLatched, Probe: res, Reason: reason}
+		}
+		if cur.Lease.Fence != fence {
+			// Someone else acted on the session since the snapshot.
+			h.log.Debug("not latching: the lease moved since it was probed", "session", s.ID, "fence", fence, "now", cur.Lease.Fence)
 			return Decision{Action: ActionLatched, Probe: res, Reason: reason}
 		}
 		stage := leasestore.StageManualRecovery
@@ -98,12 +105,14 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 		// An already latched lease stays as it is: re-latching on every
 		// re-probe would only grow its journal.
 		if cur.Lease.Stage != stage || cur.Lease.Unreconciled {
-			if _, err := h.store.Apply(ctx, s.ID, leasestore.Latch{Fence: cur.Lease.Fence, Stage: stage, Reason: reason}); err != nil {
+			_, err := h.store.Apply(ctx, s.ID, leasestore.Latch{Fence: fence, Stage: stage, Reason: reason})
+			if err != nil && !errors.Is(err, leasestore.ErrStaleFence) {
 				h.report(ReconcileScope, fmt.Errorf("latch session %q: %w", s.ID, err))
 			}
 		}
 		return Decision{Action: ActionLatched, Probe: res, Reason: reason}
 	}
+	latch := func(reason string) Decision { return latchAt(l.Fence, reason) }
 	switch {
 	case l.Claim == leasestore.ClaimReleased && !l.Stage.Latched():
 		if _, err := h.store.Apply(ctx, s.ID, leasestore.Reconciled{Fence: l.Fence}); err != nil {
@@ -120,8 +129,10 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 		}
 		return Decision{Action: ActionEvicted, Probe: res, Reason: ev.Detail}
 	case res.ProvenAlive() && l.Claim == leasestore.ClaimLive:
-		if err := h.readopt(ctx, s); err != nil {
-			return latch("the owner is alive but could not be readopted: " + err.Error())
+		if fence, err := h.readopt(ctx, s); err != nil {
+			// A readoption that failed after moving the lease latches at the
+			// fence it moved to.
+			return latchAt(fence, "the owner is alive but could not be readopted: "+err.Error())
 		}
 		return Decision{Action: ActionReadopted, Probe: res}
 	case res.ProvenAlive() && l.Claim == leasestore.ClaimReserved:
@@ -174,10 +185,10 @@ func (h *Host) stopTokenHolders(ctx context.Context, token string) error {
 // readopt reconnects to a live owner, moves the lease to the next fence,
 // attaches the plugin there, and drains its outbox into the journal from
 // the last update already journaled.
-func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
+func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error) {
 	l := s.Lease
 	if l.Owner == nil || l.Reattach == nil || l.Reattach.Address == "" {
-		return errors.New("the lease records no reattach address")
+		return l.Fence, errors.New("the lease records no reattach address")
 	}
 	next := l.NextFence()
 	proc, err := reattachPlugin(ctx, reattachSpec{
@@ -186,12 +197,12 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
 		Logger: h.log.Named("plugin").With("session", s.ID, "agent", s.Agent), Prober: h.prober, SocketRoot: h.socketRoot(),
 	})
 	if err != nil {
-		return err
+		return l.Fence, err
 	}
 	rec, err := h.store.Apply(ctx, s.ID, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach})
 	if err != nil {
 		proc.Detach()
-		return fmt.Errorf("move the lease: %w", err)
+		return l.Fence, fmt.Errorf("move the lease: %w", err)
 	}
 	fence := rec.Lease.Fence
 	proc.spec.Fence = fence
@@ -199,17 +210,17 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
 		// The lease already names this host's fence; the plugin will be
 		// re-probed and readopted again rather than trusted half-way.
 		proc.Detach()
-		return fmt.Errorf("attach at fence %d: %w", fence, err)
+		return fence, fmt.Errorf("attach at fence %d: %w", fence, err)
 	}
 	last, err := h.lastPluginSeq(ctx, s.ID)
 	if err != nil {
 		proc.Detach()
-		return fmt.Errorf("find the last journaled update: %w", err)
+		return fence, fmt.Errorf("find the last journaled update: %w", err)
 	}
 	journal, err := h.store.OpenJournal(ctx, s.ID, fence)
 	if err != nil {
 		proc.Detach()
-		return err
+		return fence, err
 	}
 	handle := rec.Handle()
 	if proc.handle != "" && proc.handle != handle {
@@ -221,9 +232,9 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) error {
 	sess := newSession(h, s.ID, s.Agent, fence, handle, proc, journal, last+1)
 	if !h.register(sess) {
 		sess.detach()
-		return errors.New("the host is closing")
+		return fence, errors.New("the host is closing")
 	}
-	return nil
+	return fence, nil
 }
 
 // stopUnproven stops a verified-alive plugin that never proved its session:
