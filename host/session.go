@@ -61,6 +61,11 @@ type Session struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan TurnResult
+	// dispatching counts prompts on their way to the plugin; a cancel
+	// that arrives meanwhile finds no turn there yet, so it is remembered
+	// in cancelPending and sent again once the prompt was dispatched.
+	dispatching   int
+	cancelPending bool
 
 	fromSeq  uint64 // first plugin update to ask for
 	pumpDone chan struct{}
@@ -595,8 +600,25 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		forget()
 		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
 	}
-	if _, err := s.proc.rpc.Prompt(ctx, &agentpb.PromptRequest{Fence: s.fence, TurnId: turnID,
-		Prompt: []*agentpb.ContentBlock{{Type: "text", Text: text}}}); err != nil {
+	s.mu.Lock()
+	s.dispatching++
+	s.mu.Unlock()
+	_, err := s.proc.rpc.Prompt(ctx, &agentpb.PromptRequest{Fence: s.fence, TurnId: turnID,
+		Prompt: []*agentpb.ContentBlock{{Type: "text", Text: text}}})
+	s.mu.Lock()
+	s.dispatching--
+	recancel := s.cancelPending && err == nil
+	if s.dispatching == 0 {
+		s.cancelPending = false
+	}
+	s.mu.Unlock()
+	if recancel {
+		// The turn now exists in the plugin: deliver the cancel it missed.
+		if cerr := s.Cancel(context.WithoutCancel(ctx)); cerr != nil {
+			s.h.log.Warn("deliver a cancel that arrived while the prompt was dispatched", "session", s.id, "error", cerr)
+		}
+	}
+	if err != nil {
 		forget()
 		// The journal already holds the prompt: record that it never ran.
 		stop, _ := json.Marshal(StopRecord{TurnID: turnID, StopReason: "failed", Error: "not dispatched: " + err.Error()})
@@ -614,6 +636,11 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 
 // Cancel cancels the running turn; it ends with stop reason "cancelled".
 func (s *Session) Cancel(ctx context.Context) error {
+	s.mu.Lock()
+	if s.dispatching > 0 {
+		s.cancelPending = true
+	}
+	s.mu.Unlock()
 	_, err := s.proc.rpc.Cancel(ctx, &agentpb.CancelRequest{Fence: s.fence})
 	return err
 }
