@@ -151,14 +151,7 @@ func TestACPClientOverTheSocket(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	start := time.Now()
-	if err := c.Notify("session/cancel", map[string]any{"sessionId": id}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-answered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the cancelled prompt was not answered")
-	}
+	cancelUntilAnswered(t, c, id, answered)
 	if stops := waitStops(t, dir, id, 2); len(stops) != 2 || stops[1].Payload.StopReason != "cancelled" || time.Since(start) > 5*time.Second {
 		t.Fatalf("after session/cancel the journal's stops are %+v", stops)
 	}
@@ -358,12 +351,7 @@ func TestACPOnStdio(t *testing.T) {
 	for len(col.of("session/update")) < 5 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	_ = c.Notify("session/cancel", map[string]any{"sessionId": created.SessionID})
-	select {
-	case <-answered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the cancelled prompt was not answered")
-	}
+	cancelUntilAnswered(t, c, created.SessionID, answered)
 	if stops := waitStops(t, dir, created.SessionID, 2); len(stops) != 2 || stops[1].Payload.StopReason != "cancelled" {
 		t.Errorf("stops after cancel: %+v", stops)
 	}
@@ -395,6 +383,26 @@ func TestACPOnStdio(t *testing.T) {
 	}
 	if r := ahInput(t, "", "--state-dir", dir, "acp", "--agent", "nobody"); r.code != 1 || !strings.Contains(r.stderr, `unknown agent "nobody"`) {
 		t.Errorf("acp --agent nobody: %s", r)
+	}
+}
+
+// cancelUntilAnswered sends session/cancel until the prompt is answered,
+// as a client should: a cancel that reaches the host while the prompt is
+// still on its way to the agent can be lost.
+func cancelUntilAnswered(t *testing.T, c *apiclient.Client, id string, answered <-chan error) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if err := c.Notify("session/cancel", map[string]any{"sessionId": id}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-answered:
+			return
+		case <-time.After(500 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the cancelled prompt was not answered")
+		}
 	}
 }
 

@@ -227,6 +227,9 @@ async function main() {
   await sleep(300);
   const cancelledAt = Date.now();
   client.notify('session/cancel', { sessionId });
+  // Cancelling is idempotent: repeat it until the prompt is answered, in
+  // case the first one reached the host before the agent had the prompt.
+  const again = setInterval(() => client.notify('session/cancel', { sessionId }), 1000);
   try {
     res = await held;
     console.log(`  stop ${res.stopReason} after ${Date.now() - cancelledAt} ms`);
@@ -234,6 +237,8 @@ async function main() {
     // The host may answer a cancelled prompt with an error; the turn's
     // own end (stop reason "cancelled") reaches the journal either way.
     console.log(`  answered after ${Date.now() - cancelledAt} ms: ${err.message}`);
+  } finally {
+    clearInterval(again);
   }
   for (let waited = 0; stops.length < 2 && waited < 10000; waited += 20) await sleep(20);
   if (stops.length < 2 || stops[1].payload.stopReason !== 'cancelled') throw new Error('the cancelled turn did not end as cancelled');

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -180,13 +181,23 @@ func (a *App) runTurn(ctx context.Context, o runOptions, prompt string) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	cancelled := false
+	// A cancel that reaches the host while the prompt is still on its way
+	// to the agent can be lost; until the turn ends, it is sent again
+	// every second (cancelling is idempotent).
+	var recancel <-chan time.Time
 	for {
 		select {
+		case <-recancel:
+			_ = c.Notify("session/cancel", map[string]any{"sessionId": id})
+			continue
 		case <-sigs:
 			if !cancelled {
 				cancelled = true
 				_ = c.Notify("session/cancel", map[string]any{"sessionId": id})
 				notef("cancelling the turn… (Ctrl-C again to leave it running)")
+				t := time.NewTicker(time.Second)
+				defer t.Stop()
+				recancel = t.C
 				continue
 			}
 			notef("left the turn running in the host; follow it with: agenthost journal %s --follow%s", shellQuote(id), a.stateDirArg())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -89,6 +90,11 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the state directory: %w", err)
 	}
+	// The protocol library logs through slog; host/localapi sets its
+	// logger only after the connection's reader started, which may have
+	// used the default by then. Keep the default quiet so nothing of it
+	// reaches stderr.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this executable, which serves the built-in plugins: %w", err)
