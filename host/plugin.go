@@ -195,7 +195,9 @@ func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %s", ErrPluginFailed, st.Message())
 	}
 	if p.runner.exited != nil && p.exitedWithin(500*time.Millisecond) {
-		return fmt.Errorf("%w (%s); see its log %s", ErrExitedBeforeReady, p.runner.exitDescription(), p.runner.logPath)
+		// Keep what the host saw first: a SIGKILL exit is often the host's
+		// own reaction to a failed handshake, which only err explains.
+		return fmt.Errorf("%w (%s; the host saw: %v); see its log %s", ErrExitedBeforeReady, p.runner.exitDescription(), err, p.runner.logPath)
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return fmt.Errorf("plugin startup cancelled: %w", ctx.Err())
