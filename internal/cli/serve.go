@@ -112,7 +112,7 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	// StopTimeout is set explicitly: the host applies its documented 5s
 	// default to plugins it starts, but not to those it readopts.
 	h, err := host.Open(ctx, host.Config{StateDir: dir, Agents: hostAgents(agents), StopTimeout: 5 * time.Second,
-		ProcessTable: processTable(dir), Logger: log.Named("host")})
+		Logger: log.Named("host")})
 	if err != nil {
 		return nil, err
 	}
