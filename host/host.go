@@ -132,6 +132,11 @@ func (c Config) withDefaults() Config {
 	if c.ReprobeInterval <= 0 {
 		c.ReprobeInterval = 30 * time.Second
 	}
+	// Set here, not only where a plugin is started: readopted plugins and
+	// the reapers read it too, and zero there meant an immediate SIGKILL.
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 5 * time.Second
+	}
 	return c
 }
 
