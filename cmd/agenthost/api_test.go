@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/logtest"
+
 	"github.com/agenthost/agenthost/internal/apiclient"
 )
 
@@ -296,7 +298,7 @@ func TestACPOnStdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/internal/logtest"
 )
 
 // A client command with no host serving the state directory says so, how
@@ -224,7 +226,7 @@ func TestRunInterruptCancelsTheTurn(t *testing.T) {
 	serve(t, dir)
 	cmd := exec.Command(bins.agenthost, "--state-dir", dir, "run", "--agent", "scripted", "--json", "sleep 30s")
 	cmd.Env = testEnv()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -343,7 +345,7 @@ func TestJournal(t *testing.T) {
 	// --follow prints new entries as they are journaled, until SIGINT.
 	cmd := exec.Command(bins.agenthost, "--state-dir", dir, "journal", "j1", "--follow", "--json", "--from", itoa(int(last+1)))
 	cmd.Env = testEnv()
-	var out syncBuffer
+	var out logtest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/internal/logtest"
 )
 
 // The host is SIGKILLed mid-turn: the plugin runs on, a new host readopts
@@ -30,7 +32,7 @@ func TestHostKilledMidTurnIsReadopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var runErr syncBuffer
+	var runErr logtest.Buffer
 	run.Stderr = &runErr
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
@@ -92,7 +94,7 @@ func TestHostKilledMidTurnIsReadopted(t *testing.T) {
 	// the turn's end.
 	follow := exec.Command(bins.agenthost, "--state-dir", dir, "journal", "crash", "--follow", "--json", "--from", strconv.FormatUint(lastSeq+1, 10))
 	follow.Env = testEnv()
-	var followErr syncBuffer
+	var followErr logtest.Buffer
 	follow.Stderr = &followErr
 	fout, err := follow.StdoutPipe()
 	if err != nil {
@@ -187,7 +189,7 @@ func TestServeDetachesOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/logtest"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
@@ -155,26 +157,9 @@ type plug struct {
 	client *plugin.Client
 	agent  agentpb.AgentClient
 	pid    int
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 	ups    chan *agentpb.Update
 	ctx    context.Context
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start starts the plugin with the fixture's environment plus extra.
@@ -189,7 +174,7 @@ func (f *fixture) start(extra ...string) *plug {
 	cmd.Env = append(f.env(extra...), wire.EnvSessionDir+"="+sessionDir)
 	// Like the host: the plugin leads its own process group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr := &syncBuffer{}
+	stderr := &logtest.Buffer{}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.PluginSets(nil),

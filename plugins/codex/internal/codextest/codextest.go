@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/logtest"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
@@ -53,7 +55,7 @@ type Plugin struct {
 	client *plugin.Client
 	Agent  agentpb.AgentClient
 	Pid    int
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 
 	mu      sync.Mutex
 	updates []*agentpb.Update
@@ -61,23 +63,6 @@ type Plugin struct {
 	wake    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Start starts binary with env as its whole environment (in a process group
@@ -88,7 +73,7 @@ func Start(tb testing.TB, binary string, env []string) *Plugin {
 	cmd := exec.Command(binary)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &Plugin{tb: tb, stderr: &syncBuffer{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Plugin{tb: tb, stderr: &logtest.Buffer{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	p.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.PluginSets(nil),
