@@ -64,6 +64,20 @@ type Options struct {
 	// Close succeeds in closing them. Default: a registry owned by the
 	// store (see BadgerStore.CloseRetries).
 	CloseRetries *CloseRetries
+	// MinFreeSpace is how many bytes must stay free on the file system
+	// holding the store for a journal append to be accepted; lease and
+	// record changes may use half of it, so a lease can still be released
+	// or handed over after the journals filled the disk. A refused write
+	// fails with ErrNoSpace and nothing is written. Default: 64 MiB.
+	// Negative: no check (the caller guarantees space some other way).
+	//
+	// The check is a necessity, not a courtesy: Badger writes its log
+	// through a sparse memory map, and a write into a page the full disk
+	// cannot back is a SIGBUS that kills the whole process, not an error
+	// (the fault suite, internal/faults, shows it). The default covers one
+	// memtable's log (16 MiB), the table its flush writes and compaction
+	// output, with room to spare.
+	MinFreeSpace int64
 
 	// restoreHook, set only by tests, runs between the steps of a restore.
 	restoreHook func(step string)
@@ -87,6 +101,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CloseRetries == nil {
 		o.CloseRetries = &CloseRetries{}
+	}
+	if o.MinFreeSpace == 0 {
+		o.MinFreeSpace = 64 << 20
 	}
 	return o
 }
@@ -446,7 +463,7 @@ func (s *BadgerStore) Append(ctx context.Context, id string, fence uint64, entri
 		}
 	}
 	var out []Entry
-	err := s.submit(ctx, "append to", id, func(b *batch) error {
+	o := newOp("append to", id, func(b *batch) error {
 		cur, err := b.session(id)
 		if err != nil {
 			return err
@@ -457,6 +474,8 @@ func (s *BadgerStore) Append(ctx context.Context, id string, fence uint64, entri
 		out, err = b.appendEntries(id, fence, s.now(), entries...)
 		return err
 	})
+	o.journal = true
+	err := s.wait(ctx, o)
 	return out, err
 }
 

@@ -3,6 +3,7 @@ package leasestore
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors. Every error a Store returns for a refused operation
@@ -44,6 +45,11 @@ var (
 	ErrDamaged = errors.New("state store is damaged")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("lease store closed")
+	// ErrNoSpace: the file system holding the store is (nearly) full, so
+	// the write was refused before it reached Badger. Nothing was written;
+	// the same write succeeds once space is freed. It wraps
+	// syscall.ENOSPC, so errors.Is(err, syscall.ENOSPC) holds too.
+	ErrNoSpace = fmt.Errorf("lease store disk is full: %w", syscall.ENOSPC)
 )
 
 // StaleFenceError is returned when a caller's fence is not current. It

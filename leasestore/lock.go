@@ -1,11 +1,14 @@
 package leasestore
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/gofrs/flock"
 )
@@ -23,6 +26,11 @@ func lockStateDir(dir string) (*dirLock, error) {
 	f := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
 	ok, err := f.TryLock()
 	if err != nil {
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
+			// Not damage: nothing is moved or restored, the same
+			// directory opens once it is writable again.
+			return nil, fmt.Errorf("lock state directory %s: %w; the state directory must be writable: remount it read-write, fix its permissions, or choose another state directory", dir, err)
+		}
 		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)
 	}
 	if !ok {

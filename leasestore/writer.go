@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 )
 
 // op is one unit of work for the writer: run reads through the batch and
@@ -20,8 +21,11 @@ type op struct {
 	what string
 	id   string
 	run  func(b *batch) error
-	err  error
-	done chan struct{}
+	// journal marks a journal append: it is refused first when the disk
+	// fills (see Options.MinFreeSpace).
+	journal bool
+	err     error
+	done    chan struct{}
 }
 
 func newOp(what, id string, run func(b *batch) error) *op {
@@ -34,7 +38,11 @@ func (o *op) name() string { return fmt.Sprintf("%s session %q", o.what, o.id) }
 // queued, an operation always completes, so a caller never has to guess
 // whether a cancelled call took effect.
 func (s *BadgerStore) submit(ctx context.Context, what, id string, run func(b *batch) error) error {
-	o := newOp(what, id, run)
+	return s.wait(ctx, newOp(what, id, run))
+}
+
+// wait queues o and waits for its durable result.
+func (s *BadgerStore) wait(ctx context.Context, o *op) error {
 	if err := s.send(ctx, o); err != nil {
 		return err
 	}
@@ -135,8 +143,10 @@ func (s *BadgerStore) writeLoop() {
 	}
 }
 
-// commit runs ops in as few transactions as Badger's size limit allows.
+// commit runs ops in as few transactions as Badger's size limit allows,
+// after refusing those the free space on the store's disk cannot take.
 func (s *BadgerStore) commit(ops []*op) {
+	ops = s.refuseWithoutSpace(ops)
 	for len(ops) > 0 {
 		n := s.commitPrefix(ops)
 		ops = ops[n:]
@@ -209,6 +219,40 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 		}
 		return limit
 	}
+}
+
+// refuseWithoutSpace finishes, with ErrNoSpace, the ops that would eat
+// into the free space the store keeps (see Options.MinFreeSpace), and
+// returns the others. One statfs per batch: the writer is the only place
+// the store writes from.
+func (s *BadgerStore) refuseWithoutSpace(ops []*op) []*op {
+	if s.opts.MinFreeSpace < 0 {
+		return ops
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.path(storeDirName), &st); err != nil {
+		// Without a figure the write goes ahead: a statfs failure says
+		// nothing about space, and Badger reports real write errors.
+		return ops
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if free >= s.opts.MinFreeSpace {
+		return ops
+	}
+	kept := ops[:0:0]
+	for _, o := range ops {
+		if !o.journal && free >= s.opts.MinFreeSpace/2 {
+			kept = append(kept, o)
+			continue
+		}
+		o.err = fmt.Errorf("%s: %w: %d MiB free under %s, the store keeps %d MiB free; free some disk space and the write can be retried",
+			o.name(), ErrNoSpace, free>>20, s.stateDir, s.opts.MinFreeSpace>>20)
+		close(o.done)
+	}
+	if len(kept) < len(ops) {
+		s.log.Warn("disk nearly full; refusing writes until space is freed", "free_bytes", free, "refused", len(ops)-len(kept))
+	}
+	return kept
 }
 
 // batch is the writer's view of one transaction. Each op's writes are
