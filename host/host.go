@@ -111,6 +111,12 @@ type Config struct {
 	ReprobeInterval time.Duration
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
+	// Now is the wall clock for journal entry times and the times in
+	// death evidence. Default: time.Now. Nothing is decided by it (leases
+	// move on fences and process identities, identities compare boot-
+	// relative start ticks), so a clock stepped backwards between runs
+	// changes recorded times only; tests inject one to step it.
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -122,6 +128,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Credentials == nil {
 		c.Credentials = DefaultCredentialPolicies()
@@ -182,7 +191,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("%w: state directory must be absolute, got %q", leasestore.ErrInvalidArgument, cfg.StateDir)
 	}
 	cfg = cfg.withDefaults()
-	store, err := leasestore.OpenBadger(ctx, cfg.StateDir, leasestore.Options{Logger: cfg.Logger.Named("store")})
+	store, err := leasestore.OpenBadger(ctx, cfg.StateDir, leasestore.Options{Logger: cfg.Logger.Named("store"), Now: cfg.Now})
 	if err != nil {
 		return nil, err
 	}

@@ -119,6 +119,7 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.PluginSets(nil),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		GRPCDialOptions:  wire.HostDialOptions(),
 		SkipHostEnv:      true,
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: spec.SocketDir},
 		StartTimeout:     spec.StartupTimeout,

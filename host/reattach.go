@@ -79,6 +79,7 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		HandshakeConfig:  wire.Handshake(),
 		Plugins:          pset, // the reattach path does not negotiate: give the recorded version's set
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		GRPCDialOptions:  wire.HostDialOptions(),
 		Logger:           spec.Logger.Named("go-plugin"),
 		Reattach: &plugin.ReattachConfig{
 			Protocol: plugin.ProtocolGRPC, ProtocolVersion: version, Pid: pid,

@@ -122,7 +122,7 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 	case l.Claim == leasestore.ClaimConflicted && l.Owner == nil:
 		return latch("conflicted, and no process is named to probe")
 	case res.ProvenDead() || res.Outcome == probe.ReservationUnused:
-		ev, _ := res.Evidence(time.Now())
+		ev, _ := res.Evidence(h.cfg.Now())
 		if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err != nil {
 			h.report(ReconcileScope, fmt.Errorf("evict session %q: %w", s.ID, err))
 			return Decision{Action: ActionLatched, Probe: res, Reason: err.Error()}
@@ -157,7 +157,7 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 		}
 		again := h.prober.Probe(ctx, s)
 		if again.Outcome == probe.ReservationUnused {
-			ev, _ := again.Evidence(time.Now())
+			ev, _ := again.Evidence(h.cfg.Now())
 			ev.Detail = "this host stopped the plugin started for the reservation before it was committed"
 			if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err == nil {
 				return Decision{Action: ActionEvicted, Probe: again, Reason: ev.Detail}

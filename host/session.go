@@ -67,10 +67,13 @@ type Session struct {
 	dispatching   int
 	cancelPending bool
 
-	fromSeq  uint64 // first plugin update to ask for
-	pumpDone chan struct{}
-	done     chan struct{}
-	err      error
+	fromSeq uint64 // first plugin update to ask for
+	// violation is the protocol breach the session was stopped for; it
+	// becomes Err once the plugin is gone.
+	violation error
+	pumpDone  chan struct{}
+	done      chan struct{}
+	err       error
 }
 
 // ErrDetached ends a session whose host let its plugin live on (Close):
@@ -383,9 +386,25 @@ func (s *Session) pump() {
 		cancel()
 	}()
 	backoff := 100 * time.Millisecond
+	var lastFullReport time.Time
 	for failures := 0; ; {
 		err := s.stream(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if v := asViolation(err); v != nil {
+			// An update the host can never journal would be offered
+			// again forever; the plugin is stopped instead, and
+			// everything journaled before it stays.
+			s.h.report(JournalScope, fmt.Errorf("session %q: stopping its plugin: %w", s.id, v))
+			s.mu.Lock()
+			s.violation = v
+			s.mu.Unlock()
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*s.h.cfg.StopTimeout)
+				defer cancel()
+				_ = s.Stop(ctx)
+			}()
 			return
 		}
 		if status.Code(err) == codes.FailedPrecondition {
@@ -394,6 +413,21 @@ func (s *Session) pump() {
 			s.h.report(JournalScope, fmt.Errorf("session %q: the plugin refused this host's fence; detaching: %w", s.id, err))
 			go s.proc.Detach()
 			return
+		}
+		if errors.Is(err, leasestore.ErrNoSpace) {
+			// A full disk is not the plugin's fault and ends when space
+			// is freed: keep retrying (the plugin's outbox holds every
+			// unacknowledged update meanwhile) and say so once a minute.
+			if time.Since(lastFullReport) > time.Minute {
+				s.h.report(JournalScope, fmt.Errorf("session %q: journaling paused until disk space is freed: %w", s.id, err))
+				lastFullReport = time.Now()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
 		}
 		failures++
 		if failures > 5 {
@@ -475,6 +509,12 @@ func (s *Session) journaled() uint64 {
 // change is recorded again as a no-op, and no handle is ever lost.
 func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
 	wctx := context.WithoutCancel(ctx)
+	// The updates before a breach are journaled; the breach ends the
+	// stream after them.
+	good, violation := checkUpdates(s.journaled()+1, batch)
+	if batch = batch[:good]; len(batch) == 0 {
+		return violation
+	}
 	for _, u := range batch {
 		if u.Seq < s.journaled()+1 {
 			continue
@@ -518,6 +558,49 @@ func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
 			s.finishTurn(TurnResult{TurnID: u.TurnId, StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()})
 		}
 	}
+	return violation
+}
+
+// ErrProtocol matches the error of a session whose plugin broke the update
+// protocol (an update too large to carry or journal, one without a kind, a
+// gap in its sequence numbers); the host stopped that plugin.
+var ErrProtocol = errors.New("plugin broke the update protocol")
+
+// checkUpdates checks a batch against the stream's contract: every update
+// has a kind, and sequence numbers run on without gaps from next (updates
+// below next are replays of journaled ones and are skipped later). It
+// returns how many leading updates keep the contract, and the breach that
+// stopped it there, if any.
+func checkUpdates(next uint64, batch []*agentpb.Update) (int, error) {
+	for i, u := range batch {
+		if u.Kind == nil {
+			return i, fmt.Errorf("%w: update %d has no kind", ErrProtocol, u.Seq)
+		}
+		switch {
+		case u.Seq < next:
+		case u.Seq == next:
+			next++
+		default:
+			return i, fmt.Errorf("%w: update %d arrived where %d was due; the plugin skipped updates", ErrProtocol, u.Seq, next)
+		}
+	}
+	return len(batch), nil
+}
+
+// asViolation returns the protocol breach err describes, or nil: a gRPC
+// message over the transport's limit, an entry the journal refuses as
+// invalid (too large, malformed), or a failed checkUpdates.
+func asViolation(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrProtocol):
+		return err
+	case status.Code(err) == codes.ResourceExhausted:
+		return fmt.Errorf("%w: an update larger than the transport carries: %w", ErrProtocol, err)
+	case errors.Is(err, leasestore.ErrInvalidArgument):
+		return fmt.Errorf("%w: the journal refuses an update: %w", ErrProtocol, err)
+	}
 	return nil
 }
 
@@ -552,6 +635,11 @@ func (s *Session) watch() {
 	} else {
 		s.proc.release()
 		s.err = s.proc.TermErr()
+		s.mu.Lock()
+		if s.violation != nil {
+			s.err = s.violation
+		}
+		s.mu.Unlock()
 		detail = "plugin stopped"
 		if s.err != nil {
 			detail = s.err.Error()
@@ -623,6 +711,11 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		// The journal already holds the prompt: record that it never ran.
 		stop, _ := json.Marshal(StopRecord{TurnID: turnID, StopReason: "failed", Error: "not dispatched: " + err.Error()})
 		_, _ = s.journal.Append(context.WithoutCancel(ctx), leasestore.EntryInput{Kind: leasestore.KindStop, Payload: stop})
+		if cerr := ctx.Err(); cerr != nil {
+			// gRPC reports the caller's own deadline as a status; let
+			// callers match it as the context error it is.
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
 		return TurnResult{}, fmt.Errorf("prompt session %q: %w", s.id, err)
 	}
 	select {

@@ -38,6 +38,18 @@ const (
 	EnvLogLevel = "AGENTHOST_PLUGIN_LOG_LEVEL"
 )
 
+// MaxMessageSize bounds one message a host accepts from a plugin. go-plugin
+// lets a plugin send up to 2 GiB at once, which would put a misbehaving
+// plugin in charge of the host's memory; the largest update a journal
+// accepts is 1 MiB, so 4 MiB leaves room for every legitimate message.
+const MaxMessageSize = 4 << 20
+
+// HostDialOptions are the gRPC options a host adds to go-plugin's when it
+// dials a plugin (they override go-plugin's 2 GiB receive limit).
+func HostDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize))}
+}
+
 // Handshake is the go-plugin handshake of agenthost plugins. The cookie is
 // not security: it stops a user from running a plugin binary by hand and
 // wondering why it prints a cryptic line.
