@@ -182,10 +182,14 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 		if tooLong {
 			writeError(out, nil, -32600, fmt.Sprintf("request too large: the limit is %d bytes", max))
 		} else if len(bytes.TrimSpace(line)) > 0 {
+			// The probe decodes every member the SDK's envelope types:
+			// a line the SDK cannot decode (an "error" of the wrong shape,
+			// say) it drops unanswered, so it must be refused here.
 			var probe struct {
-				JSONRPC string          `json:"jsonrpc"`
-				ID      json.RawMessage `json:"id"`
-				Method  string          `json:"method"`
+				JSONRPC string            `json:"jsonrpc"`
+				ID      json.RawMessage   `json:"id"`
+				Method  string            `json:"method"`
+				Error   *acp.RequestError `json:"error"`
 			}
 			switch {
 			case !json.Valid(line):
