@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test lint generate check-generate fuzz bench demo tidy check-tidy clean test-real-clis
+.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo tidy check-tidy clean test-real-clis
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -33,8 +33,14 @@ build: ## Build every package, and bin/agenthost.
 	go build ./...
 	go build -o bin/agenthost ./cmd/agenthost
 
-test: lint ## Run lint, then every test with the race detector.
+test: lint ## Run lint, then every test with the race detector (the fault-injection suite included).
 	go test -race -count=1 -timeout 9m ./...
+
+# The faults need root for a small tmpfs and a read-only bind mount; as
+# another user those two skip and say so. The host's own log lines (routed
+# to t.Log) are filtered out; the tests' lines, results and panics stay.
+test-faults: ## Run only the fault-injection suite, printing what each fault injected and what held.
+	go test -race -count=1 -v -timeout 9m ./internal/faults 2>&1 | grep -vE '^\s+(logtest\.go:[0-9]+:|Level )'
 
 # gofmt is given the tracked and untracked (but not ignored) files, so
 # testdata and scratch files outside git do not count; generated protobuf
@@ -69,7 +75,10 @@ check-generate: ## Fail if internal/agentpb is not what make generate writes.
 fuzz: ## Run every Fuzz* target for FUZZTIME each (default 15s).
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-bench: ## Run every benchmark.
+bench: ## Measure every DESIGN §9 figure beside its baseline, print the table and write it into BENCHMARKS.md.
+	go run ./internal/benchrun -update BENCHMARKS.md
+
+bench-go: ## Run the packages' go test -bench suites.
 	go test -run '^$$' -bench . -benchmem ./...
 
 demo: ## Build bin/agenthost, kill its host mid-turn, restart it, and check the session's journal (examples/demo).

@@ -30,7 +30,14 @@
 // line), FAKECLAUDE_ROTATE_ON_RESUME=1 (a new session id on resume, as 1.x
 // did; FAKE_CLAUDE_ROTATE_ON_RESUME also works), FAKECLAUDE_RECORD=DIR
 // (write DIR/<pid>.json with argv, env, cwd and ppid, and append every
-// stdin line to DIR/<pid>.stdin.jsonl).
+// stdin line to DIR/<pid>.stdin.jsonl), FAKECLAUDE_FORK_AND_DIE=N (on the
+// first turn of every CLI process: one assistant message, then N
+// grandchildren that inherit its environment, its stdout and stderr and its
+// process group, as a tool's background jobs would; none is waited for, and
+// the CLI exits with status 1 mid-turn, its last stderr line naming their
+// pids; with FAKECLAUDE_GRANDCHILD_IGNORE_SIGTERM=1 they ignore SIGTERM).
+// A grandchild is this program re-executed with FAKECLAUDE_LINGER=DURATION:
+// it sleeps that long and exits.
 package main
 
 import (
@@ -40,6 +47,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -54,6 +62,10 @@ import (
 const realVersion = "2.1.332"
 
 func main() {
+	if d := os.Getenv(lingerVar); d != "" {
+		linger(d)
+		return
+	}
 	recordInvocation()
 	a := parseArgs(os.Args[1:])
 	if a.version {
@@ -186,6 +198,7 @@ type fake struct {
 	slow         time.Duration
 	noise        bool
 	ignoreTerm   bool
+	forkAndDie   int
 	recordStdin  *os.File
 
 	outMu sync.Mutex
@@ -220,6 +233,7 @@ func newFake(a args) *fake {
 	f.slow, _ = time.ParseDuration(os.Getenv("FAKECLAUDE_SLOW"))
 	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
 	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
+	f.forkAndDie, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_FORK_AND_DIE"))
 	f.apiKeySource = "none"
 	switch {
 	case os.Getenv("ANTHROPIC_API_KEY") != "":
@@ -622,6 +636,9 @@ func (f *fake) runTurns() {
 			f.emit(f.systemInit())
 		}
 		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": newUUID()})
+		if first && f.forkAndDie > 0 {
+			f.forkGrandchildrenAndDie(f.forkAndDie)
+		}
 		isError := f.runTurn(t, strings.TrimSpace(prompt))
 		f.mu.Lock()
 		f.cur = nil
@@ -840,6 +857,45 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	f.emit(f.assistant("msg_01"+randHex(10), "end_turn", text(say)))
 	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
 	return false
+}
+
+// lingerVar makes this program a grandchild left behind by
+// FAKECLAUDE_FORK_AND_DIE: it sleeps for the duration it holds.
+const lingerVar = "FAKECLAUDE_LINGER"
+
+// forkGrandchildrenAndDie starts n grandchildren in this process's group,
+// with its stdout and stderr, waits for none of them and exits mid-turn.
+func (f *fake) forkGrandchildrenAndDie(n int) {
+	msgID := "msg_01" + randHex(10)
+	f.emit(f.assistant(msgID, nil, text(fmt.Sprintf("forking %d grandchildren", n))))
+	self, err := os.Executable()
+	if err != nil {
+		fatal(1, "fakeclaude: "+err.Error())
+	}
+	var pids []string
+	for range n {
+		// No SysProcAttr: no setsid, no new group, no parent-death signal.
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), lingerVar+"=600s")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			fatal(1, "fakeclaude: fork a grandchild: "+err.Error())
+		}
+		pids = append(pids, strconv.Itoa(cmd.Process.Pid))
+	}
+	fatal(1, fmt.Sprintf("fakeclaude: forked %d grandchildren (pids %s); dying mid-turn as asked", n, strings.Join(pids, " ")))
+}
+
+// linger is a grandchild's life: sleep, ignoring SIGTERM when asked.
+func linger(d string) {
+	if os.Getenv("FAKECLAUDE_GRANDCHILD_IGNORE_SIGTERM") == "1" {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		fatal(2, "fakeclaude: "+lingerVar+": "+err.Error())
+	}
+	time.Sleep(dur)
 }
 
 // recordInvocation writes argv, environment, cwd and parent pid for the

@@ -1,0 +1,194 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/host"
+)
+
+// roleEnv makes the test binary a short-lived host instead of a test run:
+// a damaged Badger table can panic inside Badger's own goroutines, which
+// kills the process, so each open of a damaged store runs in a child.
+const roleEnv = "AGENTHOST_FAULTS_ROLE"
+
+// runRole opens a host on $AGENTHOST_FAULTS_DIR and prints one line: how
+// the open went. Exit status 0 unless the open itself crashed.
+func runRole(role string) int {
+	if role != "open" {
+		fmt.Fprintln(os.Stderr, "unknown role", role)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := host.Open(ctx, host.Config{StateDir: os.Getenv("AGENTHOST_FAULTS_DIR")})
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return 0
+	}
+	defer h.Shutdown(ctx)
+	st, err := h.Status(ctx)
+	if err != nil {
+		fmt.Printf("error: status: %v\n", err)
+		return 0
+	}
+	if st.Recovery != nil {
+		fmt.Printf("recovered: %d sessions: %s\n", st.Sessions, *st.Recovery)
+		return 0
+	}
+	fmt.Printf("opened: %d sessions\n", st.Sessions)
+	return 0
+}
+
+func openInChild(t *testing.T, dir string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=open", "AGENTHOST_FAULTS_DIR="+dir)
+	out, err := cmd.Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Badger's files are truncated or overwritten while the host is down. The
+// host either restores the session records from its backup (keeping the
+// damaged store aside) or refuses with an error that says what to do; it
+// never crash-loops: within the crash guard's two deaths it reaches one
+// answer, and the next open gives the same answer.
+func TestDamagedStoreRecoversOrIsRefusedWithoutCrashLoop(t *testing.T) {
+	damages := map[string]func(t *testing.T, store string){
+		"tables-overwritten": func(t *testing.T, store string) {
+			for _, f := range glob(t, store, "*.sst") {
+				overwriteTail(t, f, 256)
+			}
+		},
+		"tables-truncated": func(t *testing.T, store string) {
+			for _, f := range glob(t, store, "*.sst") {
+				truncateHalf(t, f)
+			}
+		},
+		"manifest-truncated": func(t *testing.T, store string) {
+			// Known loss, not yet fixed: Badger reads a MANIFEST cut in
+			// half as a torn last write, opens without the tables the
+			// lost half listed (and deletes them), and the host comes up
+			// with no sessions although its backup holds them all.
+			t.Skip("a MANIFEST truncated mid-file opens silently without its tables; detecting it needs the backup to know deletions (see the issue filed for it)")
+		},
+		"manifest-overwritten": func(t *testing.T, store string) {
+			overwriteTail(t, filepath.Join(store, "MANIFEST"), 8)
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			const sessions = 12
+			h, err := host.Open(context.Background(), config(t, dir, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range sessions {
+				s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: fmt.Sprint("d", i), Agent: "scripted", Workspace: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Prompt(ctxFor(t, time.Minute), "count 3"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := h.Shutdown(context.Background()); err != nil { // flushes the memtable into tables
+				t.Fatal(err)
+			}
+			damage(t, filepath.Join(dir, "store"))
+			injected(t, "%s in the store of %d stopped sessions", name, sessions)
+
+			var answer string
+			crashes := 0
+			for run := 1; answer == ""; run++ {
+				if run > 4 {
+					t.Fatalf("no stable answer after %d opens (%d crashed)", run-1, crashes)
+				}
+				out, err := openInChild(t, dir)
+				switch {
+				case err != nil:
+					crashes++
+					t.Logf("open #%d died (%v): the crash guard counts it", run, err)
+				case strings.HasPrefix(out, "recovered:"), strings.HasPrefix(out, "error:"), strings.HasPrefix(out, "opened:"):
+					answer = out
+				default:
+					t.Fatalf("open #%d printed %q", run, out)
+				}
+			}
+			if crashes > 2 {
+				t.Fatalf("%d opens crashed; the guard allows 2", crashes)
+			}
+			switch {
+			case strings.HasPrefix(answer, "recovered:"):
+				if !strings.HasPrefix(answer, fmt.Sprintf("recovered: %d sessions", sessions)) || !strings.Contains(answer, "kept at") {
+					t.Fatalf("recovery %q: want all %d sessions back and the damaged store kept", answer, sessions)
+				}
+			case strings.HasPrefix(answer, "error:"):
+				if !strings.Contains(answer, "damaged") {
+					t.Fatalf("refusal %q does not say the store is damaged", answer)
+				}
+			case strings.HasPrefix(answer, "opened:"):
+				if answer != fmt.Sprintf("opened: %d sessions", sessions) {
+					t.Fatalf("the damaged store opened as %q, want all %d sessions", answer, sessions)
+				}
+			}
+			again, err := openInChild(t, dir)
+			if err != nil {
+				t.Fatalf("the open after the answer died: %v (a crash loop)", err)
+			}
+			if strings.HasPrefix(answer, "error:") && again != answer {
+				t.Fatalf("the next open answered %q, the first %q", again, answer)
+			}
+			if strings.HasPrefix(answer, "recovered:") && !strings.HasPrefix(again, fmt.Sprintf("opened: %d sessions", sessions)) &&
+				!strings.HasPrefix(again, fmt.Sprintf("recovered: %d sessions", sessions)) {
+				t.Fatalf("the open after the recovery answered %q", again)
+			}
+			held(t, "%d crashed open(s), then %q; the next open: %q", crashes, answer, again)
+		})
+	}
+}
+
+func glob(t *testing.T, dir, pattern string) []string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, pattern))
+	if len(files) == 0 {
+		t.Fatalf("no %s in %s to damage", pattern, dir)
+	}
+	return files
+}
+
+func overwriteTail(t *testing.T, path string, n int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = min(n, fi.Size())
+	garbage := []byte(strings.Repeat("\xde\xad\xbe\xef", int(n/4)+1))[:n]
+	if _, err := f.WriteAt(garbage, fi.Size()-n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func truncateHalf(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+}

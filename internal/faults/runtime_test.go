@@ -1,0 +1,216 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// A plugin streams updates as fast as it can produce them, far faster than
+// the disk syncs: group commit absorbs it, every update is journaled once
+// and in order, and the session answers the next prompt.
+func TestPluginFloodingUpdatesLosesNothing(t *testing.T) {
+	h := openHost(t, config(t, t.TempDir(), nil))
+	const sessions, per = 4, 25000
+	injected(t, "%d plugins each stream %d updates back to back, with no pause between them", sessions, per)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, sessions)
+	for i := range sessions {
+		wg.Go(func() {
+			id := fmt.Sprint("flood-", i)
+			s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: id, Agent: "scripted", Workspace: t.TempDir()})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			res, err := s.Prompt(ctxFor(t, 5*time.Minute), fmt.Sprint("count ", per))
+			if err == nil && res.StopReason != "end_turn" {
+				err = fmt.Errorf("turn ended %+v", res)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+	}
+	for i := range sessions {
+		id := fmt.Sprint("flood-", i)
+		checkOnceInOrder(t, pluginSeqs(t, journal(t, h.Store(), id)), 1, per+1) // the updates and the turn's end
+		s, _ := h.Session(id)
+		if res, err := s.Prompt(ctxFor(t, time.Minute), "echo still here"); err != nil || res.StopReason != "end_turn" {
+			t.Fatalf("session %s after the flood: %+v, %v", id, res, err)
+		}
+	}
+	held(t, "%d updates journaled once each, in order, in %v (%.0f/s); every session answers afterwards",
+		sessions*per, elapsed.Round(time.Millisecond), float64(sessions*per)/elapsed.Seconds())
+}
+
+// The wall clock is stepped back a day between two runs of the host (the
+// clock is injected through Config.Now: stepping the machine's real clock
+// would disturb every other process on it). Nothing is decided by time: the
+// surviving plugin is readopted, journal sequence numbers go on without a
+// reuse or a gap, and the entries simply carry earlier times.
+func TestClockSteppedBackwardsBetweenRuns(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config(t, dir, nil)
+	h, err := host.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: "clock", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prompt(ctxFor(t, time.Minute), "count 5"); err != nil {
+		t.Fatal(err)
+	}
+	fence1 := s.Fence()
+	if err := h.Close(context.Background()); err != nil { // detach: the plugin lives on
+		t.Fatal(err)
+	}
+	before := journal(t, openStoreReadOnly(t, dir), "clock")
+
+	const step = 24 * time.Hour
+	injected(t, "the host restarts with its wall clock %v behind the previous run's", step)
+	cfg.Now = func() time.Time { return time.Now().Add(-step) }
+	h2 := openHost(t, cfg)
+	st, err := h2.Status(context.Background())
+	if err != nil || st.Decided[host.ActionReadopted] != 1 {
+		t.Fatalf("after the clock step: %+v (%v), want the session readopted", st, err)
+	}
+	s2, ok := h2.Session("clock")
+	if !ok {
+		t.Fatal("readopted session not running")
+	}
+	if _, err := s2.Prompt(ctxFor(t, time.Minute), "count 5"); err != nil {
+		t.Fatal(err)
+	}
+	if s2.Fence() <= fence1 {
+		t.Fatalf("fence %d after readoption, want above %d", s2.Fence(), fence1)
+	}
+	es := journal(t, h2.Store(), "clock")
+	for i, e := range es {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("journal entry #%d has seq %d: a seq was reused or skipped", i, e.Seq)
+		}
+	}
+	checkOnceInOrder(t, pluginSeqs(t, es), 1, 12) // two turns of 5 updates and an end each
+	last := before[len(before)-1]
+	newest := es[len(es)-1]
+	if !newest.Time.Before(last.Time) {
+		t.Fatalf("entry %d written after the step has time %v, not before %v: the injected clock was not used", newest.Seq, newest.Time, last.Time)
+	}
+	held(t, "readopted at fence %d (was %d); seqs 1..%d without reuse; entry %d is dated %v, before entry %d's %v",
+		s2.Fence(), fence1, len(es), newest.Seq, newest.Time.Format(time.RFC3339), last.Seq, last.Time.Format(time.RFC3339))
+}
+
+// openStoreReadOnly opens a closed host's store briefly to read it.
+func openStoreReadOnly(t *testing.T, dir string) leasestore.Store {
+	t.Helper()
+	s, err := leasestore.OpenBadger(context.Background(), dir, leasestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return &closedAfterRead{s}
+}
+
+// closedAfterRead closes the store once read, so the next host can open
+// the directory.
+type closedAfterRead struct{ leasestore.Store }
+
+func (c *closedAfterRead) Replay(ctx context.Context, id string, from uint64, fn func(leasestore.Entry) error) error {
+	defer c.Store.Close(ctx)
+	return c.Store.Replay(ctx, id, from, fn)
+}
+
+// Hundreds of sessions are started and stopped in a loop: afterwards the
+// host holds as many descriptors and goroutines as before, and no plugin
+// process is left.
+func TestSessionChurnLeaksNothing(t *testing.T) {
+	h := openHost(t, config(t, t.TempDir(), nil))
+	ws := t.TempDir()
+	cycle := func(i int) {
+		s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: fmt.Sprint("churn-", i), Agent: "scripted", Workspace: ws})
+		if err != nil {
+			t.Fatalf("start #%d: %v", i, err)
+		}
+		if _, err := s.Prompt(ctxFor(t, time.Minute), "echo hi"); err != nil {
+			t.Fatalf("prompt #%d: %v", i, err)
+		}
+		if err := s.Stop(ctxFor(t, time.Minute)); err != nil {
+			t.Fatalf("stop #%d: %v", i, err)
+		}
+	}
+	// Warm up: lazily created pools and caches are not leaks.
+	for i := range 5 {
+		cycle(i)
+	}
+	fds, goroutines := openFDs(t), settledGoroutines(0)
+	const n = 300
+	injected(t, "%d sessions started, prompted and stopped, 4 at a time (baseline: %d descriptors, %d goroutines)", n, fds, goroutines)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 4 {
+		wg.Go(func() {
+			for i := range next {
+				cycle(i)
+			}
+		})
+	}
+	for i := 5; i < 5+n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	g := settledGoroutines(goroutines)
+	if g > goroutines+2 {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after the loop, %d before:\n%s", g, goroutines, buf[:runtime.Stack(buf, true)])
+	}
+	// Descriptors close as the kernel and the runtime get to them; give
+	// them a moment before counting.
+	var f int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if f = openFDs(t); f <= fds+2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if f > fds+2 {
+		t.Errorf("%d open descriptors after the loop, %d before", f, fds)
+	}
+	if kids := children(); len(kids) > 0 {
+		for _, pid := range kids {
+			t.Errorf("child %d (%s) is still running", pid, cmdline(pid))
+		}
+	}
+	held(t, "after %d sessions: %d descriptors (was %d), %d goroutines (was %d), 0 child processes", n, f, fds, g, goroutines)
+}
+
+// settledGoroutines waits up to 15s for the goroutine count to fall to at
+// most target (0: just let it settle) and returns it.
+func settledGoroutines(target int) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		runtime.GC()
+		n = runtime.NumGoroutine()
+		if target > 0 && n <= target {
+			break
+		}
+	}
+	if target == 0 {
+		return runtime.NumGoroutine()
+	}
+	return n
+}
