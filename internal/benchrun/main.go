@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,8 +52,16 @@ type row struct {
 
 func main() {
 	quick := flag.Bool("quick", false, "fewer rounds and sessions (a smoke run, not a measurement)")
-	out := flag.String("markdown", "", "also write the table as markdown to this file")
+	out := flag.String("update", "", "also write the table into this markdown file, between its benchrun markers")
+	rssChild := flag.String("rss-child", "", "internal: measure host RSS in this process (SCRIPTED,SESSIONS)")
 	flag.Parse()
+	if *rssChild != "" {
+		if err := measureHostRSS(*rssChild); err != nil {
+			fmt.Fprintln(os.Stderr, "benchrun:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*quick, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
 		os.Exit(1)
@@ -103,10 +112,36 @@ func run(quick bool, mdPath string) error {
 	table := render(rows)
 	fmt.Printf("\n%s\n", table)
 	if mdPath != "" {
-		md := fmt.Sprintf("Machine: %s. Command: `make bench` (`go run ./internal/benchrun -markdown BENCHMARKS.table.md`).\n\n%s", machine, table)
-		return os.WriteFile(mdPath, []byte(md), 0o644)
+		cmd := "go run ./internal/benchrun"
+		if quick {
+			cmd += " -quick"
+		}
+		md := fmt.Sprintf("Measured %s on %s with `%s` (`make bench`).\n\n%s",
+			time.Now().UTC().Format("2006-01-02"), machine, cmd, table)
+		return updateMarkdown(mdPath, md)
 	}
 	return nil
+}
+
+// The table's place in a markdown file: between these two lines, so the
+// prose around it (why a target is missed, what would close it) stays.
+const (
+	beginMarker = "<!-- benchrun:begin -->"
+	endMarker   = "<!-- benchrun:end -->"
+)
+
+func updateMarkdown(path, table string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, beginMarker), strings.Index(doc, endMarker)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %q … %q section to put the table in", path, beginMarker, endMarker)
+	}
+	doc = doc[:i+len(beginMarker)] + "\n" + table + doc[j:]
+	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
 func render(rows []row) string {
@@ -355,31 +390,61 @@ func rssOf(pid int) int64 {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// benchRSS: the host process (this one) and its plugins with live sessions.
+// benchRSS: a host process of its own (this program re-executed, so no
+// other benchmark's garbage counts) with live sessions, and its plugins.
 func benchRSS(work, scripted string, sessions int) ([]row, error) {
-	h, dir, err := openHost(work, "rss", scripted)
+	self, err := os.Executable()
 	if err != nil {
 		return nil, err
+	}
+	out, err := exec.Command(self, "-rss-child", fmt.Sprintf("%s,%d", scripted, sessions)).Output()
+	if err != nil {
+		return nil, fmt.Errorf("host RSS child: %w", err)
+	}
+	var hostRSS, per int64
+	if _, err := fmt.Sscanf(string(out), "%d %d", &hostRSS, &per); err != nil {
+		return nil, fmt.Errorf("host RSS child printed %q: %w", out, err)
+	}
+	return []row{
+		{name: fmt.Sprintf("host RSS with %d live sessions", sessions), value: mib(hostRSS), baseline: "–", ratio: "–", target: "≤ 64 MiB", verdict: verdict(hostRSS <= 64<<20)},
+		{name: "plugin RSS (median, scripted plugin)", value: mib(per), baseline: "–", ratio: "–", target: "≤ 20 MiB", verdict: verdict(per <= 20<<20)},
+	}, nil
+}
+
+// measureHostRSS is the child of benchRSS: it opens a host, starts the
+// sessions, runs a short turn in each, and prints its own RSS and the
+// median plugin RSS in bytes.
+func measureHostRSS(arg string) error {
+	scripted, n, ok := strings.Cut(arg, ",")
+	sessions, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		return fmt.Errorf("-rss-child wants SCRIPTED,SESSIONS, got %q", arg)
+	}
+	work, err := os.MkdirTemp("", "ahb-rss-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	h, dir, err := openHost(work, "rss", scripted)
+	if err != nil {
+		return err
 	}
 	defer h.Shutdown(context.Background())
 	var pluginRSS []time.Duration // bytes, sorted as durations for median()
 	for i := range sessions {
 		s, err := h.StartSession(context.Background(), host.SessionRequest{ID: fmt.Sprint("m", i), Agent: "scripted", Workspace: dir})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
-			return nil, err
+			return err
 		}
 		pluginRSS = append(pluginRSS, time.Duration(rssOf(s.PID())))
 	}
 	runtime.GC()
-	hostRSS := rssOf(os.Getpid())
-	per := int64(median(pluginRSS))
-	return []row{
-		{name: fmt.Sprintf("host RSS with %d live sessions", sessions), value: mib(hostRSS), baseline: "–", ratio: "–", target: "≤ 64 MiB", verdict: verdict(hostRSS <= 64<<20)},
-		{name: "plugin RSS (median, scripted plugin)", value: mib(per), baseline: "–", ratio: "–", target: "≤ 20 MiB", verdict: verdict(per <= 20<<20)},
-	}, nil
+	debug.FreeOSMemory()
+	fmt.Println(rssOf(os.Getpid()), int64(median(pluginRSS)))
+	return nil
 }
 
 // benchLatency: a client subscribed through the local API receives each
