@@ -388,14 +388,54 @@ func (s *BadgerStore) MarkAllUnreconciled(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// Delete implements SessionStore. The journal is removed in bounded chunks
-// before the record. The first chunk marks the record Deleting in its own
-// transaction, so that from then on every transition and append is refused
-// and nothing can take the session over between chunks; a Delete that is
+// Delete implements SessionStore. The first step marks the record Deleting
+// in its own transaction, so that from then on every transition and append
+// is refused and nothing can take the session over; the backup is then
+// rewritten, so that it never holds the session as alive once its record
+// is gone (an open that finds a backup's live session missing from the
+// store takes the store for damaged; see checkAgainstBackup). The journal
+// is removed in bounded chunks, then the record. A Delete that is
 // interrupted (its context ended, the host stopped) leaves a Deleting
 // session that a second Delete, at the same fence, finishes.
 func (s *BadgerStore) Delete(ctx context.Context, id string, fence uint64) error {
+	err := s.submit(ctx, "delete", id, func(b *batch) error {
+		cur, err := b.session(id)
+		if err != nil {
+			return err
+		}
+		const op = "delete"
+		stale := fence != cur.Lease.Fence
+		if cur.Deleting {
+			// Decided when its Delete began. A restart may have flagged
+			// it unreconciled since, but only Delete can move it on, so
+			// only the fence is checked.
+			if stale {
+				return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
+			}
+			return nil
+		}
+		switch {
+		case cur.Lease.Unreconciled:
+			return refuse(op, cur, ErrReconciling, "the host has not decided this session since the store was opened")
+		case stale:
+			return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
+		case cur.Lease.Claim != ClaimReleased || cur.Lease.Stage != StageNone:
+			return refuse(op, cur, ErrConflict, "only a released, settled session can be deleted")
+		}
+		cur.Deleting = true
+		cur.UpdatedAt = s.now()
+		return b.putSession(cur)
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.writeBackup(); err != nil {
+		return fmt.Errorf("delete session %q: record the deletion in the backup: %w; call Delete again to finish", id, err)
+	}
 	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("delete session %q interrupted; call Delete again to finish: %w", id, err)
+		}
 		finished := false
 		err := s.submit(ctx, "delete", id, func(b *batch) error {
 			finished = false
@@ -403,29 +443,10 @@ func (s *BadgerStore) Delete(ctx context.Context, id string, fence uint64) error
 			if err != nil {
 				return err
 			}
-			const op = "delete"
-			stale := fence != cur.Lease.Fence
-			if cur.Deleting {
-				// Decided when its Delete began. A restart may have flagged
-				// it unreconciled since, but only Delete can move it on, so
-				// only the fence is checked.
-				if stale {
-					return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
-				}
-			} else {
-				switch {
-				case cur.Lease.Unreconciled:
-					return refuse(op, cur, ErrReconciling, "the host has not decided this session since the store was opened")
-				case stale:
-					return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
-				case cur.Lease.Claim != ClaimReleased || cur.Lease.Stage != StageNone:
-					return refuse(op, cur, ErrConflict, "only a released, settled session can be deleted")
-				}
-				cur.Deleting = true
-				cur.UpdatedAt = s.now()
-				if err := b.putSession(cur); err != nil {
-					return err
-				}
+			if !cur.Deleting || fence != cur.Lease.Fence {
+				// Only another Delete's completion and a re-creation can
+				// get here between two chunks.
+				return &StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
 			}
 			it := b.txn.NewIterator(badger.IteratorOptions{Prefix: journalPrefix(id)})
 			defer it.Close()
@@ -445,9 +466,6 @@ func (s *BadgerStore) Delete(ctx context.Context, id string, fence uint64) error
 		})
 		if err != nil || finished {
 			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("delete session %q interrupted; call Delete again to finish: %w", id, err)
 		}
 	}
 }

@@ -101,7 +101,13 @@
 // from the backup the store rewrites after every batch of lease changes. An
 // open error that proves damage (a corrupt MANIFEST, a missing table, a
 // checksum mismatch) restores too; any other (a lock another program holds,
-// a newer Badger's store) is refused with advice and moves nothing. A
+// a newer Badger's store, a read-only or full disk) is refused with advice
+// and moves nothing. Some damage Badger opens silently (a MANIFEST cut
+// short drops the tables its lost part listed), so a store that opened is
+// compared with its backup: a session the backup holds alive that the
+// store lacks, or a journal behind its backed-up position, restores too.
+// Delete records the deletion in the backup before the record goes, so a
+// deleted session is never mistaken for a lost one. A
 // restored lease keeps its fence but gets a floor, MinNextFence, above
 // anything the lost commits could have granted; the floors are set before
 // the restored store is put in place, and every step of a restore can be
@@ -109,6 +115,10 @@
 // (Recovery) lasts until a Close succeeds. Present checks whether a state
 // directory has a store at all with two bounded existence checks and no
 // open.
+//
+// The store keeps Options.MinFreeSpace free on its disk and refuses writes
+// that would eat into it (ErrNoSpace): Badger writes through a sparse
+// memory map, where a full disk is a SIGBUS rather than an error.
 //
 // A commit that fails other than by a conflict may have taken effect
 // anyway; the store then refuses every further write with ErrDamaged, asking

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -53,6 +54,20 @@ func runChild(role string) int {
 		return 0
 	case "restore-crash":
 		return restoreAndCrash(dir, os.Getenv("LEASESTORE_TEST_STEP"))
+	case "delete-and-die":
+		// Delete a session and die at once, before the backup loop would
+		// have rewritten the backup after the record went.
+		s, err := leasestore.OpenBadger(context.Background(), dir, leasestore.Options{BackupDelay: time.Hour})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := s.Delete(context.Background(), os.Getenv("LEASESTORE_TEST_SESSION"), 0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("deleted")
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2

@@ -117,11 +117,22 @@ func (s *BadgerStore) openDB(ctx context.Context) error {
 		_ = os.Remove(marker)
 		return s.refuseOpen(storeDir, err)
 	}
-	s.db = db
 	if err := os.Remove(marker); err != nil {
 		_ = db.Close()
 		return fmt.Errorf("remove crash-loop marker %s: %w", marker, err)
 	}
+	switch lost, err := checkAgainstBackup(db, s.path(backupFileName)); {
+	case err != nil:
+		// An unreadable backup cannot testify either way; the restore
+		// path would refuse it too. Open what is there.
+		s.log.Warn("the backup cannot be read to check the store against it", "error", err)
+	case lost != "":
+		if err := db.Close(); err != nil {
+			s.log.Warn("close the store found short of its backup", "error", err)
+		}
+		return s.restore("it opened, but " + lost)
+	}
+	s.db = db
 	// A restore that built its store but died before putting it in place
 	// leaves it behind; the store it meant to replace has just opened.
 	_ = os.RemoveAll(s.path(restoringDirName))

@@ -224,8 +224,13 @@ func TestEmptyStoreKeepsTheBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := openStore(t, dir)
-	if rec := s2.Recovery(); rec == nil || rec.Sessions != 1 {
-		t.Fatalf("restore %+v: the backup lost its session to an empty store", rec)
+	if rec := s2.Recovery(); rec == nil {
+		t.Fatal("no restore: the backup was lost to an empty store")
+	}
+	// The backup was kept, and it knew the session was being deleted: the
+	// restore does not bring it back alive.
+	if sess, err := s2.Get(ctx, "only"); err == nil && !sess.Deleting {
+		t.Fatalf("the deleted session came back alive: %+v", sess)
 	}
 }
 
@@ -386,5 +391,68 @@ func TestProbeOpenCancelledDecidesNothing(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "store.opening")); strings.TrimSpace(string(b)) != "2" {
 		t.Errorf("crash-loop marker %q after an undecided probe, want it kept at 2", b)
+	}
+}
+
+// Badger opens a MANIFEST cut short without an error: it reads as a torn
+// last write, and the tables its lost part listed are dropped. The backup
+// shows the sessions missing, and the store is restored from it.
+func TestStoreShortOfItsBackupIsRestored(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	s := openStore(t, dir)
+	for i := range 10 {
+		leasestoretest.Live(t, ctx, s, fmt.Sprintf("s%d", i))
+	}
+	if err := s.Close(ctx); err != nil { // flushes the memtable into a table
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "store", "MANIFEST")
+	fi, err := os.Stat(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(manifest, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openStore(t, dir)
+	rec := s2.Recovery()
+	if rec == nil || rec.Sessions != 10 || !strings.Contains(rec.Reason, "its backup holds are missing") {
+		t.Fatalf("after the MANIFEST was cut in half: recovery %+v, want all 10 sessions restored because they were missing", rec)
+	}
+	if list, err := s2.List(ctx); err != nil || len(list) != 10 {
+		t.Fatalf("after the restore: %d sessions (%v), want 10", len(list), err)
+	}
+}
+
+// A session deleted just before the host died is not taken for a lost one:
+// Delete records the deletion in the backup before the record goes.
+func TestDeleteThenCrashIsNotTakenForDamage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	s := openStore(t, dir)
+	for _, id := range []string{"kept", "gone"} {
+		if _, err := s.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(ctx); err != nil { // the backup holds both, alive
+		t.Fatal(err)
+	}
+	out, err := runChildProcess(t, "delete-and-die", dir, "LEASESTORE_TEST_SESSION=gone")
+	if err != nil || strings.TrimSpace(out) != "deleted" {
+		t.Fatalf("child: %q, %v", out, err)
+	}
+	s2 := openStore(t, dir)
+	if rec := s2.Recovery(); rec != nil {
+		t.Fatalf("a healthy store after a delete was restored: %v", rec)
+	}
+	if _, err := s2.Get(ctx, "gone"); !errors.Is(err, leasestore.ErrNotFound) {
+		t.Fatalf("deleted session: %v, want ErrNotFound", err)
+	}
+	if _, err := s2.Get(ctx, "kept"); err != nil {
+		t.Fatalf("kept session: %v", err)
 	}
 }
