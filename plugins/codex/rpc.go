@@ -238,13 +238,26 @@ func (c *conn) Err() error {
 	return c.err
 }
 
+// encodeLine encodes one message as one line. HTML escaping is off so that
+// an id the server sent (kept as raw JSON) goes back byte for byte:
+// json.Marshal would respell "<" in a string id as "\u003c", an equal JSON
+// string but not the bytes a server that keys its requests by them sent.
+func encodeLine(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil // Encode ended it with a newline
+}
+
 // write sends one message as one line.
 func (c *conn) write(v any) error {
-	b, err := json.Marshal(v)
+	b, err := encodeLine(v)
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := c.Err(); err != nil {

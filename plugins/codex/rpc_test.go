@@ -99,7 +99,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		if kinds > 1 || kinds == 0 && m.Error == nil {
 			t.Fatalf("%q decoded as %d kinds: %+v", line, kinds, m)
 		}
-		b, err := json.Marshal(m)
+		b, err := encodeLine(m)
 		if err != nil {
 			t.Fatalf("re-encode %+v: %v", m, err)
 		}
