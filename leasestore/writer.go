@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 )
 
 // op is one unit of work for the writer: run reads through the batch and
@@ -229,14 +228,10 @@ func (s *BadgerStore) refuseWithoutSpace(ops []*op) []*op {
 	if s.opts.MinFreeSpace < 0 {
 		return ops
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.path(storeDirName), &st); err != nil {
-		// Without a figure the write goes ahead: a statfs failure says
+	free, ok := freeSpace(s.path(storeDirName))
+	if !ok || free >= s.opts.MinFreeSpace {
+		// Without a figure the write goes ahead: a failed lookup says
 		// nothing about space, and Badger reports real write errors.
-		return ops
-	}
-	free := int64(st.Bavail) * int64(st.Bsize)
-	if free >= s.opts.MinFreeSpace {
 		return ops
 	}
 	kept := ops[:0:0]

@@ -46,15 +46,31 @@ func (p *ProcFS) BootID() (string, error) {
 func (p *ProcFS) Read(ctx context.Context, pids []int) ([]Process, error) {
 	fsys := p.fsys()
 	out := make([]Process, len(pids))
+	var bufs readBufs
 	for i, pid := range pids {
 		if i%64 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		out[i] = p.read(fsys, pid)
+		out[i] = p.read(fsys, pid, &bufs)
 	}
 	return out, nil
+}
+
+// readBufs are the buffers one batch reuses for every pid's files: a
+// probe round reads two files per owner, and allocating (and growing) a
+// buffer for each doubled its cost.
+type readBufs struct{ stat, env []byte }
+
+// readFile reads one file of a pid's /proc directory. On the real /proc
+// (FS unset) it reads with raw system calls into buf (see readProcFile);
+// the bytes are valid until the next call with the same buf.
+func (p *ProcFS) readFile(fsys fs.FS, name string, buf *[]byte) ([]byte, error) {
+	if p.FS != nil {
+		return fs.ReadFile(fsys, name)
+	}
+	return readProcFile("/proc/"+name, buf)
 }
 
 // Scan implements Table.
@@ -65,6 +81,7 @@ func (p *ProcFS) Scan(ctx context.Context) ([]Process, error) {
 		return nil, fmt.Errorf("%w: list processes: %v", ErrCannotEnumerate, err)
 	}
 	out := make([]Process, 0, len(entries))
+	var bufs readBufs
 	for i, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -75,7 +92,7 @@ func (p *ProcFS) Scan(ctx context.Context) ([]Process, error) {
 				return nil, err
 			}
 		}
-		proc := p.read(fsys, pid)
+		proc := p.read(fsys, pid, &bufs)
 		if proc.Presence == Absent {
 			continue // exited while we listed: not evidence either way
 		}
@@ -89,9 +106,9 @@ func (p *ProcFS) Scan(ctx context.Context) ([]Process, error) {
 }
 
 // read reads one pid: its stat, and its environment if it is present.
-func (p *ProcFS) read(fsys fs.FS, pid int) Process {
+func (p *ProcFS) read(fsys fs.FS, pid int, bufs *readBufs) Process {
 	proc := Process{PID: pid, UID: -1}
-	stat, err := fs.ReadFile(fsys, strconv.Itoa(pid)+"/stat")
+	stat, err := p.readFile(fsys, strconv.Itoa(pid)+"/stat", &bufs.stat)
 	switch {
 	case err == nil:
 	case isNoProcess(err):
@@ -116,7 +133,7 @@ func (p *ProcFS) read(fsys fs.FS, pid int) Process {
 	if p.TokenVar == "" {
 		return proc
 	}
-	env, err := fs.ReadFile(fsys, strconv.Itoa(pid)+"/environ")
+	env, err := p.readFile(fsys, strconv.Itoa(pid)+"/environ", &bufs.env)
 	if err != nil {
 		// Permission (another user's process, a non-dumpable one) or a
 		// race with exit: the token is simply not known.
@@ -143,10 +160,17 @@ func parseStat(b []byte, proc *Process) error {
 	if end < 0 || end+2 > len(b) {
 		return errors.New("malformed stat: no command name")
 	}
-	// fields[0] is field 3 (state).
-	fields := strings.Fields(string(b[end+2:]))
-	if len(fields) < 20 {
-		return fmt.Errorf("malformed stat: %d fields after the command name", len(fields))
+	// fields[0] is field 3 (state). Only the first 20 are needed.
+	var fields [20]string
+	n := 0
+	for f := range strings.FieldsSeq(string(b[end+2:])) {
+		fields[n] = f
+		if n++; n == len(fields) {
+			break
+		}
+	}
+	if n < len(fields) {
+		return fmt.Errorf("malformed stat: %d fields after the command name", n)
 	}
 	proc.Zombie = fields[0] == "Z" || fields[0] == "X"
 	ppid, err := strconv.Atoi(fields[1]) // field 4
@@ -170,9 +194,9 @@ func parseStat(b []byte, proc *Process) error {
 // "" when absent.
 func envValue(env []byte, name string) string {
 	prefix := name + "="
-	for kv := range strings.SplitSeq(string(env), "\x00") {
-		if v, ok := strings.CutPrefix(kv, prefix); ok {
-			return v
+	for kv := range bytes.SplitSeq(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(prefix)); ok {
+			return string(v)
 		}
 	}
 	return ""
