@@ -59,7 +59,9 @@ type pluginSpec struct {
 	StartupTimeout time.Duration
 	StopTimeout    time.Duration
 	Logger         hclog.Logger
-	// OnStart runs as soon as the process exists (see procRunner.onStart).
+	// OnStart runs as soon as the process exists, alongside the handshake;
+	// the plugin is sent no request before it returned (see
+	// procRunner.onStart).
 	OnStart func(pid int) error
 }
 
@@ -138,6 +140,11 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	}
 
 	rpcClient, err := client.Client()
+	// Nothing is asked of the plugin before its owner is recorded; a failed
+	// record explains a failed handshake better than the handshake does.
+	if serr := r.waitStarted(); serr != nil {
+		return fail(serr)
+	}
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))
 	}

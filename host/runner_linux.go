@@ -34,9 +34,13 @@ type procRunner struct {
 	env     []string
 	logPath string
 	log     hclog.Logger
-	// onStart runs right after the process exists, before the handshake.
-	// Its error aborts the start (the process is killed and reaped).
-	onStart func(pid int) error
+	// onStart runs right after the process exists, alongside the
+	// handshake: recording the owner durably takes about as long as the
+	// plugin's runtime takes to start, and nothing is asked of the plugin
+	// before waitStarted has its result. Its error aborts the start (the
+	// process is killed, which fails the handshake too).
+	onStart   func(pid int) error
+	onStarted chan error // onStart's result; nil when it never ran
 
 	cmd    *exec.Cmd
 	stdout io.ReadCloser
@@ -87,13 +91,31 @@ func (r *procRunner) Start(ctx context.Context) error {
 	}
 	go r.watch()
 	if r.onStart != nil {
-		if err := r.onStart(r.pid); err != nil {
-			_ = r.Kill(context.Background())
-			<-r.exited
-			return err
-		}
+		r.onStarted = make(chan error, 1)
+		go func() {
+			err := r.onStart(r.pid)
+			if err != nil {
+				_ = r.Kill(context.Background())
+			}
+			r.onStarted <- err
+		}()
 	}
 	return nil
+}
+
+// waitStarted waits for onStart's result. A process that failed it has
+// been killed; waitStarted then also waits until it is reaped. It must be
+// called once Start returned, whatever the handshake did.
+func (r *procRunner) waitStarted() error {
+	if r.onStarted == nil {
+		return nil
+	}
+	err := <-r.onStarted
+	r.onStarted <- err // later callers see the same result
+	if err != nil {
+		<-r.exited
+	}
+	return err
 }
 
 // watch waits for the process to exit, sweeps what is left of its process

@@ -212,9 +212,10 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if err != nil {
 		return preSpawn(err)
 	}
-	if _, err := store.Apply(ctx, id, leasestore.BeginSpawn{Fence: fence}); err != nil {
-		return nil, fmt.Errorf("start session %q: %w", id, err)
-	}
+	// No begin-spawn commit: it would only clear a pre-spawn proof, and
+	// this reservation has none (a pre-spawn failure above releases it).
+	// A reservation without proof already reads "a process may have been
+	// started" to a restart, which then looks for one by its token.
 
 	sessionDir := filepath.Join(h.cfg.StateDir, "sessions", dirName(id, fence))
 	env = append(env, wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+token, wire.EnvSessionDir+"="+sessionDir)
