@@ -3,6 +3,7 @@ package leasestore
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +17,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 )
 
 // ProbeStore opens the Badger directory storeDir with the store's profile
@@ -544,11 +547,7 @@ func writeBackupOf(db *badger.DB, stateDir string, log hclog.Logger) error {
 		return fmt.Errorf("create backup: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	st := db.NewStream()
-	st.Prefix = []byte{prefixRecord}
-	st.NumGo = 1
-	st.LogPrefix = "leasestore.backup"
-	_, err = st.Backup(w, 0)
+	err = db.View(func(txn *badger.Txn) error { return backupRecords(txn, w) })
 	if err == nil {
 		err = w.Flush()
 	}
@@ -569,6 +568,53 @@ func writeBackupOf(db *badger.DB, stateDir string, log hclog.Logger) error {
 		return fmt.Errorf("write backup %s: %w", path, err)
 	}
 	return nil
+}
+
+// backupRecords writes the newest version of every 'r' key (session
+// records and journal positions) in the format Badger's Stream.Backup
+// writes and DB.Load reads: blocks of a little-endian uint64 length and a
+// protobuf KVList. Badger's own Stream allocates and clears a 32 MiB
+// buffer per run, which made every lease change cost ~10 ms of CPU and a
+// 32 MiB RSS spike; a store of a few hundred records needs a few KiB.
+func backupRecords(txn *badger.Txn, w io.Writer) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}, PrefetchValues: false})
+	defer it.Close()
+	var list pb.KVList
+	size := 0
+	flush := func() error {
+		if len(list.Kv) == 0 {
+			return nil
+		}
+		b, err := proto.Marshal(&list)
+		if err != nil {
+			return err
+		}
+		if err := binary.Write(w, binary.LittleEndian, uint64(len(b))); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		list.Kv, size = list.Kv[:0], 0
+		return nil
+	}
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		value, err := item.ValueCopy(nil)
+		if err != nil {
+			return fmt.Errorf("read %x: %w", item.Key(), err)
+		}
+		list.Kv = append(list.Kv, &pb.KV{
+			Key: item.KeyCopy(nil), Value: value, Version: item.Version(),
+			UserMeta: []byte{item.UserMeta()}, ExpiresAt: item.ExpiresAt(),
+		})
+		if size += len(value) + len(item.Key()); size >= 1<<20 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
 }
 
 func syncDir(dir string) error {
