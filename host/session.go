@@ -183,16 +183,20 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if workspace != "" && !filepath.IsAbs(workspace) {
 		return nil, fmt.Errorf("%w: workspace must be an absolute path, got %q", leasestore.ErrInvalidArgument, workspace)
 	}
+	reserve := leasestore.Reserve{ClaimKeyID: h.cfg.ClaimKeyID}
 	if !resume {
-		if rec, err = store.Create(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options}); err != nil {
+		// A new session is created and reserved in one commit.
+		rec, err = store.CreateAndApply(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options}, reserve)
+		if err != nil {
 			return nil, err
+		}
+	} else {
+		reserve.ExpectedFence = rec.Lease.Fence
+		if rec, err = store.Apply(ctx, rec.ID, reserve); err != nil {
+			return nil, fmt.Errorf("reserve session %q: %w", req.ID, err)
 		}
 	}
 	id := rec.ID
-	rec, err = store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence, ClaimKeyID: h.cfg.ClaimKeyID})
-	if err != nil {
-		return nil, fmt.Errorf("reserve session %q: %w", id, err)
-	}
 	fence, token := rec.Lease.Fence, rec.Lease.ReservedSpawnToken
 
 	// Before any spawn: a failure here is durable proof that no process

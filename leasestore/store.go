@@ -29,6 +29,14 @@ type SessionStore interface {
 	Delete(ctx context.Context, id string, fence uint64) error
 }
 
+// CreateApplier is an optional interface of a SessionStore: it creates a
+// session and applies a first transition to it (typically Reserve) in one
+// atomic, durable step. If the transition is refused, nothing is created.
+// A host uses it when the store has it, and Create then Apply otherwise.
+type CreateApplier interface {
+	CreateAndApply(ctx context.Context, spec SessionSpec, t Transition) (Session, error)
+}
+
 // JournalStore keeps each session's append-only journal.
 type JournalStore interface {
 	// Append adds entries for the writer holding fence (see CheckAppend)

@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) leasestore.Store) {
 		{"InvalidSessionIDs", testInvalidIDs},
 		{"Lifecycle", testLifecycle},
 		{"ReserveIsCompareAndSwap", testReserveCAS},
+		{"CreateAndApplyIsOneStep", testCreateAndApply},
 		{"RefusedTransitionLeavesNoTrace", testRefusedNoTrace},
 		{"TokenMismatchRefused", testTokenMismatch},
 		{"UnreconciledAdmitsOnlyDecisions", testUnreconciled},
@@ -351,6 +352,35 @@ func testReserveCAS(t *testing.T, s leasestore.Store) {
 	sess := mustGet(t, ctx, s, "s")
 	_, err = s.Apply(ctx, "s", leasestore.Reserve{ExpectedFence: sess.Lease.Fence})
 	wantErr(t, err, leasestore.ErrConflict)
+}
+
+// testCreateAndApply covers the optional CreateApplier: create and reserve
+// in one step, journaled as both; a refused transition creates nothing; a
+// taken id is refused.
+func testCreateAndApply(t *testing.T, s leasestore.Store) {
+	ca, ok := s.(leasestore.CreateApplier)
+	if !ok {
+		t.Skip("the store does not implement leasestore.CreateApplier")
+	}
+	ctx := ctxFor(t)
+	sess, err := ca.CreateAndApply(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 0, ClaimKeyID: "key-1"})
+	must(t, err)
+	if sess.Lease.Claim != leasestore.ClaimReserved || sess.Lease.Fence != 1 || sess.Lease.ReservedSpawnToken == "" {
+		t.Fatalf("created and reserved: %+v", sess.Lease)
+	}
+	if got := mustGet(t, ctx, s, "s"); got.Lease.Fence != 1 || got.Lease.Claim != leasestore.ClaimReserved {
+		t.Fatalf("stored: %+v", got.Lease)
+	}
+	if got := strings.Join(events(t, entries(t, ctx, s, "s", 0)), ","); got != "created,reserved" {
+		t.Fatalf("journal %s, want created,reserved", got)
+	}
+	_, err = ca.CreateAndApply(ctx, leasestore.SessionSpec{ID: "refused", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 3})
+	wantErr(t, err, leasestore.ErrStaleFence)
+	if _, err := s.Get(ctx, "refused"); !errors.Is(err, leasestore.ErrNotFound) {
+		t.Fatalf("a refused first transition left the session behind: %v", err)
+	}
+	_, err = ca.CreateAndApply(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 1})
+	wantErr(t, err, leasestore.ErrExists)
 }
 
 func testRefusedNoTrace(t *testing.T, s leasestore.Store) {
