@@ -47,25 +47,68 @@ import (
 )
 
 type row struct {
-	name, value, baseline, ratio, target, verdict string
+	Name, Value, Baseline, Ratio, Target, Verdict string
 }
 
 func main() {
 	quick := flag.Bool("quick", false, "fewer rounds and sessions (a smoke run, not a measurement)")
 	out := flag.String("update", "", "also write the table into this markdown file, between its benchrun markers")
+	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
+	work := flag.String("work", "", "internal: the work directory holding the built plugins")
 	rssChild := flag.String("rss-child", "", "internal: measure host RSS in this process (SCRIPTED,SESSIONS)")
 	flag.Parse()
-	if *rssChild != "" {
-		if err := measureHostRSS(*rssChild); err != nil {
-			fmt.Fprintln(os.Stderr, "benchrun:", err)
-			os.Exit(1)
-		}
-		return
+	var err error
+	switch {
+	case *rssChild != "":
+		err = measureHostRSS(*rssChild)
+	case *step != "":
+		err = runStep(*step, *work, *quick)
+	default:
+		err = run(*quick, *out)
 	}
-	if err := run(*quick, *out); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
 		os.Exit(1)
 	}
+}
+
+// steps are the figures, in the order of the table. Each runs in a fresh
+// process of its own (this program, re-executed): a figure measured in a
+// process that had just run 100 plugins and a store through a burst was
+// measured against that process's leftovers (GC debt, exiting children),
+// which moved the probe ratio alone from 1.1x to 1.7x.
+var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency"}
+
+func runStep(name, work string, quick bool) error {
+	n := func(full, small int) int {
+		if quick {
+			return small
+		}
+		return full
+	}
+	scripted, fixture := filepath.Join(work, "scripted"), filepath.Join(work, "fixture")
+	var rows []row
+	var err error
+	switch name {
+	case "create":
+		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
+	case "reattach":
+		rows, err = benchReattach(work, scripted, n(100, 10))
+	case "appends":
+		rows, err = benchAppends(work, scripted, n(2000, 300))
+	case "probe":
+		rows, err = benchProbe(n(500, 100), n(9, 3))
+	case "rss":
+		rows, err = benchRSS(work, scripted, n(50, 5))
+	case "latency":
+		rows, err = benchLatency(work, scripted, n(3000, 500))
+	default:
+		return fmt.Errorf("unknown step %q", name)
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(rows)
 }
 
 func run(quick bool, mdPath string) error {
@@ -74,43 +117,37 @@ func run(quick bool, mdPath string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	scripted := filepath.Join(work, "scripted")
-	fixture := filepath.Join(work, "fixture")
-	for bin, pkg := range map[string]string{scripted: "./examples/scripted/cmd/agenthost-plugin-scripted", fixture: "./host/testdata/fixture"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	for bin, pkg := range map[string]string{"scripted": "./examples/scripted/cmd/agenthost-plugin-scripted", "fixture": "./host/testdata/fixture"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(work, bin), pkg).CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
 	}
-	n := func(full, small int) int {
-		if quick {
-			return small
-		}
-		return full
+	self, err := os.Executable()
+	if err != nil {
+		return err
 	}
 	machine := fmt.Sprintf("%d cores, Linux %s, %s", runtime.NumCPU(), kernel(), runtime.Version())
 	fmt.Printf("agenthost benchmarks on %s\n\n", machine)
 
 	var rows []row
-	steps := []func() ([]row, error){
-		func() ([]row, error) { return benchCreate(work, scripted, fixture, n(20, 5)) },
-		func() ([]row, error) { return benchReattach(work, scripted, n(100, 10)) },
-		func() ([]row, error) { return benchAppends(work, scripted, n(2000, 300)) },
-		func() ([]row, error) { return benchProbe(n(500, 100), n(9, 3)) },
-		func() ([]row, error) { return benchRSS(work, scripted, n(50, 5)) },
-		func() ([]row, error) { return benchLatency(work, scripted, n(3000, 500)) },
-	}
-	for _, step := range steps {
-		// Let the previous step's plugins exit and its store finish its
-		// background work: they would be measured as noise here.
-		runtime.GC()
-		time.Sleep(time.Second)
-		r, err := step()
+	for _, name := range stepNames {
+		args := []string{"-step", name, "-work", work}
+		if quick {
+			args = append(args, "-quick")
+		}
+		cmd := exec.Command(self, args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
 		if err != nil {
-			return err
+			return fmt.Errorf("step %s: %w", name, err)
+		}
+		var r []row
+		if err := json.Unmarshal(out, &r); err != nil {
+			return fmt.Errorf("step %s printed %q: %w", name, out, err)
 		}
 		rows = append(rows, r...)
 		for _, x := range r {
-			fmt.Printf("  %-44s %s\n", x.name, x.value)
+			fmt.Printf("  %-44s %s\n", x.Name, x.Value)
 		}
 	}
 	table := render(rows)
@@ -152,7 +189,7 @@ func render(rows []row) string {
 	var b strings.Builder
 	b.WriteString("| figure | agenthost | baseline | ratio | target | met |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name, r.value, r.baseline, r.ratio, r.target, r.verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Name, r.Value, r.Baseline, r.Ratio, r.Target, r.Verdict)
 	}
 	return b.String()
 }
@@ -245,8 +282,8 @@ func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
 		}
 	}
 	ratio := float64(median(ours)) / float64(median(bare))
-	return []row{{name: "create → ready (durable), median", value: ms(median(ours)), baseline: ms(median(bare)) + " bare go-plugin start + first RPC",
-		ratio: fmt.Sprintf("%.2f×", ratio), target: "≤ 1.5×", verdict: verdict(ratio <= 1.5)}}, nil
+	return []row{{Name: "create → ready (durable), median", Value: ms(median(ours)), Baseline: ms(median(bare)) + " bare go-plugin start + first RPC",
+		Ratio: fmt.Sprintf("%.2f×", ratio), Target: "≤ 1.5×", Verdict: verdict(ratio <= 1.5)}}, nil
 }
 
 // benchReattach: open a host over sessions whose plugins survived the last
@@ -279,8 +316,8 @@ func benchReattach(work, scripted string, sessions int) ([]row, error) {
 	st, _ := h2.Status(context.Background())
 	per := total / time.Duration(sessions)
 	ratio := float64(median(cold)) / float64(per)
-	return []row{{name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), value: ms(per) + fmt.Sprintf(" (%d readopted)", st.Decided[host.ActionReadopted]),
-		baseline: ms(median(cold)) + " cold start", ratio: fmt.Sprintf("%.1f× faster", ratio), target: "≥ 10×", verdict: verdict(ratio >= 10)}}, nil
+	return []row{{Name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), Value: ms(per) + fmt.Sprintf(" (%d readopted)", st.Decided[host.ActionReadopted]),
+		Baseline: ms(median(cold)) + " cold start", Ratio: fmt.Sprintf("%.1f× faster", ratio), Target: "≥ 10×", Verdict: verdict(ratio >= 10)}}, nil
 }
 
 // benchAppends: 8 sessions stream updates at once; every update is
@@ -326,8 +363,8 @@ func benchAppends(work, scripted string, per int) ([]row, error) {
 	}
 	raw := float64(per) / time.Since(start).Seconds()
 	ratio := rate / raw
-	return []row{{name: "durable journal appends, 8 concurrent sessions", value: fmt.Sprintf("%.0f updates/s", rate),
-		baseline: fmt.Sprintf("%.0f records/s raw write+fsync", raw), ratio: fmt.Sprintf("%.1f×", ratio), target: "≥ 10×", verdict: verdict(ratio >= 10)}}, nil
+	return []row{{Name: "durable journal appends, 8 concurrent sessions", Value: fmt.Sprintf("%.0f updates/s", rate),
+		Baseline: fmt.Sprintf("%.0f records/s raw write+fsync", raw), Ratio: fmt.Sprintf("%.1f×", ratio), Target: "≥ 10×", Verdict: verdict(ratio >= 10)}}, nil
 }
 
 // benchProbe: one batch probe of every owner against reading each owner's
@@ -374,8 +411,8 @@ func benchProbe(owners, rounds int) ([]row, error) {
 		scan = append(scan, time.Since(start))
 	}
 	ratio := float64(median(ours)) / float64(median(scan))
-	return []row{{name: fmt.Sprintf("batch probe of %d owners", owners), value: ms(median(ours)), baseline: ms(median(scan)) + " hand-written /proc scan",
-		ratio: fmt.Sprintf("%.2f×", ratio), target: "≤ 1.5×", verdict: verdict(ratio <= 1.5)}}, nil
+	return []row{{Name: fmt.Sprintf("batch probe of %d owners", owners), Value: ms(median(ours)), Baseline: ms(median(scan)) + " hand-written /proc scan",
+		Ratio: fmt.Sprintf("%.2f×", ratio), Target: "≤ 1.5×", Verdict: verdict(ratio <= 1.5)}}, nil
 }
 
 func rssOf(pid int) int64 {
@@ -410,8 +447,8 @@ func benchRSS(work, scripted string, sessions int) ([]row, error) {
 		return nil, fmt.Errorf("host RSS child printed %q: %w", out, err)
 	}
 	return []row{
-		{name: fmt.Sprintf("host RSS with %d live sessions", sessions), value: mib(hostRSS), baseline: "–", ratio: "–", target: "≤ 64 MiB", verdict: verdict(hostRSS <= 64<<20)},
-		{name: "plugin RSS (median, scripted plugin)", value: mib(per), baseline: "–", ratio: "–", target: "≤ 20 MiB", verdict: verdict(per <= 20<<20)},
+		{Name: fmt.Sprintf("host RSS with %d live sessions", sessions), Value: mib(hostRSS), Baseline: "–", Ratio: "–", Target: "≤ 64 MiB", Verdict: verdict(hostRSS <= 64<<20)},
+		{Name: "plugin RSS (median, scripted plugin)", Value: mib(per), Baseline: "–", Ratio: "–", Target: "≤ 20 MiB", Verdict: verdict(per <= 20<<20)},
 	}, nil
 }
 
@@ -535,8 +572,8 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 		return nil, err
 	}
 	return []row{
-		{name: "update latency plugin → API client at ~1,000/s, p50", value: ms(p50), baseline: "–", ratio: "–", target: "≤ 2 ms", verdict: verdict(p50 <= 2*time.Millisecond)},
-		{name: "update latency plugin → API client at ~1,000/s, p99", value: ms(p99), baseline: "–", ratio: "–", target: "≤ 10 ms", verdict: verdict(p99 <= 10*time.Millisecond)},
-		{name: "sustained updates to an API client", value: fmt.Sprintf("%.0f updates/s", rate), baseline: "–", ratio: "–", target: "–", verdict: "–"},
+		{Name: "update latency plugin → API client at ~1,000/s, p50", Value: ms(p50), Baseline: "–", Ratio: "–", Target: "≤ 2 ms", Verdict: verdict(p50 <= 2*time.Millisecond)},
+		{Name: "update latency plugin → API client at ~1,000/s, p99", Value: ms(p99), Baseline: "–", Ratio: "–", Target: "≤ 10 ms", Verdict: verdict(p99 <= 10*time.Millisecond)},
+		{Name: "sustained updates to an API client", Value: fmt.Sprintf("%.0f updates/s", rate), Baseline: "–", Ratio: "–", Target: "–", Verdict: "–"},
 	}, nil
 }
