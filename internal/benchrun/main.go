@@ -55,12 +55,12 @@ func main() {
 	out := flag.String("update", "", "also write the table into this markdown file, between its benchrun markers")
 	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
 	work := flag.String("work", "", "internal: the work directory holding the built plugins")
-	rssChild := flag.String("rss-child", "", "internal: measure host RSS in this process (SCRIPTED,SESSIONS)")
+	rssChild := flag.String("rss-child", "", "internal: measure RSS in this process (MODE,PLUGIN,SESSIONS)")
 	flag.Parse()
 	var err error
 	switch {
 	case *rssChild != "":
-		err = measureHostRSS(*rssChild)
+		err = measureRSS(*rssChild)
 	case *step != "":
 		err = runStep(*step, *work, *quick)
 	default:
@@ -99,7 +99,7 @@ func runStep(name, work string, quick bool) error {
 	case "probe":
 		rows, err = benchProbe(n(500, 100), n(9, 3))
 	case "rss":
-		rows, err = benchRSS(work, scripted, n(50, 5))
+		rows, err = benchRSS(work, scripted, fixture, n(50, 5))
 	case "latency":
 		rows, err = benchLatency(work, scripted, n(3000, 500))
 	default:
@@ -260,19 +260,8 @@ func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
 		_ = s.Stop(context.Background())
 
 		start = time.Now()
-		client := plugin.NewClient(&plugin.ClientConfig{
-			HandshakeConfig: wire.Handshake(), VersionedPlugins: wire.PluginSets(nil),
-			AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC}, Cmd: exec.Command(fixture), Logger: hclog.NewNullLogger(),
-		})
-		rpc, err := client.Client()
+		client, _, err := bareStart(fixture)
 		if err != nil {
-			return nil, err
-		}
-		raw, err := rpc.Dispense(wire.PluginName)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := raw.(agentpb.AgentClient).Identify(context.Background(), &agentpb.IdentifyRequest{}); err != nil {
 			return nil, err
 		}
 		d = time.Since(start)
@@ -432,60 +421,143 @@ func rssOf(pid int) int64 {
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // benchRSS: a host process of its own (this program re-executed, so no
-// other benchmark's garbage counts) with live sessions, and its plugins.
-func benchRSS(work, scripted string, sessions int) ([]row, error) {
+// other benchmark's garbage counts) with live sessions, and its plugins;
+// beside a process holding as many bare go-plugin clients of the test
+// fixture (a plugin without the SDK), and that fixture's own RSS.
+func benchRSS(work, scripted, fixture string, sessions int) ([]row, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	out, err := exec.Command(self, "-rss-child", fmt.Sprintf("%s,%d", scripted, sessions)).Output()
-	if err != nil {
-		return nil, fmt.Errorf("host RSS child: %w", err)
+	measure := func(mode, plugin string) (proc, per int64, err error) {
+		out, err := exec.Command(self, "-rss-child", fmt.Sprintf("%s,%s,%d", mode, plugin, sessions)).Output()
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s RSS child: %w", mode, err)
+		}
+		if _, err := fmt.Sscanf(string(out), "%d %d", &proc, &per); err != nil {
+			return 0, 0, fmt.Errorf("%s RSS child printed %q: %w", mode, out, err)
+		}
+		return proc, per, nil
 	}
-	var hostRSS, per int64
-	if _, err := fmt.Sscanf(string(out), "%d %d", &hostRSS, &per); err != nil {
-		return nil, fmt.Errorf("host RSS child printed %q: %w", out, err)
+	hostRSS, per, err := measure("host", scripted)
+	if err != nil {
+		return nil, err
+	}
+	bareRSS, barePer, err := measure("bare", fixture)
+	if err != nil {
+		return nil, err
 	}
 	return []row{
-		{Name: fmt.Sprintf("host RSS with %d live sessions", sessions), Value: mib(hostRSS), Baseline: "–", Ratio: "–", Target: "≤ 64 MiB", Verdict: verdict(hostRSS <= 64<<20)},
-		{Name: "plugin RSS (median, scripted plugin)", Value: mib(per), Baseline: "–", Ratio: "–", Target: "≤ 20 MiB", Verdict: verdict(per <= 20<<20)},
+		{Name: fmt.Sprintf("host RSS with %d live sessions", sessions), Value: mib(hostRSS),
+			Baseline: mib(bareRSS) + fmt.Sprintf(" a process holding %d bare go-plugin clients", sessions),
+			Ratio:    fmt.Sprintf("%.2f×", float64(hostRSS)/float64(bareRSS)), Target: "≤ 64 MiB", Verdict: verdict(hostRSS <= 64<<20)},
+		{Name: "plugin RSS (median, scripted plugin)", Value: mib(per), Baseline: mib(barePer) + " plugin without the SDK",
+			Ratio: fmt.Sprintf("%.2f×", float64(per)/float64(barePer)), Target: "≤ 20 MiB", Verdict: verdict(per <= 20<<20)},
 	}, nil
 }
 
-// measureHostRSS is the child of benchRSS: it opens a host, starts the
-// sessions, runs a short turn in each, and prints its own RSS and the
-// median plugin RSS in bytes.
-func measureHostRSS(arg string) error {
-	scripted, n, ok := strings.Cut(arg, ",")
-	sessions, err := strconv.Atoi(n)
-	if !ok || err != nil {
-		return fmt.Errorf("-rss-child wants SCRIPTED,SESSIONS, got %q", arg)
+// measureRSS is the child of benchRSS. In host mode it opens a host,
+// starts the sessions and runs a short turn in each; in bare mode it starts
+// as many go-plugin clients of the plugin and makes one RPC on each. It
+// prints its own RSS and the median plugin RSS in bytes.
+func measureRSS(arg string) error {
+	parts := strings.Split(arg, ",")
+	if len(parts) != 3 {
+		return fmt.Errorf("-rss-child wants MODE,PLUGIN,SESSIONS, got %q", arg)
 	}
-	work, err := os.MkdirTemp("", "ahb-rss-")
+	mode, plug := parts[0], parts[1]
+	sessions, err := strconv.Atoi(parts[2])
 	if err != nil {
-		return err
+		return fmt.Errorf("-rss-child: %w", err)
 	}
-	defer os.RemoveAll(work)
-	h, dir, err := openHost(work, "rss", scripted)
-	if err != nil {
-		return err
-	}
-	defer h.Shutdown(context.Background())
 	var pluginRSS []time.Duration // bytes, sorted as durations for median()
-	for i := range sessions {
-		s, err := h.StartSession(context.Background(), host.SessionRequest{ID: fmt.Sprint("m", i), Agent: "scripted", Workspace: dir})
+	switch mode {
+	case "host":
+		work, err := os.MkdirTemp("", "ahb-rss-")
 		if err != nil {
 			return err
 		}
-		if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
+		defer os.RemoveAll(work)
+		h, dir, err := openHost(work, "rss", plug)
+		if err != nil {
 			return err
 		}
-		pluginRSS = append(pluginRSS, time.Duration(rssOf(s.PID())))
+		defer h.Shutdown(context.Background())
+		for i := range sessions {
+			s, err := h.StartSession(context.Background(), host.SessionRequest{ID: fmt.Sprint("m", i), Agent: "scripted", Workspace: dir})
+			if err != nil {
+				return err
+			}
+			if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
+				return err
+			}
+			pluginRSS = append(pluginRSS, time.Duration(rssOf(s.PID())))
+		}
+	case "bare":
+		for range sessions {
+			client, _, err := bareStart(plug)
+			if err != nil {
+				return err
+			}
+			defer client.Kill()
+			pluginRSS = append(pluginRSS, time.Duration(rssOf(client.ReattachConfig().Pid)))
+		}
+	default:
+		return fmt.Errorf("-rss-child: unknown mode %q", mode)
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
 	fmt.Println(rssOf(os.Getpid()), int64(median(pluginRSS)))
 	return nil
+}
+
+// bareStart is the baseline start: go-plugin starts the plugin, and the
+// client makes its first RPC.
+func bareStart(plug string) (*plugin.Client, agentpb.AgentClient, error) {
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig: wire.Handshake(), VersionedPlugins: wire.PluginSets(nil),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC}, Cmd: exec.Command(plug), Logger: hclog.NewNullLogger(),
+	})
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, nil, err
+	}
+	raw, err := rpc.Dispense(wire.PluginName)
+	if err != nil {
+		client.Kill()
+		return nil, nil, err
+	}
+	agent := raw.(agentpb.AgentClient)
+	if _, err := agent.Identify(context.Background(), &agentpb.IdentifyRequest{}); err != nil {
+		client.Kill()
+		return nil, nil, err
+	}
+	return client, agent, nil
+}
+
+// fsyncLatencies writes and syncs n records of 200 bytes one at a time in
+// dir and returns how long each took: the durable step every update takes
+// before a client may see it.
+func fsyncLatencies(dir string, n int) ([]time.Duration, error) {
+	f, err := os.Create(filepath.Join(dir, "raw-latency"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	record := make([]byte, 200)
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if _, err := f.Write(record); err != nil {
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
 }
 
 // benchLatency: a client subscribed through the local API receives each
@@ -571,9 +643,20 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The baseline: every update is durable before a client sees it, so
+	// one write+fsync of a record bounds the latency from below.
+	raw, err := fsyncLatencies(dir, updates/3)
+	if err != nil {
+		return nil, err
+	}
+	r50, r99 := percentile(raw, 0.50), percentile(raw, 0.99)
 	return []row{
-		{Name: "update latency plugin → API client at ~1,000/s, p50", Value: ms(p50), Baseline: "–", Ratio: "–", Target: "≤ 2 ms", Verdict: verdict(p50 <= 2*time.Millisecond)},
-		{Name: "update latency plugin → API client at ~1,000/s, p99", Value: ms(p99), Baseline: "–", Ratio: "–", Target: "≤ 10 ms", Verdict: verdict(p99 <= 10*time.Millisecond)},
-		{Name: "sustained updates to an API client", Value: fmt.Sprintf("%.0f updates/s", rate), Baseline: "–", Ratio: "–", Target: "–", Verdict: "–"},
+		{Name: "update latency plugin → API client at ~1,000/s, p50", Value: ms(p50), Baseline: ms(r50) + " one write+fsync, p50",
+			Ratio: fmt.Sprintf("%.2f×", float64(p50)/float64(r50)), Target: "≤ 2 ms", Verdict: verdict(p50 <= 2*time.Millisecond)},
+		{Name: "update latency plugin → API client at ~1,000/s, p99", Value: ms(p99), Baseline: ms(r99) + " one write+fsync, p99",
+			Ratio: fmt.Sprintf("%.2f×", float64(p99)/float64(r99)), Target: "≤ 10 ms", Verdict: verdict(p99 <= 10*time.Millisecond)},
+		{Name: "sustained updates to an API client", Value: fmt.Sprintf("%.0f updates/s", rate),
+			Baseline: fmt.Sprintf("%.0f records/s raw write+fsync", float64(time.Second)/float64(r50)),
+			Ratio:    fmt.Sprintf("%.1f×", rate*float64(r50)/float64(time.Second)), Target: "–", Verdict: "–"},
 	}, nil
 }
