@@ -897,13 +897,13 @@ func (s *BadgerStore) Close(ctx context.Context) error {
 		return fmt.Errorf("close lease store: journal handles still open %q (call Close again to retry): %w",
 			retries.Pending(), err)
 	}
-	return s.shutdown()
+	return s.shutdown(ctx)
 }
 
 // shutdown stops the goroutines, writes a last backup and closes Badger.
 // Only Close calls it, once: the store is closed afterwards whatever it
 // reports.
-func (s *BadgerStore) shutdown() error {
+func (s *BadgerStore) shutdown(ctx context.Context) error {
 	s.submitMu.Lock()
 	s.writerStopped = true
 	s.submitMu.Unlock()
@@ -927,8 +927,26 @@ func (s *BadgerStore) shutdown() error {
 	s.mu.Unlock()
 
 	s.readMu.Lock()
-	if err := s.db.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close badger: %w", err))
+	closed := make(chan error, 1)
+	db := s.db
+	go func() { closed <- db.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			errs = append(errs, fmt.Errorf("close badger: %w", err))
+		}
+	case <-ctx.Done():
+		// Badger's Close flushes the memtable into a table file and
+		// retries that forever when it cannot (a directory made
+		// read-only, a full disk): a host must still be able to quit.
+		// Every acknowledged write is in Badger's log on disk, which the
+		// next open replays. Badger keeps its files and its directory
+		// lock until this process exits, and so does this store: its
+		// lock is not released, so no second store opens the directory
+		// in this process meanwhile.
+		s.readMu.Unlock()
+		errs = append(errs, fmt.Errorf("close badger: it did not finish (%w); its log on disk holds every acknowledged write, and the next start replays it", ctx.Err()))
+		return errors.Join(errs...)
 	}
 	s.db = nil
 	s.readMu.Unlock()

@@ -69,6 +69,9 @@ type Store interface {
 	// (writes included), and the next Close tries again. A Close that
 	// succeeded is final. Close is safe to call concurrently: one attempt
 	// runs at a time, and a caller that waited for a successful one returns
-	// nil.
+	// nil. If ctx ends while the backend is still shutting down (Badger
+	// retries a memtable flush it cannot write forever), Close returns an
+	// error then; the store is closed for this process, and what it
+	// acknowledged is durable.
 	Close(ctx context.Context) error
 }

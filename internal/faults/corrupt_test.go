@@ -18,13 +18,21 @@ import (
 // kills the process, so each open of a damaged store runs in a child.
 const roleEnv = "AGENTHOST_FAULTS_ROLE"
 
-// runRole opens a host on $AGENTHOST_FAULTS_DIR and prints one line: how
-// the open went. Exit status 0 unless the open itself crashed.
+// runRole runs the test binary as one of the suite's child processes.
 func runRole(role string) int {
-	if role != "open" {
-		fmt.Fprintln(os.Stderr, "unknown role", role)
-		return 2
+	switch role {
+	case "open":
+		return openRole()
+	case "writer":
+		return writerRole()
 	}
+	fmt.Fprintln(os.Stderr, "unknown role", role)
+	return 2
+}
+
+// openRole opens a host on $AGENTHOST_FAULTS_DIR and prints one line: how
+// the open went. Exit status 0 unless the open itself crashed.
+func openRole() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	h, err := host.Open(ctx, host.Config{StateDir: os.Getenv("AGENTHOST_FAULTS_DIR")})
