@@ -109,6 +109,7 @@ func TestDamagedStoreRecoversOrIsRefusedWithoutCrashLoop(t *testing.T) {
 			if err := h.Shutdown(context.Background()); err != nil { // flushes the memtable into tables
 				t.Fatal(err)
 			}
+			noChildrenLeft(t)
 			damage(t, filepath.Join(dir, "store"))
 			injected(t, "%s in the store of %d stopped sessions", name, sessions)
 

@@ -134,6 +134,7 @@ func TestReadOnlyStateDirectoryIsRefusedClearly(t *testing.T) {
 	if err := h.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	noChildrenLeft(t)
 	before := listing(t, state)
 
 	ro := t.TempDir()

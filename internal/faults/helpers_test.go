@@ -66,8 +66,34 @@ func openHost(t *testing.T, cfg host.Config) *host.Host {
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}
-	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	t.Cleanup(func() {
+		if err := h.Shutdown(context.Background()); err != nil {
+			t.Errorf("shut the host down: %v", err)
+		}
+		noChildrenLeft(t)
+	})
 	return h
+}
+
+// noChildrenLeft fails the test if a process this test process started
+// (plugins are children of the host, which runs in-process) is still
+// running a few seconds after its host shut down.
+func noChildrenLeft(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		kids := children()
+		if len(kids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, pid := range kids {
+				t.Errorf("process %d (%s) outlived its host's shutdown", pid, cmdline(pid))
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -26,7 +26,8 @@ const nobody = 65534
 // $AGENTHOST_FAULTS_DIR with the scripted plugin at $AGENTHOST_FAULTS_PLUGIN
 // and follows commands read from stdin, one a line, answering each with one
 // line on stdout: "start ID", "prompt ID TEXT", "wait ID N" (until the
-// journal holds N plugin updates), "close" (detach and exit). Background
+// journal holds N plugin updates), "pid ID", "close" (detach and exit),
+// "shutdown" (stop every session and exit). Background
 // reports are printed as "report: ..." lines.
 func writerRole() int {
 	ctx := context.Background()
@@ -86,6 +87,19 @@ func writerRole() int {
 				time.Sleep(50 * time.Millisecond)
 			}
 			say("ok %d", got)
+		case "pid":
+			s, ok := h.Session(arg)
+			if !ok {
+				say("error: no session %q", arg)
+				continue
+			}
+			say("ok %d", s.PID())
+		case "shutdown":
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := h.Shutdown(ctx)
+			cancel()
+			say("shut down %v", err)
+			return 0
 		case "close":
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err := h.Close(ctx)
@@ -239,13 +253,23 @@ func TestStoreDirectoryTurnsReadOnlyUnderARunningHost(t *testing.T) {
 	if a, _ := w2.do(fmt.Sprintf("wait ro %d", 5+1+n+1), 2*time.Minute); a != fmt.Sprintf("ok %d", 5+1+n+1) {
 		t.Fatalf("after the directory is writable again: %s", a)
 	}
-	w2.do("close", 2*time.Minute)
-	_ = w2.cmd.Wait()
+	a, _ = w2.do("pid ro", time.Minute)
+	var pid int
+	if _, err := fmt.Sscanf(a, "ok %d", &pid); err != nil {
+		t.Fatalf("pid: %s", a)
+	}
+	if a, _ := w2.do("shutdown", 2*time.Minute); a != "shut down <nil>" {
+		t.Fatalf("shutdown: %s", a)
+	}
+	if err := w2.cmd.Wait(); err != nil {
+		t.Fatalf("the second host did not exit cleanly: %v", err)
+	}
+	gone(t, pid, 5*time.Second)
 	s, err := leasestore.OpenBadger(context.Background(), state, leasestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
 	checkOnceInOrder(t, pluginSeqs(t, journal(t, s, "ro")), 1, uint64(5+1+n+1))
-	held(t, "writable again, the next host readopted the plugin and journaled all %d updates once, in order", 5+1+n+1)
+	held(t, "writable again, the next host readopted plugin %d and journaled all %d updates once, in order; its shutdown left no process", pid, 5+1+n+1)
 }
