@@ -25,7 +25,9 @@ import (
 // silently: a MANIFEST cut short reads as a torn last write, and the tables
 // its lost part listed are dropped (and deleted) without an error. The
 // backup is the only witness of what was there. An empty description means
-// nothing is missing; no backup means nothing to compare.
+// nothing is missing; no backup means nothing to compare. A record the store
+// cannot read counts as damage too; an error is only returned for a backup
+// that cannot be read, which cannot testify either way.
 func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 	backup, err := readBackup(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -34,7 +36,7 @@ func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var lost, behind []string
+	var lost, behind, unreadable []string
 	err = db.View(func(txn *badger.Txn) error {
 		for key, value := range backup {
 			prefix, id, rest, err := parseKey([]byte(key))
@@ -49,7 +51,10 @@ func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 				lost = append(lost, fmt.Sprintf("%q", id))
 				continue
 			case err != nil:
-				return err
+				// The store cannot read a record it should hold: that
+				// is damage, not a backup problem.
+				unreadable = append(unreadable, fmt.Sprintf("%q (%v)", id, err))
+				continue
 			}
 			raw, ok := backup[string(seqKey(id))]
 			if !ok {
@@ -61,7 +66,8 @@ func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 			}
 			have, err := readLastSeq(txn, id)
 			if err != nil {
-				return err
+				unreadable = append(unreadable, fmt.Sprintf("the journal position of %q (%v)", id, err))
+				continue
 			}
 			if have < want {
 				behind = append(behind, fmt.Sprintf("%q at %d (the backup saw %d)", id, have, want))
@@ -70,7 +76,7 @@ func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return "reading its records failed: " + err.Error(), nil
 	}
 	slices.Sort(lost)
 	slices.Sort(behind)
@@ -80,6 +86,10 @@ func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 	}
 	if len(behind) > 0 {
 		parts = append(parts, fmt.Sprintf("%d journal(s) are behind their backed-up position: %s", len(behind), abbreviate(behind)))
+	}
+	if len(unreadable) > 0 {
+		slices.Sort(unreadable)
+		parts = append(parts, fmt.Sprintf("%d record(s) cannot be read: %s", len(unreadable), abbreviate(unreadable)))
 	}
 	return strings.Join(parts, "; "), nil
 }

@@ -107,7 +107,8 @@
 // compared with its backup: a session the backup holds alive that the
 // store lacks, or a journal behind its backed-up position, restores too.
 // Delete records the deletion in the backup before the record goes, so a
-// deleted session is never mistaken for a lost one. A
+// deleted session is not mistaken for a lost one (a backup written by a
+// build older than this check does not record deletions). A
 // restored lease keeps its fence but gets a floor, MinNextFence, above
 // anything the lost commits could have granted; the floors are set before
 // the restored store is put in place, and every step of a restore can be

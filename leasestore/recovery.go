@@ -120,10 +120,9 @@ func (s *BadgerStore) openDB(ctx context.Context) error {
 		_ = os.Remove(marker)
 		return s.refuseOpen(storeDir, err)
 	}
-	if err := os.Remove(marker); err != nil {
-		_ = db.Close()
-		return fmt.Errorf("remove crash-loop marker %s: %w", marker, err)
-	}
+	// The check reads every record for the first time since the open, so
+	// it runs under the crash-loop marker too: a damaged block that makes
+	// Badger panic here counts as a death during the open.
 	switch lost, err := checkAgainstBackup(db, s.path(backupFileName)); {
 	case err != nil:
 		// An unreadable backup cannot testify either way; the restore
@@ -134,6 +133,10 @@ func (s *BadgerStore) openDB(ctx context.Context) error {
 			s.log.Warn("close the store found short of its backup", "error", err)
 		}
 		return s.restore("it opened, but " + lost)
+	}
+	if err := os.Remove(marker); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("remove crash-loop marker %s: %w", marker, err)
 	}
 	s.db = db
 	// A restore that built its store but died before putting it in place
@@ -517,6 +520,13 @@ func (s *BadgerStore) backupLoop() {
 func (s *BadgerStore) writeBackup() error {
 	s.backupMu.Lock()
 	defer s.backupMu.Unlock()
+	// Delete calls this from its caller's goroutine, which a concurrent
+	// Close may race: read the database only while it is open.
+	s.readMu.RLock()
+	defer s.readMu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
 	gen := s.leaseGen.Load()
 	if err := writeBackupOf(s.db, s.stateDir, s.log); err != nil {
 		return err

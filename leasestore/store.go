@@ -32,7 +32,9 @@ type SessionStore interface {
 // CreateApplier is an optional interface of a SessionStore: it creates a
 // session and applies a first transition to it (typically Reserve) in one
 // atomic, durable step. If the transition is refused, nothing is created.
-// A host uses it when the store has it, and Create then Apply otherwise.
+// BadgerStore has it, and the host creates and reserves a new session with
+// it in one commit; a backend without it offers the same through Create
+// and then Apply, at the cost of a second commit.
 type CreateApplier interface {
 	CreateAndApply(ctx context.Context, spec SessionSpec, t Transition) (Session, error)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/agenthost/agenthost/internal/logtest"
@@ -243,5 +244,77 @@ func TestReserveRefusesAnEmptyToken(t *testing.T) {
 	}
 	if got := mustGet(t, s, "s"); got.Lease.Claim != leasestore.ClaimReleased || got.Lease.Fence != 0 {
 		t.Errorf("a refused reservation changed the lease: %+v", got.Lease)
+	}
+}
+
+// The free-space guard, driven by the reserve rather than by filling a
+// disk (the fault suite fills a real tmpfs, which needs root): with less
+// free than MinFreeSpace, journal appends are refused with ErrNoSpace and
+// nothing is written; lease changes still pass while more than half of it
+// is free; below half, they are refused too. The store is not failed by
+// any of it.
+func TestWritesAreRefusedBeforeTheDiskIsFull(t *testing.T) {
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	free := func() int64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * int64(st.Bsize)
+	}
+	open := func(minFree int64) *leasestore.BadgerStore {
+		s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t), MinFreeSpace: minFree})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open(-1)
+	leasestoretest.Live(t, ctx, s, "s")
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Free space between half the reserve and the reserve: appends refused,
+	// lease changes accepted.
+	s = open(free() + free()/2)
+	sess, err := s.Get(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Append(ctx, "s", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("x")})
+	if !errors.Is(err, leasestore.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "free some disk space") {
+		t.Fatalf("append with too little free space: %v, want ErrNoSpace saying what to do", err)
+	}
+	before, _ := s.LastSeq(ctx, "s")
+	if _, err := s.Apply(ctx, "s", leasestore.Release{Fence: sess.Lease.Fence, Detail: "test"}); err != nil {
+		t.Fatalf("a lease change with more than half the reserve free: %v", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Less than half the reserve free: lease changes refused too.
+	s = open(3 * free())
+	if _, err := s.Create(ctx, leasestore.SessionSpec{ID: "t", Agent: "scripted"}); !errors.Is(err, leasestore.ErrNoSpace) {
+		t.Fatalf("create with too little free space: %v, want ErrNoSpace", err)
+	}
+	if _, err := s.Get(ctx, "t"); !errors.Is(err, leasestore.ErrNotFound) {
+		t.Fatalf("a refused create left a session: %v", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Space again: the same writes go through; nothing refused was written.
+	s = open(0)
+	defer s.Close(ctx)
+	after, _ := s.LastSeq(ctx, "s")
+	if after != before+1 { // the release's lifecycle entry only
+		t.Fatalf("journal position %d after the refused append and one release, want %d", after, before+1)
+	}
+	if _, err := s.Create(ctx, leasestore.SessionSpec{ID: "t", Agent: "scripted"}); err != nil {
+		t.Fatalf("create with space: %v", err)
 	}
 }
