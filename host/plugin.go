@@ -60,7 +60,8 @@ type pluginSpec struct {
 	StopTimeout    time.Duration
 	Logger         hclog.Logger
 	// OnStart runs as soon as the process exists, alongside the handshake;
-	// the plugin is sent no request before it returned (see
+	// none of agenthost's requests reaches the plugin before it returned
+	// (go-plugin opens its own broker and stdio streams meanwhile; see
 	// procRunner.onStart).
 	OnStart func(pid int) error
 }
@@ -140,10 +141,11 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	}
 
 	rpcClient, err := client.Client()
-	// Nothing is asked of the plugin before its owner is recorded; a failed
-	// record explains a failed handshake better than the handshake does.
+	// No agenthost request reaches the plugin before its owner is recorded;
+	// a failed record explains a failed handshake better than the handshake
+	// does.
 	if serr := r.waitStarted(); serr != nil {
-		return fail(serr)
+		return fail(p.classifyStartError(ctx, serr))
 	}
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))

@@ -230,6 +230,11 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 		}
 	}
 	sess := newSession(h, s.ID, s.Agent, fence, handle, proc, journal, last+1)
+	// No update of this plugin in the journal: either it produced none, or
+	// a restore from backup lost the ones it journaled (and the plugin,
+	// whose outbox dropped them once acknowledged, cannot send them again).
+	// Its stream then starts wherever its outbox does.
+	sess.baseUnknown = last == 0
 	if !h.register(sess) {
 		sess.detach()
 		return fence, errors.New("the host is closing")
@@ -258,10 +263,21 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The journal may start far above 1: a restore from backup moves its
+	// position 2^32 ahead. Walking down to 1 a window at a time would take
+	// millions of reads, so the walk stops at the first entry there is.
+	errFirst := errors.New("first entry found")
+	var first uint64
+	if err := h.store.Replay(ctx, id, 1, func(e leasestore.Entry) error {
+		first = e.Seq
+		return errFirst
+	}); err != nil && !errors.Is(err, errFirst) {
+		return 0, err
+	}
 	const window = 256
-	for hi := last; hi > 0; {
-		lo := uint64(1)
-		if hi > window {
+	for hi := last; hi >= max(first, 1); {
+		lo := max(first, 1)
+		if hi-lo+1 > window {
 			lo = hi - window + 1
 		}
 		var entries []leasestore.Entry

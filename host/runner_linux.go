@@ -36,8 +36,10 @@ type procRunner struct {
 	log     hclog.Logger
 	// onStart runs right after the process exists, alongside the
 	// handshake: recording the owner durably takes about as long as the
-	// plugin's runtime takes to start, and nothing is asked of the plugin
-	// before waitStarted has its result. Its error aborts the start (the
+	// plugin's runtime takes to start, and no agenthost request reaches
+	// the plugin before waitStarted has its result (go-plugin's own broker
+	// and stdio streams may open meanwhile; no writer is admitted before
+	// the owner is proven anyway). Its error aborts the start (the
 	// process is killed, which fails the handshake too).
 	onStart   func(pid int) error
 	onStarted chan error // onStart's result; nil when it never ran

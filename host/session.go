@@ -71,9 +71,12 @@ type Session struct {
 	// violation is the protocol breach the session was stopped for; it
 	// becomes Err once the plugin is gone.
 	violation error
-	pumpDone  chan struct{}
-	done      chan struct{}
-	err       error
+	// baseUnknown: the journal names no update of this plugin, so the
+	// first update received sets where its sequence starts (see readopt).
+	baseUnknown bool
+	pumpDone    chan struct{}
+	done        chan struct{}
+	err         error
 }
 
 // ErrDetached ends a session whose host let its plugin live on (Close):
@@ -405,10 +408,12 @@ func (s *Session) pump() {
 			s.mu.Lock()
 			s.violation = v
 			s.mu.Unlock()
+			// Stopped without a drain: the updates it would wait for
+			// can no longer be journaled.
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*s.h.cfg.StopTimeout)
 				defer cancel()
-				_ = s.Stop(ctx)
+				_ = s.proc.Stop(ctx)
 			}()
 			return
 		}
@@ -514,6 +519,16 @@ func (s *Session) journaled() uint64 {
 // change is recorded again as a no-op, and no handle is ever lost.
 func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
 	wctx := context.WithoutCancel(ctx)
+	s.mu.Lock()
+	if s.baseUnknown && len(batch) > 0 {
+		s.baseUnknown = false
+		if batch[0].Seq > s.fromSeq {
+			s.h.log.Warn("the journal holds no update of this plugin; its updates resume at its outbox's oldest",
+				"session", s.id, "seq", batch[0].Seq)
+			s.fromSeq = batch[0].Seq
+		}
+	}
+	s.mu.Unlock()
 	// The updates before a breach are journaled; the breach ends the
 	// stream after them.
 	good, violation := checkUpdates(s.journaled()+1, batch)
