@@ -82,7 +82,7 @@ func noChildrenLeft(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		kids := children()
+		kids := children(t)
 		if len(kids) == 0 {
 			return
 		}
@@ -196,26 +196,23 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// children lists this process's live child processes.
-func children() []int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()))
-	var pids []int
-	if err == nil {
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && running(pid) {
-				pids = append(pids, pid)
-			}
-		}
+// children lists this process's live child processes. TestMain makes the
+// test process a child subreaper, so a plugin's orphaned descendants (a
+// CLI's grandchildren, say) are counted here too once their parent died.
+func children(t *testing.T) []int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatalf("list this process's threads: %v", err)
 	}
-	// Children of other threads of this process are listed per task.
-	tasks, _ := os.ReadDir("/proc/self/task")
+	var pids []int
 	for _, task := range tasks {
-		if task.Name() == strconv.Itoa(os.Getpid()) {
-			continue
-		}
 		b, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "children"))
 		if err != nil {
-			continue
+			if task.Name() == strconv.Itoa(os.Getpid()) {
+				t.Fatalf("cannot count child processes: %v", err)
+			}
+			continue // a thread that ended meanwhile
 		}
 		for _, f := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(f); err == nil && running(pid) {

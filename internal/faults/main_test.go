@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 // bins are the programs the faults start, built once per run.
@@ -18,6 +19,12 @@ var bins struct {
 func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
+	}
+	// Orphaned descendants of the plugins this process starts are
+	// reparented here rather than to init, so the leak checks see them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "become a child subreaper:", err)
+		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "agenthost-faults-")
 	if err != nil {

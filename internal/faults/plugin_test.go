@@ -81,7 +81,10 @@ func TestPluginHangingInACallIsKilledOnStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := s.PID()
-	child, _ := strconv.Atoi(s.Handle()[strings.LastIndexByte(s.Handle(), '-')+1:])
+	child, err := strconv.Atoi(s.Handle()[strings.LastIndexByte(s.Handle(), '-')+1:])
+	if err != nil || child <= 0 {
+		t.Fatalf("the fixture's handle %q does not name its child: %v", s.Handle(), err)
+	}
 	injected(t, "plugin %d (with child %d) never returns from Prompt or Close and ignores SIGTERM", pid, child)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -100,8 +103,6 @@ func TestPluginHangingInACallIsKilledOnStop(t *testing.T) {
 		t.Fatal("Stop returned before the session ended")
 	}
 	gone(t, pid, 5*time.Second)
-	if child > 0 {
-		gone(t, child, 5*time.Second)
-	}
+	gone(t, child, 5*time.Second)
 	held(t, "the prompt failed at the caller's 1s deadline; Stop ended plugin %d and child %d after %v (StopTimeout 2s, after a drain of half of it)", pid, child, time.Since(start).Round(time.Millisecond))
 }

@@ -19,13 +19,14 @@ func TestPluginFloodingUpdatesLosesNothing(t *testing.T) {
 	h := openHost(t, config(t, t.TempDir(), nil))
 	const sessions, per = 4, 25000
 	injected(t, "%d plugins each stream %d updates back to back, with no pause between them", sessions, per)
+	ws := t.TempDir()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, sessions)
 	for i := range sessions {
 		wg.Go(func() {
 			id := fmt.Sprint("flood-", i)
-			s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: id, Agent: "scripted", Workspace: t.TempDir()})
+			s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: id, Agent: "scripted", Workspace: ws})
 			if err != nil {
 				errs[i] = err
 				return
@@ -141,31 +142,41 @@ func (c *closedAfterRead) Replay(ctx context.Context, id string, from uint64, fn
 func TestSessionChurnLeaksNothing(t *testing.T) {
 	h := openHost(t, config(t, t.TempDir(), nil))
 	ws := t.TempDir()
-	cycle := func(i int) {
-		s, err := h.StartSession(ctxFor(t, time.Minute), host.SessionRequest{ID: fmt.Sprint("churn-", i), Agent: "scripted", Workspace: ws})
+	// cycle runs in worker goroutines, where t.Fatal must not be called:
+	// it returns its error instead.
+	cycle := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s, err := h.StartSession(ctx, host.SessionRequest{ID: fmt.Sprint("churn-", i), Agent: "scripted", Workspace: ws})
 		if err != nil {
-			t.Fatalf("start #%d: %v", i, err)
+			return fmt.Errorf("start #%d: %w", i, err)
 		}
-		if _, err := s.Prompt(ctxFor(t, time.Minute), "echo hi"); err != nil {
-			t.Fatalf("prompt #%d: %v", i, err)
+		if _, err := s.Prompt(ctx, "echo hi"); err != nil {
+			return fmt.Errorf("prompt #%d: %w", i, err)
 		}
-		if err := s.Stop(ctxFor(t, time.Minute)); err != nil {
-			t.Fatalf("stop #%d: %v", i, err)
+		if err := s.Stop(ctx); err != nil {
+			return fmt.Errorf("stop #%d: %w", i, err)
 		}
+		return nil
 	}
 	// Warm up: lazily created pools and caches are not leaks.
 	for i := range 5 {
-		cycle(i)
+		if err := cycle(i); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fds, goroutines := openFDs(t), settledGoroutines(0)
 	const n = 300
 	injected(t, "%d sessions started, prompted and stopped, 4 at a time (baseline: %d descriptors, %d goroutines)", n, fds, goroutines)
 	var wg sync.WaitGroup
 	next := make(chan int)
+	errs := make(chan error, n)
 	for range 4 {
 		wg.Go(func() {
 			for i := range next {
-				cycle(i)
+				if err := cycle(i); err != nil {
+					errs <- err
+				}
 			}
 		})
 	}
@@ -174,6 +185,13 @@ func TestSessionChurnLeaksNothing(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
 	g := settledGoroutines(goroutines)
 	if g > goroutines+2 {
 		buf := make([]byte, 1<<20)
@@ -190,7 +208,7 @@ func TestSessionChurnLeaksNothing(t *testing.T) {
 	if f > fds+2 {
 		t.Errorf("%d open descriptors after the loop, %d before", f, fds)
 	}
-	if kids := children(); len(kids) > 0 {
+	if kids := children(t); len(kids) > 0 {
 		for _, pid := range kids {
 			t.Errorf("child %d (%s) is still running", pid, cmdline(pid))
 		}
