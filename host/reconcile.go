@@ -263,21 +263,10 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The journal may start far above 1: a restore from backup moves its
-	// position 2^32 ahead. Walking down to 1 a window at a time would take
-	// millions of reads, so the walk stops at the first entry there is.
-	errFirst := errors.New("first entry found")
-	var first uint64
-	if err := h.store.Replay(ctx, id, 1, func(e leasestore.Entry) error {
-		first = e.Seq
-		return errFirst
-	}); err != nil && !errors.Is(err, errFirst) {
-		return 0, err
-	}
 	const window = 256
-	for hi := last; hi >= max(first, 1); {
-		lo := max(first, 1)
-		if hi-lo+1 > window {
+	for hi := last; hi > 0; {
+		lo := uint64(1)
+		if hi > window {
 			lo = hi - window + 1
 		}
 		var entries []leasestore.Entry
@@ -291,6 +280,13 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 		})
 		if err != nil && !errors.Is(err, errEnough) {
 			return 0, err
+		}
+		if len(entries) == 0 {
+			// Seqs have no gaps but the jump of a restore from backup
+			// (2^32 ahead), which keeps no entry below it: nothing further
+			// down, and walking there a window at a time would take
+			// millions of reads.
+			return 0, nil
 		}
 		for i := len(entries) - 1; i >= 0; i-- {
 			e := entries[i]
