@@ -70,11 +70,10 @@ func (r *procRunner) Start(ctx context.Context) error {
 	}
 	defer logFile.Close() // the child holds its own copy as fd 2
 
-	pidfd := -1
 	cmd := exec.Command(r.path, r.args...)
 	cmd.Env = r.env
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -84,12 +83,13 @@ func (r *procRunner) Start(ctx context.Context) error {
 	}
 	r.cmd, r.stdout, r.pid = cmd, stdout, cmd.Process.Pid
 	r.exited, r.detachedCh = make(chan struct{}), make(chan struct{})
-	if pidfd >= 0 {
-		if err := unix.SetNonblock(pidfd, true); err == nil {
-			r.pidfd = os.NewFile(uintptr(pidfd), "pidfd:"+strconv.Itoa(r.pid))
-		} else {
-			_ = unix.Close(pidfd)
-		}
+	// A pidfd of our own, opened on the still unreaped child (its pid
+	// cannot have been reused). Not the one SysProcAttr.PidFD would give:
+	// os.Process keeps a dup of that, and a dup shares the open file
+	// description, so making ours non-blocking for the netpoller made
+	// Process.Wait's waitid return EAGAIN instead of waiting.
+	if pidfd, err := unix.PidfdOpen(r.pid, unix.PIDFD_NONBLOCK); err == nil {
+		r.pidfd = os.NewFile(uintptr(pidfd), "pidfd:"+strconv.Itoa(r.pid))
 	}
 	go r.watch()
 	if r.onStart != nil {
@@ -143,6 +143,9 @@ func (r *procRunner) watch() {
 				return
 			}
 			exitKnown = err == nil
+			if err != nil {
+				r.log.Warn("watching the plugin's pidfd failed; waiting for its exit instead", "pid", r.pid, "error", err)
+			}
 		}
 	}
 	if r.cmd != nil && !exitKnown {
