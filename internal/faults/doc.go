@@ -9,5 +9,8 @@
 //
 // `make test-faults` runs the suite verbosely, so every test's "injected:"
 // and "held:" lines are printed; `make test` runs it too. Faults that need
-// root (mounting a small tmpfs) skip with the reason when run without it.
+// root (mounting a small tmpfs or a read-only bind mount, running a host as
+// another user so that directory permissions bind it) skip with the reason
+// when run without it. The test process is a child subreaper, so every
+// process a plugin leaves behind is counted by the leak checks.
 package faults
