@@ -316,6 +316,18 @@ func TestACPSessionPromptAndLoad(t *testing.T) {
 	if len(list.Sessions) != 1 || list.Sessions[0].SessionID != created.SessionID {
 		t.Fatalf("session/list: %+v", list)
 	}
+
+	// Clients that load right after connecting: the server once handled
+	// such a request before it had finished setting the connection up, and
+	// the replay dereferenced nil (the race detector saw it in CI).
+	for range 20 {
+		c3 := dial(t, sock)
+		c3.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+		c3.mustCall("session/load", map[string]any{"sessionId": created.SessionID, "cwd": "/", "mcpServers": []any{}}, nil)
+		if got := len(c3.notesOf("session/update")); got != len(replayed) {
+			t.Fatalf("a load right after connecting replayed %d updates, the first %d", got, len(replayed))
+		}
+	}
 }
 
 // A client that subscribes from the last seq it saw misses nothing and sees

@@ -117,16 +117,20 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 	// lines with JSON-RPC errors itself, so the protocol library only ever
 	// sees well-formed JSON lines of bounded size.
 	pr, pw := io.Pipe()
+	a := &agent{srv: s, ctx: ctx, followers: map[string]*follower{}}
+	conn := acp.NewAgentSideConnection(a, out, pr)
+	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.conn = conn
+	// Requests start flowing only now: the library's reader runs from
+	// the constructor on, and a request handled before a.conn was set
+	// (a session/load that replays at once) dereferenced nil and took
+	// the host down.
 	filterDone := make(chan struct{})
 	go func() {
 		defer close(filterDone)
 		err := filterRequests(rw, pw, out, max)
 		_ = pw.CloseWithError(err)
 	}()
-	a := &agent{srv: s, ctx: ctx, followers: map[string]*follower{}}
-	conn := acp.NewAgentSideConnection(a, out, pr)
-	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	a.conn = conn
 	select {
 	case <-conn.Done():
 	case <-ctx.Done():
