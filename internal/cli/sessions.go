@@ -89,25 +89,14 @@ changed, and its workspace.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c, err := a.connect(ctx, apiclient.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			m, err := c.CallRaw(ctx, "session/list", nil)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				fmt.Fprintf(a.Stdout, "%s\n", m.Result)
-				return nil
-			}
 			var list struct {
 				Sessions []listedSession `json:"sessions"`
 			}
-			if err := json.Unmarshal(m.Result, &list); err != nil {
+			c, done, err := a.query(ctx, "session/list", nil, asJSON, &list)
+			if err != nil || done {
 				return err
 			}
+			defer c.Close()
 			var st hostStatus
 			_ = c.Call(ctx, "_agenthost/status", nil, &st)
 			if len(list.Sessions) == 0 {
@@ -180,24 +169,12 @@ func (a *App) sessionsShowCommand() *cobra.Command {
 		Args:              exactArgs("SESSION"),
 		ValidArgsFunction: a.completeSessionArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connect(ctx, apiclient.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			m, err := c.CallRaw(ctx, "_agenthost/session", map[string]any{"sessionId": args[0]})
-			if err != nil {
+			var info sessionInfo
+			c, done, err := a.query(cmd.Context(), "_agenthost/session", map[string]any{"sessionId": args[0]}, asJSON, &info)
+			if err != nil || done {
 				return sessionError(args[0], err)
 			}
-			if asJSON {
-				fmt.Fprintf(a.Stdout, "%s\n", m.Result)
-				return nil
-			}
-			var info sessionInfo
-			if err := json.Unmarshal(m.Result, &info); err != nil {
-				return err
-			}
+			c.Close()
 			printSession(a.Stdout, info)
 			return nil
 		},
@@ -206,9 +183,35 @@ func (a *App) sessionsShowCommand() *cobra.Command {
 	return cmd
 }
 
-// sessionError words a not-found error for a session id.
+// query connects to the host and calls method, for the commands that show
+// one result. With asJSON the raw result is printed and done is true (the
+// connection is already closed); otherwise it is decoded into v, and the
+// caller closes c (or calls on with it first).
+func (a *App) query(ctx context.Context, method string, params any, asJSON bool, v any) (c *apiclient.Client, done bool, err error) {
+	c, err = a.connect(ctx, apiclient.Options{})
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := c.CallRaw(ctx, method, params)
+	if err == nil && asJSON {
+		fmt.Fprintf(a.Stdout, "%s\n", m.Result)
+		c.Close()
+		return nil, true, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(m.Result, v)
+	}
+	if err != nil {
+		c.Close()
+		return nil, false, err
+	}
+	return c, false, nil
+}
+
+// sessionError words a not-found error for a session id; other errors
+// (nil included) pass through.
 func sessionError(id string, err error) error {
-	if apiclient.ErrorCode(err) == apiclient.CodeNotFound {
+	if err != nil && apiclient.ErrorCode(err) == apiclient.CodeNotFound {
 		return fmt.Errorf("no session %s in this state directory (agenthost sessions list shows them): %w", displayID(id), err)
 	}
 	return err
@@ -314,24 +317,12 @@ resumable; latched: the evidence was incomplete, the session waits).
 Exits with status 1 when no host serves the state directory.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.connect(ctx, apiclient.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			m, err := c.CallRaw(ctx, "_agenthost/status", nil)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				fmt.Fprintf(a.Stdout, "%s\n", m.Result)
-				return nil
-			}
 			var st hostStatus
-			if err := json.Unmarshal(m.Result, &st); err != nil {
+			c, done, err := a.query(cmd.Context(), "_agenthost/status", nil, asJSON, &st)
+			if err != nil || done {
 				return err
 			}
+			c.Close()
 			printStatus(a.Stdout, st)
 			return nil
 		},
