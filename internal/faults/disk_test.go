@@ -23,7 +23,7 @@ import (
 func tmpfs(t *testing.T, sizeMiB int) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+itoa(sizeMiB)+"m,mode=0700"); err != nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(sizeMiB)+"m,mode=0700"); err != nil {
 		t.Skipf("this fault needs a small tmpfs, and mounting one failed (%v): run the suite as root", err)
 	}
 	t.Cleanup(func() {
@@ -33,8 +33,6 @@ func tmpfs(t *testing.T, sizeMiB int) string {
 	})
 	return dir
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 func freeBytes(t *testing.T, dir string) int64 {
 	t.Helper()
@@ -77,7 +75,7 @@ func TestDiskFullDuringJournalAppend(t *testing.T) {
 	var wg sync.WaitGroup
 	var res host.TurnResult
 	var perr error
-	wg.Go(func() { res, perr = s.Prompt(ctxFor(t, 5*time.Minute), "count "+itoa(n)) })
+	wg.Go(func() { res, perr = s.Prompt(ctxFor(t, 5*time.Minute), "count "+strconv.Itoa(n)) })
 
 	deadline := time.Now().Add(2 * time.Minute)
 	for r.find(leasestore.ErrNoSpace) == nil {

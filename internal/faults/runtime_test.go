@@ -80,7 +80,7 @@ func TestClockSteppedBackwardsBetweenRuns(t *testing.T) {
 	if err := h.Close(context.Background()); err != nil { // detach: the plugin lives on
 		t.Fatal(err)
 	}
-	before := journal(t, openStoreReadOnly(t, dir), "clock")
+	before := journalOfClosedHost(t, dir, "clock")
 
 	const step = 24 * time.Hour
 	injected(t, "the host restarts with its wall clock %v behind the previous run's", step)
@@ -116,24 +116,16 @@ func TestClockSteppedBackwardsBetweenRuns(t *testing.T) {
 		s2.Fence(), fence1, len(es), newest.Seq, newest.Time.Format(time.RFC3339), last.Seq, last.Time.Format(time.RFC3339))
 }
 
-// openStoreReadOnly opens a closed host's store briefly to read it.
-func openStoreReadOnly(t *testing.T, dir string) leasestore.Store {
+// journalOfClosedHost reads a session's journal from the store of a host
+// that has closed, and closes the store again so the next host can open it.
+func journalOfClosedHost(t *testing.T, dir, id string) []leasestore.Entry {
 	t.Helper()
 	s, err := leasestore.OpenBadger(context.Background(), dir, leasestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	return &closedAfterRead{s}
-}
-
-// closedAfterRead closes the store once read, so the next host can open
-// the directory.
-type closedAfterRead struct{ leasestore.Store }
-
-func (c *closedAfterRead) Replay(ctx context.Context, id string, from uint64, fn func(leasestore.Entry) error) error {
-	defer c.Store.Close(ctx)
-	return c.Store.Replay(ctx, id, from, fn)
+	defer s.Close(context.Background())
+	return journal(t, s, id)
 }
 
 // Hundreds of sessions are started and stopped in a loop: afterwards the
@@ -217,18 +209,21 @@ func TestSessionChurnLeaksNothing(t *testing.T) {
 }
 
 // settledGoroutines waits up to 15s for the goroutine count to fall to at
-// most target (0: just let it settle) and returns it.
+// most target, or (target 0) to stop changing for half a second, and
+// returns it.
 func settledGoroutines(target int) int {
-	n := runtime.NumGoroutine()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	n, stable := runtime.NumGoroutine(), 0
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && (target > 0 || stable < 10); time.Sleep(50 * time.Millisecond) {
 		runtime.GC()
-		n = runtime.NumGoroutine()
-		if target > 0 && n <= target {
-			break
+		m := runtime.NumGoroutine()
+		if target > 0 && m <= target {
+			return m
 		}
-	}
-	if target == 0 {
-		return runtime.NumGoroutine()
+		if m == n {
+			stable++
+		} else {
+			n, stable = m, 0
+		}
 	}
 	return n
 }
