@@ -404,7 +404,7 @@ func (s *Session) pump() {
 			// An update the host can never journal would be offered
 			// again forever; the plugin is stopped instead, and
 			// everything journaled before it stays.
-			s.h.report(JournalScope, fmt.Errorf("session %q: stopping its plugin: %w", s.id, v))
+			s.h.report(JournalScope, fmt.Errorf("session %q: stopping its plugin, whose updates cannot be journaled (a bug in the plugin: report it to its author; everything before is journaled and the session can be started again): %w", s.id, v))
 			s.mu.Lock()
 			s.violation = v
 			s.mu.Unlock()

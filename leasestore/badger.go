@@ -960,7 +960,7 @@ func (s *BadgerStore) shutdown(ctx context.Context) error {
 		// lock until this process exits, and so does this store: its
 		// lock is not released, so no second store opens the directory
 		// in this process meanwhile.
-		errs = append(errs, fmt.Errorf("close badger: it did not finish (%w); its log on disk holds every acknowledged write, and the next start replays it", ctx.Err()))
+		errs = append(errs, fmt.Errorf("close badger: it did not finish (%w), most likely because it cannot write to %s (check its permissions and free space); its log on disk holds every acknowledged write, and the next start replays it", ctx.Err(), s.path(storeDirName)))
 		return errors.Join(errs...)
 	}
 	if err != nil {
