@@ -486,11 +486,18 @@ func (p *proc) close() error {
 		}
 		c.stdout.Close()
 		children.Delete(c.pid)
-		if left := envHolders(SpawnTokenVar + "=" + p.token); len(left) > 0 {
+		token := SpawnTokenVar + "=" + p.token
+		if left := envHolders(token); len(left) > 0 {
 			for _, pid := range left {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 			errs = append(errs, fmt.Errorf("cleanup: processes %v carrying the plugin's spawn token survived outside its process group %d; a plugin's children must stay in its process group", left, c.pid))
+			// SIGKILL is delivered asynchronously: a process on another
+			// CPU runs on for a moment. Wait, so that the kit does not
+			// return while processes it started are still running.
+			if !poll(2*time.Second, func() bool { return len(envHolders(token)) == 0 }) {
+				errs = append(errs, fmt.Errorf("cleanup: processes %v carrying the plugin's spawn token still running 2s after SIGKILL", envHolders(token)))
+			}
 		}
 	}
 	return errors.Join(errs...)
