@@ -128,29 +128,30 @@ func (r *procRunner) waitStarted() error {
 func (r *procRunner) watch() {
 	exitKnown := false
 	if r.pidfd != nil {
-		if rc, err := r.pidfd.SyscallConn(); err == nil {
-			err = rc.Read(func(fd uintptr) bool {
-				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-				n, err := unix.Poll(fds, 0)
-				return err != nil || n > 0
-			})
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// Detached: the host lets the plugin outlive it.
-				r.sigMu.Lock()
-				r.reaped = true // no longer ours to signal
-				_ = r.pidfd.Close()
-				r.sigMu.Unlock()
+		switch err := r.waitPidfd(); {
+		case err == nil:
+			exitKnown = true
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			r.letGo()
+			return
+		case r.cmd == nil:
+			// Not our child: there is no wait(2) to fall back to, and
+			// declaring it exited on a failed watch would let a second
+			// writer start beside it. Check its pidfd until it exits.
+			r.log.Warn("watching the plugin's pidfd failed; checking it every 100ms instead", "pid", r.pid, "error", err)
+			if !r.pollUntilExit() {
+				r.letGo()
 				return
 			}
-			exitKnown = err == nil
-			if err != nil {
-				r.log.Warn("watching the plugin's pidfd failed; waiting for its exit instead", "pid", r.pid, "error", err)
-			}
+			exitKnown = true
+		default:
+			r.log.Warn("watching the plugin's pidfd failed; waiting for its exit instead", "pid", r.pid, "error", err)
 		}
 	}
 	if r.cmd != nil && !exitKnown {
-		// No pidfd (an old kernel): wait without holding sigMu, which
-		// would block every signal until the plugin exits.
+		// No pidfd (an old kernel), or it could not be watched: wait
+		// without holding sigMu, which would block every signal until
+		// the plugin exits.
 		state, err := r.cmd.Process.Wait()
 		r.sigMu.Lock()
 		r.state, r.waitErr, r.reaped = state, err, true
@@ -176,6 +177,78 @@ func (r *procRunner) watch() {
 		_ = r.pidfd.Close()
 	}
 	close(r.exited)
+}
+
+// waitPidfd waits, through the netpoller, until the pidfd reports the
+// process exited. It returns os.ErrDeadlineExceeded when the host detached,
+// and any other error when the pidfd could not be watched: then nothing is
+// known about the process.
+func (r *procRunner) waitPidfd() error {
+	rc, err := r.pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var pollErr error
+	err = rc.Read(func(fd uintptr) bool {
+		var exited bool
+		exited, pollErr = pidfdExited(int(fd))
+		return exited || pollErr != nil
+	})
+	if err != nil {
+		return err
+	}
+	return pollErr
+}
+
+// pollUntilExit checks the pidfd every 100ms until the process has exited
+// (true) or the host detached (false). It is the fallback for a plugin that
+// is not our child when the netpoller cannot watch its pidfd; a check that
+// keeps failing keeps the plugin counted as running.
+func (r *procRunner) pollUntilExit() bool {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if rc, err := r.pidfd.SyscallConn(); err == nil {
+			exited := false
+			_ = rc.Control(func(fd uintptr) { exited, _ = pidfdExited(int(fd)) })
+			if exited {
+				return true
+			}
+		}
+		select {
+		case <-r.detachedCh:
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// pidfdExited reports whether the process behind pidfd has exited (its
+// pidfd is readable then), without blocking. An interrupted poll is
+// retried: Go's runtime signals its own threads all the time (preemption),
+// and a poll cut short by a signal says nothing about the process; taking
+// it for an exit once made the watcher SIGKILL live plugins.
+func pidfdExited(pidfd int) (bool, error) {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("poll pidfd: %w", err)
+		}
+		return n > 0, nil
+	}
+}
+
+// letGo stops watching a detached plugin: the host lets it outlive it, and
+// it is no longer this runner's to signal.
+func (r *procRunner) letGo() {
+	r.sigMu.Lock()
+	r.reaped = true
+	_ = r.pidfd.Close()
+	r.sigMu.Unlock()
 }
 
 // reapIfChild reaps a reattached plugin that happens to be this process's
