@@ -46,7 +46,18 @@ type child struct {
 // when ownGroup is set.
 func spawn(t testing.TB, script string, env []string, ownGroup bool) *child {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", script)
+	return start(t, exec.Command("sh", "-c", script), env, ownGroup)
+}
+
+// sleeper starts sleep 300 itself (not through sh, whose exec of sleep would
+// open a second window with an empty environment).
+func sleeper(t testing.TB, env []string, ownGroup bool) *child {
+	t.Helper()
+	return start(t, exec.Command("sleep", "300"), env, ownGroup)
+}
+
+func start(t testing.TB, cmd *exec.Cmd, env []string, ownGroup bool) *child {
+	t.Helper()
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: ownGroup}
 	if err := cmd.Start(); err != nil {
@@ -64,6 +75,18 @@ func spawn(t testing.TB, script string, env []string, ownGroup bool) *child {
 		_ = cmd.Process.Kill()
 		<-c.done
 	})
+	// Start returns while the kernel may still be setting up the exec:
+	// for a moment /proc shows an empty environment, so a probe would see
+	// no spawn token (the host re-reads for this; the tests wait).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
+		if err != nil || len(env) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not exec within 5s", cmd)
+		}
+	}
 	return c
 }
 
@@ -93,7 +116,7 @@ func identify(t testing.TB, pid int) leasestore.ProcessIdentity {
 }
 
 func TestIdentifyRealProcess(t *testing.T) {
-	c := spawn(t, "exec sleep 300", []string{tokenVar + "=real-token"}, true)
+	c := sleeper(t, []string{tokenVar + "=real-token"}, true)
 	id := identify(t, c.pid())
 	if id.PID != c.pid() || id.StartTicks == 0 || id.BootID == "" || id.SpawnToken != "real-token" || id.HostID != hostID {
 		t.Fatalf("identity %+v", id)
@@ -113,9 +136,9 @@ func TestIdentifyRealProcess(t *testing.T) {
 
 func TestProbeRealProcesses(t *testing.T) {
 	ctx := context.Background()
-	withToken := spawn(t, "exec sleep 300", []string{tokenVar + "=token-a"}, true)
-	withoutToken := spawn(t, "exec sleep 300", nil, true)
-	dying := spawn(t, "exec sleep 300", []string{tokenVar + "=token-c"}, true)
+	withToken := sleeper(t, []string{tokenVar + "=token-a"}, true)
+	withoutToken := sleeper(t, nil, true)
+	dying := sleeper(t, []string{tokenVar + "=token-c"}, true)
 
 	a, b, c := identify(t, withToken.pid()), identify(t, withoutToken.pid()), identify(t, dying.pid())
 	b.SpawnToken = "token-b" // recorded at spawn; this child's environment lacks it
@@ -163,7 +186,7 @@ func spawnAtPID(t *testing.T, pid int, env []string) (*child, bool) {
 			t.Logf("cannot steer pid allocation: %v", err)
 			return nil, false
 		}
-		c := spawn(t, "exec sleep 300", env, true)
+		c := sleeper(t, env, true)
 		if c.pid() == pid {
 			return c, true
 		}
@@ -176,7 +199,7 @@ func spawnAtPID(t *testing.T, pid int, env []string) (*child, bool) {
 // A pid reused by another process is a mismatch, never the old owner alive.
 func TestPIDReuseIsAMismatch(t *testing.T) {
 	ctx := context.Background()
-	first := spawn(t, "exec sleep 300", []string{tokenVar + "=first"}, true)
+	first := sleeper(t, []string{tokenVar + "=first"}, true)
 	recorded := identify(t, first.pid())
 	// Start ticks are 10 ms apart: a pid reused within the same tick is
 	// indistinguishable by start time, which is why identity also carries
@@ -218,13 +241,13 @@ func TestReaperStopsOnlyOrphans(t *testing.T) {
 	ctx := context.Background()
 	// An orphan that ignores SIGTERM and has a child in its group.
 	stubborn := spawn(t, `trap "" TERM; sleep 300 & wait`, []string{tokenVar + "=orphan-1"}, true)
-	polite := spawn(t, "exec sleep 300", []string{tokenVar + "=orphan-2"}, true)
-	owned := spawn(t, "exec sleep 300", []string{tokenVar + "=owned-1"}, true)
-	untokened := spawn(t, "exec sleep 300", nil, true)
-	otherHost := spawn(t, "exec sleep 300", []string{"AGENTHOST_SPAWN_TOKEN_OTHER=orphan-1"}, true)
+	polite := sleeper(t, []string{tokenVar + "=orphan-2"}, true)
+	owned := sleeper(t, []string{tokenVar + "=owned-1"}, true)
+	untokened := sleeper(t, nil, true)
+	otherHost := sleeper(t, []string{"AGENTHOST_SPAWN_TOKEN_OTHER=orphan-1"}, true)
 	// An orphan in this test's own process group: only it may be signalled,
 	// never the group (which holds the test binary).
-	inOurGroup := spawn(t, "exec sleep 300", []string{tokenVar + "=orphan-3"}, false)
+	inOurGroup := sleeper(t, []string{tokenVar + "=orphan-3"}, false)
 
 	grandchild := waitForGroupMember(t, stubborn.pid())
 	tick := func(c *child) uint64 { return identify(t, c.pid()).StartTicks }
@@ -345,7 +368,7 @@ func TestReaperLogsFailuresWithoutReporter(t *testing.T) {
 }
 
 func TestReaperWithoutLeaseViewSignalsNothing(t *testing.T) {
-	c := spawn(t, "exec sleep 300", []string{tokenVar + "=orphan-x"}, true)
+	c := sleeper(t, []string{tokenVar + "=orphan-x"}, true)
 	var reported error
 	rep := (&probe.Reaper{TokenVar: tokenVar, OnError: func(_ string, err error) { reported = err }}).Reap(context.Background())
 	if reported == nil || len(rep.Stopped) != 0 || !running(t, c.pid(), 0) {
@@ -387,7 +410,7 @@ func TestReaperSparesItsOwnLineage(t *testing.T) {
 }
 
 func TestReaperStopsWhenOwnershipIsUnknown(t *testing.T) {
-	c := spawn(t, "exec sleep 300", []string{tokenVar + "=maybe-owned"}, true)
+	c := sleeper(t, []string{tokenVar + "=maybe-owned"}, true)
 	var reported error
 	rep := (&probe.Reaper{TokenVar: tokenVar, Grace: 100 * time.Millisecond,
 		Owned:   func(string) (bool, error) { return false, errors.New("store partly unreadable") },
