@@ -402,7 +402,14 @@ func (c *cli) initialize(ctx context.Context) error {
 	defer cancel()
 	id, ch, err := c.request("initialize", map[string]any{"hooks": nil})
 	if err != nil {
-		return fmt.Errorf("claude did not take the initialize request: %v (%s)", err, c.exitNote())
+		// A CLI that refuses its arguments exits at once, and the write
+		// can lose that race (broken pipe): say what the user can act on,
+		// the exit and its stderr, whichever happened first.
+		note := c.exitNote()
+		if c.hasExited() {
+			return fmt.Errorf("claude exited at startup (%s)", note)
+		}
+		return fmt.Errorf("claude did not take the initialize request: %v (%s)", err, note)
 	}
 	defer c.forget(id)
 	for {
