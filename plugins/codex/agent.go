@@ -253,6 +253,14 @@ func (a *agent) startupError(step string, err error, p *process) error {
 	if errors.Is(err, errProcessGone) {
 		return fmt.Errorf("codex: %s failed: %w", step, err)
 	}
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		// A failed write (broken pipe) usually means the app-server
+		// exited at startup; its exit and stderr say why, not the pipe.
+		p.settle(2 * time.Second)
+		if p.done() {
+			return fmt.Errorf("codex: %s failed: %w: it exited at startup (%s)%s", step, errProcessGone, p.exitStatus(), stderrNote(p))
+		}
+	}
 	return fmt.Errorf("codex: %s failed: %w%s", step, err, stderrNote(p))
 }
 

@@ -275,6 +275,10 @@ func TestReadinessFailures(t *testing.T) {
 			[]string{"OPENAI_API_KEY is set but withheld from codex by the credential policy", "allow_credentials=true"}},
 		{"bad option", true, map[string]string{"approval_policy": "sometimes"}, nil,
 			[]string{`approval_policy="sometimes" is invalid`, "on-request"}},
+		// Whether the initialize write or the exit comes first, the error
+		// quotes how the app-server ended.
+		{"app-server exits at startup", true, nil, []string{"FAKECODEX_FAIL_START=Error loading config.toml: bad key"},
+			[]string{"codex: initialize failed", "exit status 1", "Error loading config.toml: bad key"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHome(t, tt.auth)

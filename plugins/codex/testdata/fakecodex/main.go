@@ -26,7 +26,9 @@
 // FAKECODEX_SLOW delays every line it writes, FAKECODEX_IGNORE_SIGTERM=1
 // ignores SIGTERM and stdin EOF, FAKECODEX_RESUME_OTHER=1 answers
 // thread/resume with another thread, FAKECODEX_LOG appends every line it
-// reads to a file.
+// reads to a file, FAKECODEX_FAIL_START=MESSAGE makes app-server print
+// MESSAGE to stderr and exit 1 before reading anything (as a codex that
+// cannot read its config does).
 package main
 
 import (
@@ -54,6 +56,9 @@ func main() {
 			v = "0.171.0"
 		}
 		fmt.Println("codex-cli " + v)
+	case len(args) >= 1 && args[0] == "app-server" && os.Getenv("FAKECODEX_FAIL_START") != "":
+		fmt.Fprintln(os.Stderr, os.Getenv("FAKECODEX_FAIL_START"))
+		os.Exit(1)
 	case len(args) >= 1 && args[0] == "app-server":
 		newServer().serve()
 	default:
