@@ -550,8 +550,10 @@ func TestCloseKillsStubbornCLI(t *testing.T) {
 	if err := p.Close(1500 * time.Millisecond); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if d := time.Since(start); d > 1500*time.Millisecond {
-		t.Errorf("close took %s", d)
+	// Within its deadline, give or take the scheduling of a busy machine;
+	// the graces it would wait without one add up to 4s.
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Errorf("close with a 1.5s deadline took %s", d)
 	}
 	if codextest.Alive(kids[0]) {
 		t.Errorf("app-server %d survived Close", kids[0])
