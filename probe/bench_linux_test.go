@@ -21,7 +21,7 @@ func BenchmarkBatchProbe500(b *testing.B) {
 	sessions := make([]leasestore.Session, n)
 	pids := make([]int, n)
 	for i := range n {
-		c := spawn(b, "exec sleep 600", []string{tokenVar + "=" + fmt.Sprint("bench-", i)}, false)
+		c := sleeper(b, []string{tokenVar + "=" + fmt.Sprint("bench-", i)}, false)
 		pids[i] = c.pid()
 	}
 	for i, pid := range pids {
