@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
@@ -46,6 +48,8 @@ func tortureRole() int {
 	h, err := Open(ctx, Config{
 		StateDir: dir, Agents: map[string]AgentPlugin{"scripted": {Path: plugin}},
 		StartupTimeout: 20 * time.Second, StopTimeout: time.Second, ReattachTimeout: 5 * time.Second, ReprobeInterval: time.Hour,
+		// Warnings reach the driver's failure messages (see ended).
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "torture-host", Level: hclog.Warn, Output: os.Stderr}),
 	})
 	if err != nil {
 		fmt.Printf("violation: open failed: %v\n", err)
@@ -246,6 +250,26 @@ type tortureHost struct {
 	done  chan struct{}
 	// races counts data races the child's race detector reported.
 	races *int
+	// waitErr is how the child ended; read it after done is closed.
+	waitErr error
+	// stderr keeps the child's last stderr lines, for failure messages.
+	stderrMu sync.Mutex
+	stderr   []string
+}
+
+// ended says how the child ended and what it last wrote to stderr.
+func (th *tortureHost) ended() string {
+	<-th.done
+	th.stderrMu.Lock()
+	defer th.stderrMu.Unlock()
+	how := "exit status 0"
+	if th.waitErr != nil {
+		how = th.waitErr.Error()
+	}
+	if len(th.stderr) == 0 {
+		return how + ", nothing on stderr"
+	}
+	return how + "; its stderr ended with:\n" + strings.Join(th.stderr, "\n")
 }
 
 func startTortureHost(t *testing.T, dir, role string) *tortureHost {
@@ -275,6 +299,11 @@ func startTortureHost(t *testing.T, dir, role string) *tortureHost {
 			if strings.Contains(sc.Text(), "WARNING: DATA RACE") {
 				*races++
 			}
+			th.stderrMu.Lock()
+			if th.stderr = append(th.stderr, sc.Text()); len(th.stderr) > 40 {
+				th.stderr = th.stderr[1:]
+			}
+			th.stderrMu.Unlock()
 			fmt.Fprintln(os.Stderr, sc.Text())
 		}
 	}()
@@ -285,7 +314,7 @@ func startTortureHost(t *testing.T, dir, role string) *tortureHost {
 		}
 		close(th.lines)
 		<-stderrDone
-		_ = cmd.Wait()
+		th.waitErr = cmd.Wait()
 		close(th.done)
 	}()
 	return th
@@ -366,7 +395,7 @@ func TestCrashTorture(t *testing.T) {
 			th.kill()
 			t.Fatalf("round %d: %s", round, line)
 		case line == "":
-			t.Fatalf("round %d: the host exited before checking its invariants", round)
+			t.Fatalf("round %d: the host exited before checking its invariants (%s)", round, th.ended())
 		}
 		results["invariants ok"]++
 		th.next(t, "working")
@@ -430,8 +459,18 @@ func killOnePlugin(t *testing.T, tokenVar string, rng *rand.Rand) bool {
 	return syscall.Kill(pids[rng.IntN(len(pids))], syscall.SIGKILL) == nil
 }
 
+// killTokenHolders kills every process carrying the token variable. A
+// plugin a dying host had just forked shows its token only once its exec
+// is through, so the scan is repeated until it comes up empty twice.
 func killTokenHolders(t *testing.T, tokenVar string) {
-	for _, pid := range tokenHolders(t, tokenVar) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	deadline := time.Now().Add(5 * time.Second)
+	for empty := 0; empty < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		pids := tokenHolders(t, tokenVar)
+		if len(pids) == 0 {
+			empty++
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
