@@ -15,6 +15,7 @@ import (
 )
 
 func main() {
+	keepInheritedFDsHere()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

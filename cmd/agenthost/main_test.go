@@ -203,9 +203,19 @@ func serve(t *testing.T, dir string, extra ...string) *server {
 
 func startServe(t *testing.T, dir string, extra ...string) *server {
 	t.Helper()
+	return startServeCmd(t, dir, nil, extra...)
+}
+
+// startServeCmd is startServe with a chance to change the command (setup
+// may be nil) before it starts.
+func startServeCmd(t *testing.T, dir string, setup func(*exec.Cmd), extra ...string) *server {
+	t.Helper()
 	args := append([]string{"--state-dir", dir, "serve", "--shutdown-sessions"}, extra...)
 	s := &server{t: t, dir: dir, cmd: exec.Command(bins.agenthost, args...), done: make(chan struct{})}
 	s.cmd.Env = testEnv()
+	if setup != nil {
+		setup(s.cmd)
+	}
 	s.cmd.Stderr = lockedWriter{&s.mu, &s.stderr}
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {

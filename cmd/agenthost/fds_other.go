@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// keepInheritedFDsHere is Linux-only; the host runs only there.
+func keepInheritedFDsHere() {}
