@@ -94,7 +94,9 @@
 // OpenBadger keeps everything in one Badger directory under the state
 // directory, tuned for a desktop footprint (see badgerOptions). Before
 // opening it takes an exclusive lock naming its pid (a second host gets
-// "state directory in use by pid N"), and a crash-loop marker: Badger can
+// "state directory in use by pid N"; when pid N has exited, the open first
+// waits up to two seconds, since a child the dead host was starting holds
+// its descriptors until its exec), and a crash-loop marker: Badger can
 // kill the process while opening a damaged table, so opens that keep dying
 // are detected (Options.ProbeOpen tells them from deaths with other causes),
 // the damaged directory is moved aside and the session records are restored

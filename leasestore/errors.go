@@ -3,6 +3,7 @@ package leasestore
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"syscall"
 )
 
@@ -97,9 +98,17 @@ func (e *TransitionError) Unwrap() error { return e.Err }
 type LockedError struct {
 	Dir string
 	PID int // 0 when the holder did not record its pid
+	// HolderExited: the process that recorded PID has exited, yet the lock
+	// stayed held for as long as an open waits for it; a process that
+	// inherited its descriptors (a plugin it started) holds it.
+	HolderExited bool
 }
 
 func (e *LockedError) Error() string {
+	if e.HolderExited {
+		return fmt.Sprintf("state directory %s is still locked although pid %d, which locked it, has exited: a process it started holds its lock file (find it with: fuser %s); stop that process or use another --state-dir",
+			e.Dir, e.PID, filepath.Join(e.Dir, lockFileName))
+	}
 	if e.PID > 0 {
 		return fmt.Sprintf("state directory %s in use by pid %d; stop that agenthost or use another --state-dir", e.Dir, e.PID)
 	}

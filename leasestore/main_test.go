@@ -68,6 +68,8 @@ func runChild(role string) int {
 		}
 		fmt.Println("deleted")
 		return 0
+	case "lock-and-leave-heir":
+		return lockAndLeaveHeir(dir, os.Getenv("LEASESTORE_TEST_HEIR_SLEEP"))
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2

@@ -111,7 +111,7 @@ func (s *BadgerStore) openDB(ctx context.Context) error {
 	if err := os.WriteFile(marker, []byte(strconv.Itoa(attempts+1)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write crash-loop marker %s: %w", marker, err)
 	}
-	db, err := badger.Open(badgerOptions(storeDir, s.log))
+	db, err := openBadgerWaiting(storeDir, s.log)
 	if err != nil {
 		if damaged(err) && !environmental(err) {
 			return s.restore(fmt.Sprintf("opening it failed: %v", err))
@@ -206,12 +206,31 @@ func environmental(err error) bool {
 	return false
 }
 
+// badgerLockedSign is how Badger says its own directory lock is held.
+const badgerLockedSign = "Another process is using this Badger database"
+
+// openBadgerWaiting opens Badger, waiting up to lockWait while its own
+// directory lock is held. This store already holds agenthost.lock, so the
+// holder is most likely a child a dead host was starting, which lets go
+// at its exec (see lockWait); a tool holding it is reported after the wait.
+// Badger takes the lock first thing in Open, before it starts anything.
+func openBadgerWaiting(storeDir string, log hclog.Logger) (*badger.DB, error) {
+	deadline := time.Now().Add(lockWait)
+	for {
+		db, err := badger.Open(badgerOptions(storeDir, log))
+		if err == nil || !strings.Contains(err.Error(), badgerLockedSign) || !time.Now().Before(deadline) {
+			return db, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // refuseOpen explains an open error that does not prove damage. Nothing was
 // moved or changed; the advice says what the user can do.
 func (s *BadgerStore) refuseOpen(storeDir string, err error) error {
 	msg := err.Error()
 	switch {
-	case strings.Contains(msg, "Another process is using this Badger database"):
+	case strings.Contains(msg, badgerLockedSign):
 		// Our own lock (agenthost.lock) is held, so this is another
 		// program: the badger CLI, a backup tool.
 		lockPath := filepath.Join(storeDir, "LOCK")
