@@ -378,7 +378,11 @@ func TestCrashTorture(t *testing.T) {
 	pluginKills := 0
 	for round := 1; round <= rounds; round++ {
 		th := startTortureHost(t, dir, "work")
-		if line := th.next(t, "tokenvar "); line != "" {
+		switch line := th.next(t, "tokenvar ", "violation: "); {
+		case strings.HasPrefix(line, "violation: "):
+			th.kill()
+			t.Fatalf("round %d: %s", round, line)
+		case line != "":
 			tokenVar = strings.TrimPrefix(line, "tokenvar ")
 		}
 		// Now and then kill the host while it is still opening.
