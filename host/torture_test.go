@@ -154,11 +154,28 @@ func checkInvariants(ctx context.Context, h *Host) []string {
 			v = append(v, fmt.Sprintf("orphan plugin %v survived reconciliation", pids))
 		}
 	}
-	// Sockets: every socket directory belongs to a live plugin.
+	// Sockets: every socket directory belongs to a live plugin, or to a
+	// session latched with its token (its plugin's fate is not known, so
+	// the reaper keeps its socket).
 	if entries, err := os.ReadDir(h.socketRoot()); err == nil {
 		for _, e := range entries {
-			if _, ok := live[e.Name()]; !ok {
-				v = append(v, fmt.Sprintf("stale socket directory %s", e.Name()))
+			if _, ok := live[e.Name()]; ok {
+				continue
+			}
+			id, owned := owned[e.Name()]
+			if !owned {
+				v = append(v, fmt.Sprintf("stale socket directory %s, owned by no session", e.Name()))
+				continue
+			}
+			if d := decisions[id]; d.Action != ActionLatched {
+				var lease leasestore.Lease
+				for _, s := range sessions {
+					if s.ID == id {
+						lease = s.Lease
+					}
+				}
+				v = append(v, fmt.Sprintf("stale socket directory %s of session %q (decided %s: %s; claim %s, stage %s, reserved %q, owner %+v)",
+					e.Name(), id, d.Action, d.Reason, lease.Claim, lease.Stage, lease.ReservedSpawnToken, lease.Owner))
 			}
 		}
 	}
