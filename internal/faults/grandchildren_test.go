@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/probe"
 )
 
 // TestCLIGrandchildrenDieWithTheSession: the claude CLI forks grandchildren
@@ -40,10 +40,10 @@ func TestCLIGrandchildrenDieWithTheSession(t *testing.T) {
 func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	marker := "FAKECLAUDE_MARKER=grandchildren-" + rand.Text()
+	marker := "grandchildren-" + rand.Text()
 	// Whatever happens, nothing this test started outlives it.
 	t.Cleanup(func() {
-		for _, pid := range markedProcesses(marker) {
+		for _, pid := range markedProcesses(t, marker) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
@@ -57,7 +57,7 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 		t.Fatal(err)
 	}
 	env := []string{"HOME=" + home, "CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
-		"AGENTHOST_CLAUDE_PATH=" + bins.fakeClaude, marker, "FAKECLAUDE_FORK_AND_DIE=" + strconv.Itoa(n)}
+		"AGENTHOST_CLAUDE_PATH=" + bins.fakeClaude, markerVar + "=" + marker, "FAKECLAUDE_FORK_AND_DIE=" + strconv.Itoa(n)}
 	if ignoreTerm {
 		env = append(env, "FAKECLAUDE_GRANDCHILD_IGNORE_SIGTERM=1")
 	}
@@ -110,7 +110,7 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 		t.Fatalf("the session ended with its CLI: %v", s.Err())
 	default:
 	}
-	before := markedProcesses(marker)
+	before := markedProcesses(t, marker)
 	if !slices.Contains(before, plugin) {
 		t.Fatalf("plugin %d is not running after its CLI died (marked processes: %s)", plugin, describeProcesses(before))
 	}
@@ -119,9 +119,8 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 		t.Fatalf("marked processes besides the plugin: %s; the CLI reported forking %v", describeProcesses(grandchildren), forked)
 	}
 	for _, pid := range grandchildren {
-		st, ok := readStat(pid)
-		if !ok || st.pgrp != plugin || st.ppid == plugin {
-			t.Fatalf("grandchild %d: %+v (found %v); want it orphaned in the plugin's process group %d", pid, st, ok, plugin)
+		if p := readProc(t, pid); p.Presence != probe.Present || p.PGID != plugin || p.PPID == plugin {
+			t.Fatalf("grandchild %d: %+v; want it orphaned in the plugin's process group %d", pid, p, plugin)
 		}
 	}
 
@@ -136,7 +135,7 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 	var left []int
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		left = markedProcesses(marker)
+		left = markedProcesses(t, marker)
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -145,7 +144,7 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 	if len(left) > 0 {
 		t.Fatalf("after stop and shutdown, processes of the session survive: %s", describeProcesses(left))
 	}
-	if _, ok := readStat(plugin); ok {
+	if readProc(t, plugin).Presence == probe.Present {
 		t.Fatalf("plugin %d still exists after stop and shutdown", plugin)
 	}
 	how := "SIGTERM"
@@ -156,58 +155,44 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 		r.StopReason, r.Error, plugin, len(grandchildren), grandchildren, plugin, grandchildren, how)
 }
 
+// markerVar is the environment variable the fake CLI and everything it
+// starts inherit, so the test can find them all in the process table.
+const markerVar = "FAKECLAUDE_MARKER"
+
 // markedProcesses lists, sorted, the live processes (not zombies) whose
-// environment holds kv.
-func markedProcesses(kv string) []int {
-	ents, _ := os.ReadDir("/proc")
+// environment sets markerVar to value.
+func markedProcesses(t *testing.T, value string) []int {
+	t.Helper()
+	procs, err := (&probe.ProcFS{TokenVar: markerVar}).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !slices.ContainsFunc(bytes.Split(b, []byte{0}), func(v []byte) bool { return string(v) == kv }) {
-			continue
-		}
-		if st, ok := readStat(pid); ok && st.state != 'Z' && st.state != 'X' {
-			out = append(out, pid)
+	for _, p := range procs {
+		if p.Token == value && !p.Zombie && p.PID != os.Getpid() {
+			out = append(out, p.PID)
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-type procStat struct {
-	state      byte
-	ppid, pgrp int
-}
-
-// readStat reads a process's state, parent and process group.
-func readStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+// readProc reads one process's entry in /proc; Presence says whether it
+// (or its zombie) still exists.
+func readProc(t *testing.T, pid int) probe.Process {
+	t.Helper()
+	procs, err := (&probe.ProcFS{}).Read(context.Background(), []int{pid})
 	if err != nil {
-		return procStat{}, false
+		t.Fatal(err)
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 {
-		return procStat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	pgrp, _ := strconv.Atoi(f[2])
-	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, true
+	return procs[0]
 }
 
 // describeProcesses lists pids with their command lines.
 func describeProcesses(pids []int) string {
 	var parts []string
 	for _, pid := range pids {
-		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		parts = append(parts, fmt.Sprintf("%d %q", pid, strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))))
+		parts = append(parts, fmt.Sprintf("%d %q", pid, cmdline(pid)))
 	}
 	if len(parts) == 0 {
 		return "none"
