@@ -256,16 +256,9 @@ func TestAliveButSilentOwnerIsLatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = silent.Process.Kill(); _ = silent.Wait() })
-	// Start can return before the kernel shows the new environment in
-	// /proc; identify the process once its token is visible.
-	var ident leasestore.ProcessIdentity
-	for deadline := time.Now().Add(5 * time.Second); ident.SpawnToken != r.Lease.ReservedSpawnToken; time.Sleep(time.Millisecond) {
-		if ident, err = h1.prober.Identify(ctx, silent.Process.Pid); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the silent process's token never showed in /proc: %+v", ident)
-		}
+	ident, err := h1.prober.IdentifyStarted(ctx, silent.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
 	}
 	f := r.Lease.Fence
 	for _, tr := range []leasestore.Transition{

@@ -234,7 +234,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		StartupTimeout: h.cfg.StartupTimeout, StopTimeout: h.cfg.StopTimeout,
 		Logger: h.log.Named("plugin").With("session", id, "agent", req.Agent),
 		OnStart: func(pid int) error {
-			ident, err := h.identifyStarted(ctx, pid)
+			ident, err := h.prober.IdentifyStarted(ctx, pid)
 			if err != nil {
 				return fmt.Errorf("read the identity of plugin pid %d: %w", pid, err)
 			}
@@ -814,31 +814,6 @@ func (s *Session) drain(ctx context.Context) {
 		case <-dctx.Done():
 			return
 		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// identifyStarted reads the identity of a plugin the host just started.
-// The exec that started it may still be under way: the kernel lets the
-// parent return from the spawn before the new program's environment is
-// readable, and /proc then shows none, so no spawn token. An empty token
-// is read again for a short while; a different token is never retried, and
-// one still missing afterwards is left for CommitOwner to refuse.
-func (h *Host) identifyStarted(ctx context.Context, pid int) (leasestore.ProcessIdentity, error) {
-	const (
-		settle = 2 * time.Second
-		step   = 2 * time.Millisecond
-	)
-	deadline := time.Now().Add(settle)
-	for {
-		ident, err := h.prober.Identify(ctx, pid)
-		if err != nil || ident.SpawnToken != "" || time.Now().After(deadline) {
-			return ident, err
-		}
-		select {
-		case <-ctx.Done():
-			return ident, nil
-		case <-time.After(step):
 		}
 	}
 }

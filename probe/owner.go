@@ -50,6 +50,31 @@ func (p *Prober) table() Table {
 	return platformTable(p.TokenVar)
 }
 
+// IdentifyStarted is Identify for a process the caller has just started.
+// The exec that started it may still be under way: the kernel lets the
+// parent return from the spawn before the new program's environment is
+// readable, and /proc then shows none, so no spawn token. An empty token is
+// read again for up to two seconds; a different token is never retried, and
+// one still missing afterwards is returned as read (a lease refuses it).
+func (p *Prober) IdentifyStarted(ctx context.Context, pid int) (leasestore.ProcessIdentity, error) {
+	const (
+		settle = 2 * time.Second
+		step   = 2 * time.Millisecond
+	)
+	deadline := time.Now().Add(settle)
+	for {
+		ident, err := p.Identify(ctx, pid)
+		if err != nil || ident.SpawnToken != "" || time.Now().After(deadline) {
+			return ident, err
+		}
+		select {
+		case <-ctx.Done():
+			return ident, nil
+		case <-time.After(step):
+		}
+	}
+}
+
 // Identify reads the identity of a live process on this host, as a lease
 // records it. It returns ErrNoProcess when the kernel says the pid is gone
 // and ErrUnverifiable when it cannot read enough to identify the process.

@@ -372,23 +372,14 @@ func benchProbe(owners, rounds int) ([]row, error) {
 	var pids []int
 	for i := range owners {
 		c := exec.Command("sleep", "600")
-		c.Env = []string{tokenVar + "=tok-" + strconv.Itoa(i)}
+		c.Env = []string{tokenVar + "=" + fmt.Sprint("tok-", i)}
 		if err := c.Start(); err != nil {
 			return nil, err
 		}
 		cmds = append(cmds, c)
-		// Until the kernel has finished the exec, /proc shows no
-		// environment: record the owner once its token is visible.
-		want := "tok-" + strconv.Itoa(i)
-		var id leasestore.ProcessIdentity
-		for deadline := time.Now().Add(5 * time.Second); id.SpawnToken != want; time.Sleep(time.Millisecond) {
-			var err error
-			if id, err = p.Identify(context.Background(), c.Process.Pid); err != nil {
-				return nil, err
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("owner %d: its spawn token never showed in /proc", i)
-			}
+		id, err := p.IdentifyStarted(context.Background(), c.Process.Pid)
+		if err != nil {
+			return nil, err
 		}
 		sessions = append(sessions, leasestore.Session{ID: fmt.Sprint(i), Lease: leasestore.Lease{Claim: leasestore.ClaimLive, Owner: &id}})
 		pids = append(pids, c.Process.Pid)
