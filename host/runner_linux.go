@@ -205,15 +205,16 @@ func (r *procRunner) waitPidfd() error {
 // is not our child when the netpoller cannot watch its pidfd; a check that
 // keeps failing keeps the plugin counted as running.
 func (r *procRunner) pollUntilExit() bool {
+	rc, err := r.pidfd.SyscallConn()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if rc, err := r.pidfd.SyscallConn(); err == nil {
-			exited := false
+		exited := false
+		if err == nil {
 			_ = rc.Control(func(fd uintptr) { exited, _ = pidfdExited(int(fd)) })
-			if exited {
-				return true
-			}
+		}
+		if exited {
+			return true
 		}
 		select {
 		case <-r.detachedCh:
