@@ -106,7 +106,7 @@ type LockedError struct {
 
 func (e *LockedError) Error() string {
 	if e.HolderExited {
-		return fmt.Sprintf("state directory %s is still locked although pid %d, which locked it, has exited: a process it started holds its lock file (find it with: fuser %s); stop that process or use another --state-dir",
+		return fmt.Sprintf("state directory %s is still locked although pid %d, which locked it, has exited: a process it started holds its lock file (find it with: fuser %[3]s, or lsof %[3]s); stop that process or use another --state-dir",
 			e.Dir, e.PID, filepath.Join(e.Dir, lockFileName))
 	}
 	if e.PID > 0 {
