@@ -1644,8 +1644,13 @@ type Usage struct {
 	CachedInputTokens int64                  `protobuf:"varint,3,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"`
 	ReasoningTokens   int64                  `protobuf:"varint,4,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
 	CostUsd           float64                `protobuf:"fixed64,5,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Tokens the conversation's context window holds after this update (what
+	// ACP's usage_update calls "used"); 0 when the agent cannot tell.
+	ContextTokens int64 `protobuf:"varint,6,opt,name=context_tokens,json=contextTokens,proto3" json:"context_tokens,omitempty"`
+	// The model's context window in tokens (ACP's "size"); 0 when unknown.
+	ContextWindow int64 `protobuf:"varint,7,opt,name=context_window,json=contextWindow,proto3" json:"context_window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -1709,6 +1714,20 @@ func (x *Usage) GetReasoningTokens() int64 {
 func (x *Usage) GetCostUsd() float64 {
 	if x != nil {
 		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *Usage) GetContextTokens() int64 {
+	if x != nil {
+		return x.ContextTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetContextWindow() int64 {
+	if x != nil {
+		return x.ContextWindow
 	}
 	return 0
 }
@@ -2112,13 +2131,15 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\bpriority\x18\x02 \x01(\tR\bpriority\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\"?\n" +
 	"\x04Plan\x127\n" +
-	"\aentries\x18\x01 \x03(\v2\x1d.agenthost.agent.v1.PlanEntryR\aentries\"\xc5\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.agenthost.agent.v1.PlanEntryR\aentries\"\x93\x02\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x03 \x01(\x03R\x11cachedInputTokens\x12)\n" +
 	"\x10reasoning_tokens\x18\x04 \x01(\x03R\x0freasoningTokens\x12\x19\n" +
-	"\bcost_usd\x18\x05 \x01(\x01R\acostUsd\"?\n" +
+	"\bcost_usd\x18\x05 \x01(\x01R\acostUsd\x12%\n" +
+	"\x0econtext_tokens\x18\x06 \x01(\x03R\rcontextTokens\x12%\n" +
+	"\x0econtext_window\x18\a \x01(\x03R\rcontextWindow\"?\n" +
 	"\rHandleChanged\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\"W\n" +

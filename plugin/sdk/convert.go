@@ -61,7 +61,8 @@ func updateToProto(u Update) *agentpb.Update {
 	case u.Usage != nil:
 		x := u.Usage
 		p.Kind = &agentpb.Update_Usage{Usage: &agentpb.Usage{InputTokens: x.InputTokens, OutputTokens: x.OutputTokens,
-			CachedInputTokens: x.CachedInputTokens, ReasoningTokens: x.ReasoningTokens, CostUsd: x.CostUSD}}
+			CachedInputTokens: x.CachedInputTokens, ReasoningTokens: x.ReasoningTokens, CostUsd: x.CostUSD,
+			ContextTokens: x.ContextTokens, ContextWindow: x.ContextWindow}}
 	case u.HandleChanged != nil:
 		p.Kind = &agentpb.Update_HandleChanged{HandleChanged: &agentpb.HandleChanged{Handle: u.HandleChanged.Handle, Origin: u.HandleChanged.Origin}}
 	case u.PermissionRequest != nil:

@@ -40,13 +40,21 @@ type PlanEntry struct {
 	Status   string // pending, in_progress, completed
 }
 
-// Usage reports token usage and cost.
+// Usage reports token usage and cost. The token counts are the provider's
+// own for the turn (or the step that reported them); ContextTokens and
+// ContextWindow are what a client shows as "context used of size".
 type Usage struct {
 	InputTokens       int64
 	OutputTokens      int64
 	CachedInputTokens int64
 	ReasoningTokens   int64
 	CostUSD           float64
+	// ContextTokens is how many tokens the conversation's context holds
+	// now; 0 when the agent cannot tell.
+	ContextTokens int64
+	// ContextWindow is the model's context window in tokens; 0 when
+	// unknown.
+	ContextWindow int64
 }
 
 // PermissionOption is one answer a permission request offers.

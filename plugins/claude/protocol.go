@@ -42,6 +42,8 @@ type message struct {
 	TerminalReason string   `json:"terminal_reason"`
 	TotalCostUSD   float64  `json:"total_cost_usd"`
 	Usage          *usage   `json:"usage"`
+	// ModelUsage is keyed by model name; each names its context window.
+	ModelUsage map[string]modelUsage `json:"modelUsage"`
 	NumTurns       int      `json:"num_turns"`
 
 	// control_request, control_cancel_request (CLI → plugin).
@@ -138,6 +140,11 @@ type usage struct {
 	OutputTokensDetails      *struct {
 		ThinkingTokens int64 `json:"thinking_tokens"`
 	} `json:"output_tokens_details"`
+}
+
+// modelUsage is one model's entry in a result's modelUsage.
+type modelUsage struct {
+	ContextWindow int64 `json:"contextWindow"`
 }
 
 // controlResponse is the body of a control_response line.

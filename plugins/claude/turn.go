@@ -229,6 +229,12 @@ func (r *turnRun) result(m *message) (sdk.StopReason, error) {
 			if u.OutputTokensDetails != nil {
 				su.ReasoningTokens = u.OutputTokensDetails.ThinkingTokens
 			}
+			// What the context holds after the turn: everything read
+			// (fresh, cache writes and cache reads) and what was written.
+			su.ContextTokens = su.InputTokens + u.OutputTokens
+		}
+		for _, mu := range m.ModelUsage {
+			su.ContextWindow = max(su.ContextWindow, mu.ContextWindow)
 		}
 		su.CostUSD = m.TotalCostUSD
 		if su != (sdk.Usage{}) {

@@ -164,6 +164,8 @@ type tokenUsageNotification struct {
 	TokenUsage struct {
 		Total tokenUsageBreakdown `json:"total"`
 		Last  tokenUsageBreakdown `json:"last"`
+		// ModelContextWindow is null when the model's window is unknown.
+		ModelContextWindow int64 `json:"modelContextWindow"`
 	} `json:"tokenUsage"`
 }
 

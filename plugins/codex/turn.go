@@ -301,6 +301,8 @@ func (t *turnRun) handle(m *message) (outcome, bool) {
 			t.turn.Usage(sdk.Usage{
 				InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 				CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningOutputTokens,
+				// The last request's total is what its context held.
+				ContextTokens: u.TotalTokens, ContextWindow: n.TokenUsage.ModelContextWindow,
 			})
 		}
 	case "error":
