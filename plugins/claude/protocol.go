@@ -44,7 +44,7 @@ type message struct {
 	Usage          *usage   `json:"usage"`
 	// ModelUsage is keyed by model name; each names its context window.
 	ModelUsage map[string]modelUsage `json:"modelUsage"`
-	NumTurns       int      `json:"num_turns"`
+	NumTurns   int                   `json:"num_turns"`
 
 	// control_request, control_cancel_request (CLI → plugin).
 	RequestID string          `json:"request_id"`
