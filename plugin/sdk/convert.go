@@ -38,7 +38,7 @@ func outcomeToProto(o PermissionOutcome) *agentpb.PermissionOutcome {
 }
 
 func updateToProto(u Update) *agentpb.Update {
-	p := &agentpb.Update{TurnId: u.TurnID, TimeUnixNano: u.Time.UnixNano()}
+	p := &agentpb.Update{TurnId: u.turnID, TimeUnixNano: u.Time.UnixNano()}
 	switch {
 	case u.AgentMessage != nil:
 		p.Kind = &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: blockToProto(*u.AgentMessage)}}
@@ -65,19 +65,19 @@ func updateToProto(u Update) *agentpb.Update {
 			ContextTokens: x.ContextTokens, ContextWindow: x.ContextWindow}}
 	case u.HandleChanged != nil:
 		p.Kind = &agentpb.Update_HandleChanged{HandleChanged: &agentpb.HandleChanged{Handle: u.HandleChanged.Handle, Origin: u.HandleChanged.Origin}}
-	case u.PermissionRequest != nil:
-		r := u.PermissionRequest
+	case u.permissionRequest != nil:
+		r := u.permissionRequest
 		pr := &agentpb.PermissionRequest{RequestId: r.RequestID, ToolCall: toolCallToProto(r.ToolCall)}
 		for _, o := range r.Options {
 			pr.Options = append(pr.Options, &agentpb.PermissionOption{OptionId: o.OptionID, Name: o.Name, Kind: o.Kind})
 		}
 		p.Kind = &agentpb.Update_PermissionRequest{PermissionRequest: pr}
-	case u.PermissionResolved != nil:
+	case u.permissionResolved != nil:
 		p.Kind = &agentpb.Update_PermissionResolved{PermissionResolved: &agentpb.PermissionResolved{
-			RequestId: u.PermissionResolved.RequestID, Outcome: outcomeToProto(u.PermissionResolved.Outcome)}}
-	case u.TurnStopped != nil:
+			RequestId: u.permissionResolved.RequestID, Outcome: outcomeToProto(u.permissionResolved.Outcome)}}
+	case u.turnStopped != nil:
 		p.Kind = &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{
-			StopReason: string(u.TurnStopped.StopReason), Error: u.TurnStopped.Error}}
+			StopReason: string(u.turnStopped.StopReason), Error: u.turnStopped.Error}}
 	}
 	return p
 }

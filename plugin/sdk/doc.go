@@ -20,7 +20,9 @@
 //
 // Every call from a host carries its lease fence. The plugin remembers the
 // highest fence it was attached at and refuses lower ones, so a host that
-// lost the session can never drive the plugin again.
+// lost the session can never drive the plugin again. The protocol's whole
+// contract, which this package meets for an Agent, is docs/protocol.md in the
+// repository.
 //
 // Rules for plugin code: never write to stdout (it carries the go-plugin
 // handshake); log through Environment.Logger, which writes hclog JSON to the

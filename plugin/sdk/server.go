@@ -238,7 +238,7 @@ func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *ru
 		}()
 		return a.Prompt(ctx, req, &Turn{id: req.TurnID, srv: s})
 	}()
-	stop := &TurnStopped{StopReason: reason}
+	stop := &turnStopped{StopReason: reason}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Cancelled: whatever the agent's error says (a CLI killed by the
@@ -257,7 +257,7 @@ func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *ru
 		s.turn = nil
 	}
 	s.mu.Unlock()
-	s.emit(Update{TurnID: req.TurnID, TurnStopped: stop})
+	s.emit(Update{turnID: req.TurnID, turnStopped: stop})
 }
 
 // emitInTurn appends an agent's update unless its turn has ended.
@@ -343,7 +343,7 @@ func (s *server) requestPermission(ctx context.Context, turnID string, req Permi
 	s.mu.Lock()
 	s.perms[req.RequestID] = pp
 	s.mu.Unlock()
-	s.emit(Update{TurnID: turnID, PermissionRequest: &req})
+	s.emit(Update{turnID: turnID, permissionRequest: &req})
 	select {
 	case out := <-pp.answer:
 		return out, nil
@@ -359,7 +359,7 @@ func (s *server) requestPermission(ctx context.Context, turnID string, req Permi
 		return <-pp.answer, nil
 	}
 	out := PermissionOutcome{Outcome: "cancelled"}
-	s.emit(Update{TurnID: turnID, PermissionResolved: &PermissionResolved{RequestID: req.RequestID, Outcome: out}})
+	s.emit(Update{turnID: turnID, permissionResolved: &permissionResolved{RequestID: req.RequestID, Outcome: out}})
 	return out, ctx.Err()
 }
 
@@ -381,7 +381,7 @@ func (s *server) AnswerPermission(ctx context.Context, req *agentpb.AnswerPermis
 	}
 	// Record the answer before the agent can act on it, so the journal
 	// never shows the agent's reaction ahead of the answer.
-	s.emit(Update{TurnID: pp.turnID, PermissionResolved: &PermissionResolved{RequestID: req.RequestId, Outcome: out}})
+	s.emit(Update{turnID: pp.turnID, permissionResolved: &permissionResolved{RequestID: req.RequestId, Outcome: out}})
 	pp.answer <- out
 	return &agentpb.AnswerPermissionResponse{}, nil
 }

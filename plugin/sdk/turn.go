@@ -3,7 +3,6 @@ package sdk
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 )
 
@@ -19,59 +18,64 @@ type Turn struct {
 // ID returns the turn's id.
 func (t *Turn) ID() string { return t.id }
 
-// Emit appends an update built by hand. Its TurnID, Seq and Time are filled
-// in. It refuses an update that sets no kind or more than one, and the kinds
-// only the SDK may produce (turn ends and permission requests and answers:
-// use Prompt's return and RequestPermission). After the turn has ended it
-// refuses everything: the host has already recorded the turn's end.
+// Emit appends an update built by hand, such as a user_message_chunk, for
+// which Turn has no helper; the turn id and sequence number are the SDK's.
+// It refuses an update that sets no kind or more than one. After the turn
+// has ended it refuses everything: the host has already recorded the
+// turn's end.
 func (t *Turn) Emit(u Update) error {
-	switch n := u.kinds(); {
-	case n != 1:
+	if n := u.kinds(); n != 1 {
 		return fmt.Errorf("sdk: an update must set exactly one kind, this one sets %d", n)
-	case u.TurnStopped != nil || u.PermissionRequest != nil || u.PermissionResolved != nil:
-		return errors.New("sdk: turn ends and permission updates are produced by the SDK, not emitted")
 	}
-	u.TurnID = t.id
+	u.turnID = t.id
 	return t.srv.emitInTurn(t.id, u)
 }
 
-func (t *Turn) emit(u Update) {
-	if err := t.Emit(u); err != nil {
+// emit is Emit for the helpers below. It also logs an update it cannot
+// append, so that none is dropped silently, whether or not the caller
+// looks at the error.
+func (t *Turn) emit(u Update) error {
+	err := t.Emit(u)
+	if err != nil {
 		t.srv.log.Warn("update dropped", "turn", t.id, "error", err)
 	}
+	return err
 }
 
-// Message streams a chunk of the agent's reply.
-func (t *Turn) Message(text string) {
-	t.Emit(Update{AgentMessage: &ContentBlock{Type: "text", Text: text}})
+// Message streams a chunk of the agent's reply. It fails only once the
+// turn has ended (the chunk is dropped, and logged): an agent streaming
+// from a goroutine of its own can stop there.
+func (t *Turn) Message(text string) error {
+	return t.emit(Update{AgentMessage: &ContentBlock{Type: "text", Text: text}})
 }
 
-// Thought streams a chunk of the agent's reasoning.
-func (t *Turn) Thought(text string) {
-	t.Emit(Update{AgentThought: &ContentBlock{Type: "text", Text: text}})
+// Thought streams a chunk of the agent's reasoning; it fails as Message
+// does.
+func (t *Turn) Thought(text string) error {
+	return t.emit(Update{AgentThought: &ContentBlock{Type: "text", Text: text}})
 }
 
 // ToolCall announces a tool call.
-func (t *Turn) ToolCall(c ToolCall) { t.emit(Update{ToolCall: &c}) }
+func (t *Turn) ToolCall(c ToolCall) { _ = t.emit(Update{ToolCall: &c}) }
 
 // ToolCallUpdate reports a tool call's progress.
-func (t *Turn) ToolCallUpdate(u ToolCallUpdate) { t.emit(Update{ToolCallUpdate: &u}) }
+func (t *Turn) ToolCallUpdate(u ToolCallUpdate) { _ = t.emit(Update{ToolCallUpdate: &u}) }
 
 // Plan reports the agent's plan; an empty plan clears it.
 func (t *Turn) Plan(entries []PlanEntry) {
 	if entries == nil {
 		entries = []PlanEntry{}
 	}
-	t.emit(Update{Plan: entries})
+	_ = t.emit(Update{Plan: entries})
 }
 
 // Usage reports token usage.
-func (t *Turn) Usage(u Usage) { t.emit(Update{Usage: &u}) }
+func (t *Turn) Usage(u Usage) { _ = t.emit(Update{Usage: &u}) }
 
 // HandleChanged reports that the provider minted a new handle for the
 // conversation; the host records it in the session's handle chain.
 func (t *Turn) HandleChanged(handle, origin string) {
-	t.emit(Update{HandleChanged: &HandleChanged{Handle: handle, Origin: origin}})
+	_ = t.emit(Update{HandleChanged: &HandleChanged{Handle: handle, Origin: origin}})
 }
 
 // RequestPermission asks the user and waits for the answer. A request

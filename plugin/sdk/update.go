@@ -83,24 +83,29 @@ type PermissionOutcome struct {
 // Cancelled reports whether the request was cancelled rather than answered.
 func (o PermissionOutcome) Cancelled() bool { return o.Outcome != "selected" }
 
-// Update is one event of a session, as the host journals it. Exactly one of
-// the kind fields is set. Seq and Time are assigned by the SDK's outbox.
+// Update is one event of a session, as the host journals it; Emit takes one
+// built by hand. Exactly one of the kind fields is set. The SDK assigns the
+// turn id and the sequence number, and it alone produces turn ends and
+// permission requests and answers (from Prompt's return and
+// RequestPermission), so those are no fields a plugin can set.
 type Update struct {
-	Seq    uint64
-	TurnID string
-	Time   time.Time
+	// Time is when the update happened; zero means when it is emitted.
+	Time time.Time
 
-	AgentMessage       *ContentBlock
-	AgentThought       *ContentBlock
-	UserMessage        *ContentBlock
-	ToolCall           *ToolCall
-	ToolCallUpdate     *ToolCallUpdate
-	Plan               []PlanEntry
-	Usage              *Usage
-	HandleChanged      *HandleChanged
-	PermissionRequest  *PermissionRequest
-	PermissionResolved *PermissionResolved
-	TurnStopped        *TurnStopped
+	AgentMessage   *ContentBlock
+	AgentThought   *ContentBlock
+	UserMessage    *ContentBlock
+	ToolCall       *ToolCall
+	ToolCallUpdate *ToolCallUpdate
+	Plan           []PlanEntry
+	Usage          *Usage
+	HandleChanged  *HandleChanged
+
+	// Set by the SDK only.
+	turnID             string
+	permissionRequest  *PermissionRequest
+	permissionResolved *permissionResolved
+	turnStopped        *turnStopped
 }
 
 // HandleChanged reports a new provider handle for the session.
@@ -109,14 +114,14 @@ type HandleChanged struct {
 	Origin string // created, resumed, forked
 }
 
-// PermissionResolved reports how a permission request was answered.
-type PermissionResolved struct {
+// permissionResolved reports how a permission request was answered.
+type permissionResolved struct {
 	RequestID string
 	Outcome   PermissionOutcome
 }
 
-// TurnStopped ends a turn.
-type TurnStopped struct {
+// turnStopped ends a turn.
+type turnStopped struct {
 	StopReason StopReason
 	// Error is set when StopReason is StopFailed.
 	Error string
@@ -128,7 +133,7 @@ func (u Update) kinds() int {
 	for _, set := range []bool{
 		u.AgentMessage != nil, u.AgentThought != nil, u.UserMessage != nil, u.ToolCall != nil,
 		u.ToolCallUpdate != nil, u.Plan != nil, u.Usage != nil, u.HandleChanged != nil,
-		u.PermissionRequest != nil, u.PermissionResolved != nil, u.TurnStopped != nil,
+		u.permissionRequest != nil, u.permissionResolved != nil, u.turnStopped != nil,
 	} {
 		if set {
 			n++
