@@ -31,7 +31,7 @@ func TestPluginSHA256IsVerifiedBeforeSpawn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	h, err := Open(ctx, Config{
+	h, err := openOnBadger(ctx, Config{
 		StateDir: dir,
 		Agents: map[string]AgentPlugin{
 			"pinned":    {Path: bins.scripted, SHA256: strings.ToUpper(good)},

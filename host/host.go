@@ -63,12 +63,18 @@ func DefaultCredentialPolicies() map[string]CredentialPolicy {
 	}
 }
 
-// Config configures a Host. StateDir is required; every other field's zero
-// value works.
+// Config configures a Host. StateDir and Store are required; every other
+// field's zero value works.
 type Config struct {
-	// StateDir holds the lease store, per-session plugin directories and
-	// logs. Must be absolute.
+	// StateDir holds per-session plugin directories, sockets and logs (and,
+	// by convention, the Badger store). Must be absolute.
 	StateDir string
+	// Store is the lease store the host keeps its sessions in, opened by
+	// the caller (badgerstore.Open, typically on StateDir). Open takes
+	// ownership: the host closes it on Close and Shutdown, and Open closes
+	// it when it fails. Nothing else may write to it while the host runs:
+	// Open marks every lease unreconciled and decides each.
+	Store leasestore.Store
 	// HostID names this execution host in leases. Default: "local".
 	HostID string
 	// ClaimKeyID names the key claims are granted under. Default: "default".
@@ -111,11 +117,13 @@ type Config struct {
 	ReprobeInterval time.Duration
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
-	// Now is the wall clock for journal entry times and the times in
-	// death evidence. Default: time.Now. Nothing is decided by it (leases
-	// move on fences and process identities, identities compare boot-
-	// relative start ticks), so a clock stepped backwards between runs
-	// changes recorded times only; tests inject one to step it.
+	// Now is the wall clock for the times in the death evidence the host
+	// gathers. Default: time.Now. The store stamps journal entries and
+	// records with a clock of its own (badgerstore.Options.Now): give both
+	// the same. Nothing is decided by it (leases move on fences and process
+	// identities, identities compare boot-relative start ticks), so a clock
+	// stepped backwards between runs changes recorded times only; tests
+	// inject one to step it.
 	Now func() time.Time
 }
 
@@ -157,7 +165,7 @@ const ReaperScope = probe.ReaperScope
 type Host struct {
 	cfg      Config
 	log      hclog.Logger
-	store    *leasestore.BadgerStore
+	store    leasestore.Store
 	prober   *probe.Prober
 	tokenVar string
 
@@ -185,16 +193,18 @@ type Host struct {
 // orphaned plugins are reaped in the background; their failures never fail
 // Open.
 //
-// A failed Open leaves nothing open: the store is closed again.
+// Open takes ownership of cfg.Store, and a failed Open leaves nothing
+// open: the store is closed again.
 func Open(ctx context.Context, cfg Config) (*Host, error) {
+	store := cfg.Store
+	if store == nil {
+		return nil, fmt.Errorf("%w: Config.Store is nil: open a lease store (badgerstore.Open) and pass it", leasestore.ErrInvalidArgument)
+	}
 	if !filepath.IsAbs(cfg.StateDir) {
+		_ = store.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: state directory must be absolute, got %q", leasestore.ErrInvalidArgument, cfg.StateDir)
 	}
 	cfg = cfg.withDefaults()
-	store, err := leasestore.OpenBadger(ctx, cfg.StateDir, leasestore.Options{Logger: cfg.Logger.Named("store"), Now: cfg.Now})
-	if err != nil {
-		return nil, err
-	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	tokenVar := probe.TokenVariable(hex.EncodeToString(sum[:4]))
 	// A host started from inside one of its own plugins' trees must not

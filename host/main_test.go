@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // bins are the plugin binaries the tests start, built once per test run.
@@ -62,3 +66,23 @@ func goleakMain(m *testing.M) int {
 }
 
 func unixGetsid(pid int) (int, error) { return unix.Getsid(pid) }
+
+// openOnBadger opens a host on cfg over a Badger store in its state
+// directory, logging and keeping time as the host does, the way the binary
+// wires them.
+func openOnBadger(ctx context.Context, cfg Config) (*Host, error) {
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store = store
+	return Open(ctx, cfg)
+}
+
+func openStore(ctx context.Context, cfg Config) (leasestore.Store, error) {
+	opts := badgerstore.Options{Now: cfg.Now}
+	if cfg.Logger != nil {
+		opts.Logger = cfg.Logger.Named("store")
+	}
+	return badgerstore.Open(ctx, cfg.StateDir, opts)
+}

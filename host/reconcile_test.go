@@ -19,6 +19,8 @@ import (
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
+	"github.com/agenthost/agenthost/leasestore/leasestoretest"
 	"github.com/agenthost/agenthost/probe"
 )
 
@@ -43,7 +45,7 @@ func hostConfig(t *testing.T, dir string) Config {
 
 func mustOpen(t *testing.T, cfg Config) *Host {
 	t.Helper()
-	h, err := Open(testCtx(t), cfg)
+	h, err := openOnBadger(testCtx(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,6 @@ func TestAliveButSilentOwnerIsLatched(t *testing.T) {
 	}
 	f := r.Lease.Fence
 	for _, tr := range []leasestore.Transition{
-		leasestore.BeginSpawn{Fence: f},
 		leasestore.CommitOwner{Fence: f, Owner: ident},
 		leasestore.ProveOwner{Fence: f, Handle: "h", Origin: leasestore.HandleCreated,
 			Reattach: &leasestore.Reattach{Network: "unix", Address: filepath.Join(dir, "no-such-socket"), ProtocolVersion: 1}},
@@ -309,8 +310,8 @@ func TestSecondHostIsToldWhoHoldsTheStateDir(t *testing.T) {
 	dir := stateDir(t)
 	h := mustOpen(t, hostConfig(t, dir))
 	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
-	_, err := Open(testCtx(t), hostConfig(t, dir))
-	var locked *leasestore.LockedError
+	_, err := openOnBadger(testCtx(t), hostConfig(t, dir))
+	var locked *badgerstore.LockedError
 	if !errors.As(err, &locked) || locked.PID != os.Getpid() {
 		t.Fatalf("second open: %v", err)
 	}
@@ -378,7 +379,8 @@ func TestSupportsCreate(t *testing.T) {
 // and the next stop retries it.
 func TestFailedTeardownIsRetriedByTheNextStop(t *testing.T) {
 	ctx := testCtx(t)
-	rt := &Runtime{Config: hostConfig(t, stateDir(t))}
+	cfg := hostConfig(t, stateDir(t))
+	rt := &Runtime{Config: cfg, OpenStore: func(ctx context.Context) (leasestore.Store, error) { return openStore(ctx, cfg) }}
 	h, err := rt.Host(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +397,7 @@ func TestFailedTeardownIsRetriedByTheNextStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	real := leasestore.NewJournal(h.store, "session-teardown-retry", s.Fence())
-	flaky := &flakyJournal{Journal: real, failures: 2}
+	flaky := &leasestoretest.FlakyJournal{Journal: real, Failures: 2}
 	if err := h.store.CloseRetries().CloseOrRetain(ctx, flaky); err == nil {
 		t.Fatal("the first close should fail")
 	}
@@ -411,17 +413,4 @@ func TestFailedTeardownIsRetriedByTheNextStop(t *testing.T) {
 	if got := h.store.CloseRetries().Pending(); len(got) != 0 {
 		t.Fatalf("pending after the retry: %q", got)
 	}
-}
-
-type flakyJournal struct {
-	*leasestore.Journal
-	failures int
-}
-
-func (f *flakyJournal) Close(ctx context.Context) error {
-	if f.failures > 0 {
-		f.failures--
-		return errors.New("close rejected")
-	}
-	return f.Journal.Close(ctx)
 }

@@ -100,7 +100,7 @@ func roundtripRole() int {
 	rp.codex, rp.fake = os.Getenv("RT_CODEX"), os.Getenv("RT_FAKECODEX")
 	ctx := context.Background()
 	dir, home := os.Getenv("RT_DIR"), os.Getenv("RT_HOME")
-	h, err := Open(ctx, referenceConfig(dir, home))
+	h, err := openOnBadger(ctx, referenceConfig(dir, home))
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // Runtime owns at most one Host for an application: Host opens it on first
@@ -12,9 +14,14 @@ import (
 // A Stop whose teardown fails keeps the host, so the next Stop retries the
 // very handles that failed instead of forgetting them.
 //
-// The zero value is not usable; set Config.
+// The zero value is not usable; set Config and OpenStore.
 type Runtime struct {
 	Config Config
+	// OpenStore opens the lease store for each attempt to open the host,
+	// which takes it over as Config.Store (a failed Open closes it, so a
+	// retry needs a store of its own). Nil: Config.Store is used as it is,
+	// which serves one attempt.
+	OpenStore func(ctx context.Context) (leasestore.Store, error)
 
 	mu      sync.Mutex
 	host    *Host
@@ -47,7 +54,7 @@ func (r *Runtime) Host(ctx context.Context) (*Host, error) {
 		call = &openCall{done: make(chan struct{})}
 		r.opening = call
 		go func() {
-			h, err := Open(context.WithoutCancel(ctx), r.Config)
+			h, err := r.open(context.WithoutCancel(ctx))
 			r.mu.Lock()
 			call.host, call.err = h, err
 			if err == nil {
@@ -65,6 +72,18 @@ func (r *Runtime) Host(ctx context.Context) (*Host, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func (r *Runtime) open(ctx context.Context) (*Host, error) {
+	cfg := r.Config
+	if r.OpenStore != nil {
+		store, err := r.OpenStore(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Store = store
+	}
+	return Open(ctx, cfg)
 }
 
 // Stop closes the host (its plugins keep running, see Host.Close) and any

@@ -57,7 +57,7 @@ type Session struct {
 	fence   uint64
 	handle  string
 	proc    *pluginProc
-	journal *leasestore.Journal
+	journal leasestore.Journal
 
 	mu      sync.Mutex
 	waiters map[string]chan TurnResult
@@ -83,7 +83,7 @@ type Session struct {
 // the plugin keeps the lease, and the next host readopts it.
 var ErrDetached = errors.New("host detached from the session; its plugin keeps running")
 
-func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pluginProc, journal *leasestore.Journal, fromSeq uint64) *Session {
+func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pluginProc, journal leasestore.Journal, fromSeq uint64) *Session {
 	return &Session{
 		h: h, id: id, agent: agent, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
 		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),

@@ -26,7 +26,7 @@ func openHost(t *testing.T) *Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	h, err := Open(context.Background(), Config{
+	h, err := openOnBadger(context.Background(), Config{
 		StateDir: dir,
 		Agents: map[string]AgentPlugin{
 			"scripted": {Path: bins.scripted},

@@ -45,7 +45,7 @@ func tortureRole() int {
 	}
 	dir, plugin := os.Getenv("TORTURE_DIR"), os.Getenv("TORTURE_PLUGIN")
 	ctx := context.Background()
-	h, err := Open(ctx, Config{
+	h, err := openOnBadger(ctx, Config{
 		StateDir: dir, Agents: map[string]AgentPlugin{"scripted": {Path: plugin}},
 		StartupTimeout: 20 * time.Second, StopTimeout: time.Second, ReattachTimeout: 5 * time.Second, ReprobeInterval: time.Hour,
 		// Warnings reach the driver's failure messages (see ended).

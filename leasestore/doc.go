@@ -1,6 +1,9 @@
 // Package leasestore is the durable model of agenthost: session records,
 // the lease that says which process may write to each session, and each
-// session's journal.
+// session's journal. It holds the types, the transitions, the codecs and
+// the Store interface; it stores nothing itself. Package
+// leasestore/badgerstore is the embedded backend, and package
+// leasestoretest the conformance suite every backend passes.
 //
 // # Sessions and leases
 //
@@ -9,7 +12,7 @@
 // acknowledged, and the provider handle chain (each link a handle such as a
 // Claude session id or a Codex thread id, how it came to be, and the fence it
 // was minted at). Session ids are opaque: any valid UTF-8, NUL and '/'
-// included; keys embed them length-prefixed so no id collides with another.
+// included (ValidateSessionID).
 //
 // The lease is a separate question: which process may write to the session
 // right now. Its fence is a generation number that starts at 0 (never
@@ -26,9 +29,9 @@
 //
 //	released ──Reserve(expected fence)──▶ reserved/proving       fence+1, new spawn token
 //	reserved/proving ──PreSpawnFailure──▶ same, with durable proof no process was started
-//	reserved/proving ──BeginSpawn──▶ same, proof cleared (this attempt may start a child)
 //	reserved/proving ──CommitOwner(pid, token)──▶ same, owner recorded
-//	                                       (only a process echoing the reserved token)
+//	                                       (only a process echoing the reserved token,
+//	                                       never after a pre-spawn proof)
 //	reserved/proving ──ProveOwner(handle)──▶ live/none            the writer is admitted
 //	live ──RecordHandle──▶ live                                  handle chain grows
 //	live | reserved ──Release──▶ released                        fence+1, "exit observed"
@@ -43,13 +46,14 @@
 //	     ──Readopt──▶ live (or reserved/proving)                 fence+1, plugin told
 //	held ──Latch──▶ recovering (an exact owner is recorded but unverified)
 //	             or manual-recovery (nobody can be named)        fence unchanged
-//	any ──MarkConflicted──▶ conflicted/manual-recovery
 //	released ──Reconciled──▶ released                            nothing to decide
 //
-// The next fence is max(fence+1, MinNextFence). Every transition is pure
-// (see Transition): a backend reads the record inside one transaction, calls
-// Apply, and writes the result together with the journal entry the move
-// produced, so the journal holds the lease's whole history.
+// No transition enters the conflicted claim; a record that carries one is
+// refused every move but Latch and Evict. The next fence is
+// max(fence+1, MinNextFence). Every transition is pure (see Transition): a
+// backend reads the record inside one transaction, calls Apply, and writes
+// the result together with the journal entry the move produced, so the
+// journal holds the lease's whole history.
 //
 // # Failing closed
 //
@@ -67,67 +71,33 @@
 // Each session has an append-only journal of entries {seq, fence, time,
 // kind, payload}: lifecycle (every transition), prompt (written durably
 // before dispatch), update, handle change, stop. Seqs start at 1 and have no
-// gaps, with one exception: a restore from backup (below) jumps every
-// journal's position 2^32 past the last seq its backup knew, so that no seq
+// gaps, with one exception: a restore from a backup jumps every journal's
+// position RestoredSeqGap past the last seq the backup knew, so that no seq
 // acknowledged before the store was lost is ever handed out again. Clients
 // see a jump, never a reuse. An append carries the writer's fence and is
 // refused unless that fence is current and the lease is held and unlatched
-// (CheckAppend). An append returns only when it is durable; concurrent
-// appends from many sessions are group-committed, one sync for the lot.
-// Readers Replay from any seq, or Tail: replay, then follow live entries,
-// missing none; a reader whose session is deleted (and perhaps created
-// again under the same id) meanwhile gets ErrNotFound rather than entries
-// of another journal.
+// (CheckAppend); it returns only when it is durable. Readers Replay from any
+// seq, or Tail: replay, then follow live entries, missing none; a reader
+// whose session is deleted (and perhaps created again under the same id,
+// with a new Incarnation) meanwhile gets ErrNotFound rather than entries of
+// another journal.
 //
-// Delete removes a released session and its journal. Its first step marks
-// the session Deleting; from then on nothing but a Delete that finishes the
-// job is accepted, so an interrupted Delete never leaves a session someone
-// took over with half its journal.
+// A Journal is one writer's handle on a journal (Store.OpenJournal). Its
+// Close waits for the appends it admitted and may fail (its context ended
+// first); a failed close is kept by CloseRetries and retried by the next
+// stop, so a failed stop never forgets what it was tearing down.
 //
-// A Journal is one writer's handle on a journal. Its Close waits for the
-// appends it admitted and may fail (its context ended first); a failed close
-// is kept by CloseRetries and retried by the next stop, so a failed stop never
-// forgets what it was tearing down.
+// Delete removes a released session and its journal (CheckDelete). A
+// backend that needs several steps marks the session Deleting first; from
+// then on nothing but a Delete that finishes the job is accepted, so an
+// interrupted Delete never leaves a session someone took over with half its
+// journal.
 //
-// # The Badger store
+// # Backends
 //
-// OpenBadger keeps everything in one Badger directory under the state
-// directory, tuned for a desktop footprint (see badgerOptions). Before
-// opening it takes an exclusive lock naming its pid (a second host gets
-// "state directory in use by pid N"; when pid N has exited, the open first
-// waits up to two seconds, since a child the dead host was starting holds
-// its descriptors until its exec), and a crash-loop marker: Badger can
-// kill the process while opening a damaged table, so opens that keep dying
-// are detected (Options.ProbeOpen tells them from deaths with other causes),
-// the damaged directory is moved aside and the session records are restored
-// from the backup the store rewrites after every batch of lease changes. An
-// open error that proves damage (a corrupt MANIFEST, a missing table, a
-// checksum mismatch) restores too; any other (a lock another program holds,
-// a newer Badger's store, a read-only or full disk) is refused with advice
-// and moves nothing. Some damage Badger opens silently (a MANIFEST cut
-// short drops the tables its lost part listed), so a store that opened is
-// compared with its backup: a session the backup holds alive that the
-// store lacks, or a journal behind its backed-up position, restores too.
-// Delete records the deletion in the backup before the record goes, so a
-// deleted session is not mistaken for a lost one (a backup written by a
-// build older than this check does not record deletions). A
-// restored lease keeps its fence but gets a floor, MinNextFence, above
-// anything the lost commits could have granted; the floors are set before
-// the restored store is put in place, and every step of a restore can be
-// interrupted and is finished or redone by the next open. The report
-// (Recovery) lasts until a Close succeeds. Present checks whether a state
-// directory has a store at all with two bounded existence checks and no
-// open.
-//
-// The store keeps Options.MinFreeSpace free on its disk and refuses writes
-// that would eat into it (ErrNoSpace): Badger writes through a sparse
-// memory map, where a full disk is a SIGBUS rather than an error.
-//
-// A commit that fails other than by a conflict may have taken effect
-// anyway; the store then refuses every further write with ErrDamaged, asking
-// for a restart, rather than let a caller's retry write twice. Reads go on.
-//
-// Store is the interface over all of this; package leasestoretest holds the
-// conformance suite every backend must pass, so that a distributed backend
-// can be added without touching the host.
+// Store is all the host knows of its storage. A backend owes it more than
+// the method contracts: a commit whose outcome it cannot tell (a failed sync,
+// say) may have taken effect, so the backend must refuse every later write
+// (ErrDamaged) rather than let a caller's retry append twice; reads go on.
+// Every refused operation matches one of the sentinel errors.
 package leasestore

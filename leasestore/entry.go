@@ -32,9 +32,10 @@ func (k EntryKind) Valid() bool {
 	return false
 }
 
-// MaxPayloadSize bounds one entry's payload. Entries stay below Badger's
-// value threshold so the value log is never used (see the store profile);
-// a plugin that produces larger updates must truncate or summarise them.
+// MaxPayloadSize bounds one entry's payload, so that every backend can hold
+// an entry in one value (the Badger backend keeps entries below its value
+// threshold, so its value log is never used); a plugin that produces larger
+// updates must truncate or summarise them.
 const MaxPayloadSize = 1<<20 - 1<<10
 
 // maxKindLen bounds a stored kind name; it keeps a damaged length field from
@@ -57,7 +58,10 @@ type EntryInput struct {
 	Payload []byte
 }
 
-func (in EntryInput) validate() error {
+// Validate checks that a writer may append in: a known kind and a payload
+// within MaxPayloadSize (ErrInvalidArgument). Append refuses a batch with
+// one invalid entry whole, before writing any.
+func (in EntryInput) Validate() error {
 	if !in.Kind.Valid() {
 		return fmt.Errorf("%w: unknown journal entry kind %q", ErrInvalidArgument, in.Kind)
 	}
@@ -75,7 +79,8 @@ const entryCodecVersion = 1
 // errBadEntry is wrapped by every decoding failure.
 var errBadEntry = fmt.Errorf("%w: malformed journal entry", ErrDamaged)
 
-// EncodeEntry encodes e in the store's binary journal format:
+// EncodeEntry encodes e in the journal's binary format, the one a backend
+// stores:
 //
 //	version:1 | seq:uvarint | fence:uvarint | unix-nanos:varint | len(kind):uvarint | kind | payload
 func EncodeEntry(e Entry) []byte {

@@ -3,7 +3,6 @@ package leasestore
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"syscall"
 )
 
@@ -37,7 +36,8 @@ var (
 	// ErrInvalidArgument: the request itself is malformed (bad session id,
 	// oversized entry, missing evidence…).
 	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrLocked: another process holds the state directory.
+	// ErrLocked: another process holds the store (for the Badger backend,
+	// its state directory).
 	ErrLocked = errors.New("state directory in use")
 	// ErrDamaged: the store on disk cannot be opened and could not be
 	// restored from a backup; or a write failed in a way that may or may
@@ -46,8 +46,8 @@ var (
 	ErrDamaged = errors.New("state store is damaged")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("lease store closed")
-	// ErrNoSpace: the file system holding the store is (nearly) full, so
-	// the write was refused before it reached Badger. Nothing was written;
+	// ErrNoSpace: the disk holding the store is (nearly) full, so the
+	// write was refused before it reached the backend. Nothing was written;
 	// the same write succeeds once space is freed. It wraps
 	// syscall.ENOSPC, so errors.Is(err, syscall.ENOSPC) holds too.
 	ErrNoSpace = fmt.Errorf("lease store disk is full: %w", syscall.ENOSPC)
@@ -92,27 +92,3 @@ func (e *TransitionError) Error() string {
 }
 
 func (e *TransitionError) Unwrap() error { return e.Err }
-
-// LockedError names the process holding the state directory. It matches
-// ErrLocked.
-type LockedError struct {
-	Dir string
-	PID int // 0 when the holder did not record its pid
-	// HolderExited: the process that recorded PID has exited, yet the lock
-	// stayed held for as long as an open waits for it; a process that
-	// inherited its descriptors (a plugin it started) holds it.
-	HolderExited bool
-}
-
-func (e *LockedError) Error() string {
-	if e.HolderExited {
-		return fmt.Sprintf("state directory %s is still locked although pid %d, which locked it, has exited: a process it started holds its lock file (find it with: fuser %[3]s, or lsof %[3]s); stop that process or use another --state-dir",
-			e.Dir, e.PID, filepath.Join(e.Dir, lockFileName))
-	}
-	if e.PID > 0 {
-		return fmt.Sprintf("state directory %s in use by pid %d; stop that agenthost or use another --state-dir", e.Dir, e.PID)
-	}
-	return fmt.Sprintf("state directory %s in use by another process; stop it or use another --state-dir", e.Dir)
-}
-
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }

@@ -7,16 +7,38 @@ import (
 	"sync"
 )
 
-// Journal is one writer's handle on a session journal: it appends at the
-// fence the writer holds, and its Close waits for the appends it admitted.
-// Close is retryable: a Close whose context ends before those appends are
-// durable fails and may be called again; once a Close succeeds it is final.
-type Journal struct {
+// Journal is one writer's handle on a session journal, from
+// Store.OpenJournal: it appends at the fence the writer holds, and its Close
+// waits for the appends it admitted. Close is retryable: a Close whose
+// context ends before those appends are durable fails and may be called
+// again; once a Close succeeds it is final, and Append returns ErrClosed. A
+// Journal is a RetryableCloser, so a failed Close can be kept in
+// CloseRetries.
+type Journal interface {
+	// SessionID returns the session the handle writes to.
+	SessionID() string
+	// Fence returns the fence the handle writes at.
+	Fence() uint64
+	// Name identifies the handle in close-retry reports.
+	Name() string
+	// Append appends entries at the handle's fence (see JournalStore.Append).
+	Append(ctx context.Context, entries ...EntryInput) ([]Entry, error)
+	// Close stops admitting appends and waits until every admitted one has
+	// returned, or until ctx ends (then it fails and may be retried).
+	Close(ctx context.Context) error
+}
+
+// NewJournal returns a Journal that appends to session id at fence through
+// store, without checking that the fence is current (Append checks it each
+// time). A backend's OpenJournal builds its handles on it.
+func NewJournal(store JournalStore, id string, fence uint64) Journal {
+	return &journal{store: store, id: id, fence: fence}
+}
+
+type journal struct {
 	store JournalStore
 	id    string
 	fence uint64
-	// onClosed runs once, after the first successful Close.
-	onClosed func(*Journal)
 
 	mu       sync.Mutex
 	closing  bool          // no new appends are admitted
@@ -25,23 +47,13 @@ type Journal struct {
 	idle     chan struct{} // closed when inflight drops to 0 while closing
 }
 
-// NewJournal returns a handle that appends to session id at fence.
-func NewJournal(store JournalStore, id string, fence uint64) *Journal {
-	return &Journal{store: store, id: id, fence: fence}
-}
+func (j *journal) SessionID() string { return j.id }
 
-// SessionID returns the session the handle writes to.
-func (j *Journal) SessionID() string { return j.id }
+func (j *journal) Fence() uint64 { return j.fence }
 
-// Fence returns the fence the handle writes at.
-func (j *Journal) Fence() uint64 { return j.fence }
+func (j *journal) Name() string { return "journal " + strconv.Quote(j.id) }
 
-// Name identifies the handle in close-retry reports.
-func (j *Journal) Name() string { return "journal " + strconv.Quote(j.id) }
-
-// Append appends entries at the handle's fence. After Close has been called
-// it returns ErrClosed.
-func (j *Journal) Append(ctx context.Context, entries ...EntryInput) ([]Entry, error) {
+func (j *journal) Append(ctx context.Context, entries ...EntryInput) ([]Entry, error) {
 	j.mu.Lock()
 	if j.closing {
 		j.mu.Unlock()
@@ -53,7 +65,7 @@ func (j *Journal) Append(ctx context.Context, entries ...EntryInput) ([]Entry, e
 	return j.store.Append(ctx, j.id, j.fence, entries...)
 }
 
-func (j *Journal) done() {
+func (j *journal) done() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.inflight--
@@ -63,9 +75,7 @@ func (j *Journal) done() {
 	}
 }
 
-// Close stops admitting appends and waits until every admitted one has
-// returned, or until ctx ends (then it fails and may be retried).
-func (j *Journal) Close(ctx context.Context) error {
+func (j *journal) Close(ctx context.Context) error {
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
@@ -88,11 +98,7 @@ func (j *Journal) Close(ctx context.Context) error {
 		}
 	}
 	j.mu.Lock()
-	first := !j.closed
 	j.closed = true
 	j.mu.Unlock()
-	if first && j.onClosed != nil {
-		j.onClosed(j)
-	}
 	return nil
 }

@@ -1,49 +1,54 @@
 package leasestore
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"time"
+)
 
 // SessionStore keeps session records and moves their leases. Every method
 // is atomic: a transition reads the record it writes inside one transaction
 // and journals the move in that same transaction.
 type SessionStore interface {
-	// Create stores a new session record with a released lease at fence 0.
-	// An empty spec.ID is replaced by a generated UUIDv7. ErrExists when the
-	// id is taken.
+	// Create stores a new session record with a released lease at fence 0
+	// (see SessionSpec.Prepare and NewSession). An empty spec.ID is
+	// replaced by a generated UUIDv7. ErrExists when the id is taken.
 	Create(ctx context.Context, spec SessionSpec) (Session, error)
+	// CreateAndApply creates a session and applies a first transition to
+	// it (typically Reserve) in one atomic, durable step: if t is refused,
+	// nothing is created. A nil t makes it Create. The host creates and
+	// reserves every new session with it, so a new session's first
+	// reservation costs one commit.
+	CreateAndApply(ctx context.Context, spec SessionSpec, t Transition) (Session, error)
 	// Get returns one session, or ErrNotFound.
 	Get(ctx context.Context, id string) (Session, error)
-	// List returns every session, ordered by the store's key order.
+	// List returns every session, ordered by the store's key order. A
+	// record that cannot be decoded does not hide the others: List returns
+	// every decodable session and, beside them, an error matching
+	// ErrDamaged that names the unreadable ones.
 	List(ctx context.Context) ([]Session, error)
 	// Apply runs one lease transition and returns the session as written.
 	Apply(ctx context.Context, id string, t Transition) (Session, error)
 	// MarkAllUnreconciled flags every lease as awaiting a restart decision
 	// and returns how many sessions it flagged. A host calls it right after
-	// opening the store, before it admits any writer.
+	// opening the store, before it admits any writer. A session that
+	// cannot be flagged is named in the error and does not keep the others
+	// from being flagged.
 	MarkAllUnreconciled(ctx context.Context) (int, error)
-	// Delete removes a released, decided session and its journal. fence must
-	// be current. A backend that needs several steps marks the session
-	// Deleting first: from then on transitions and appends are refused
-	// (ErrNotFound) and only a Delete at the same fence is accepted, which
-	// finishes the job even after a restart flagged the session
-	// unreconciled.
+	// Delete removes a released, decided session and its journal (see
+	// CheckDelete). fence must be current. A backend that needs several
+	// steps marks the session Deleting first: from then on transitions and
+	// appends are refused (ErrNotFound) and only a Delete at the same fence
+	// is accepted, which finishes the job even after a restart flagged the
+	// session unreconciled.
 	Delete(ctx context.Context, id string, fence uint64) error
-}
-
-// CreateApplier is an optional interface of a SessionStore: it creates a
-// session and applies a first transition to it (typically Reserve) in one
-// atomic, durable step. If the transition is refused, nothing is created.
-// BadgerStore has it, and the host creates and reserves a new session with
-// it in one commit; a backend without it offers the same through Create
-// and then Apply, at the cost of a second commit.
-type CreateApplier interface {
-	CreateAndApply(ctx context.Context, spec SessionSpec, t Transition) (Session, error)
 }
 
 // JournalStore keeps each session's append-only journal.
 type JournalStore interface {
-	// Append adds entries for the writer holding fence (see CheckAppend)
-	// and returns them numbered and stamped. It returns only once they are
-	// durable; concurrent appends are committed together.
+	// Append adds entries for the writer holding fence (see CheckAppend and
+	// EntryInput.Validate) and returns them numbered and stamped. It
+	// returns only once they are durable.
 	Append(ctx context.Context, id string, fence uint64, entries ...EntryInput) ([]Entry, error)
 	// Replay calls fn for every entry with Seq >= from, in order, that
 	// exists when Replay starts. from 0 and 1 both mean "from the start".
@@ -58,22 +63,68 @@ type JournalStore interface {
 	LastSeq(ctx context.Context, id string) (uint64, error)
 }
 
-// Store is the durable model of sessions, leases and journals. The Badger
-// store is the embedded implementation; any other backend (a distributed
-// store, for hosts that outgrow one machine) must pass the conformance suite
-// in package leasestoretest.
+// Store is the durable model of sessions, leases and journals, and all the
+// host knows of its storage. Package leasestore/badgerstore is the embedded
+// implementation; any other backend (a distributed store, for hosts that
+// outgrow one machine) must pass the conformance suite in package
+// leasestoretest.
 type Store interface {
 	SessionStore
 	JournalStore
+	// OpenJournal returns a writer handle on a session's journal at fence,
+	// after checking that a writer holding fence may append (CheckAppend).
+	// The store closes every handle it handed out when it closes.
+	OpenJournal(ctx context.Context, id string, fence uint64) (Journal, error)
+	// Recovery reports the last restore of the store from a backup that no
+	// successful Close has followed yet, or nil. A backend that never
+	// restores returns nil.
+	Recovery() *Recovery
+	// CloseRetries is the registry of handles whose close failed; Close
+	// retries them, and a host's teardown may add its own.
+	CloseRetries() *CloseRetries
 	// Close releases the store. It first closes every journal handle it
 	// handed out and retries the closes that failed before; if any still
 	// fails, Close returns that error, keeps the store open and usable
 	// (writes included), and the next Close tries again. A Close that
 	// succeeded is final. Close is safe to call concurrently: one attempt
 	// runs at a time, and a caller that waited for a successful one returns
-	// nil. If ctx ends while the backend is still shutting down (Badger
-	// retries a memtable flush it cannot write forever), Close returns an
-	// error then; the store is closed for this process, and what it
-	// acknowledged is durable.
+	// nil. If ctx ends while the backend is still shutting down, Close
+	// returns an error then; the store is closed for this process, and what
+	// it acknowledged is durable.
 	Close(ctx context.Context) error
+}
+
+// RestoredSeqGap is how far a restore from a backup moves every journal's
+// position past the last seq the backup knew. The backup may be older than
+// the last appends, so the lost store may have acknowledged any number of
+// entries after it; continuing right after the backup's position would hand
+// those seqs out again, to different entries. With the gap a client sees a
+// jump, never a reuse, unless a session appended more than 2^32 entries
+// between two backups. 2^32 also keeps seqs below 2^53, where JSON clients
+// that read numbers as doubles lose precision, for two million restores.
+const RestoredSeqGap = 1 << 32
+
+// Recovery describes a restore from backup (see Store.Recovery).
+type Recovery struct {
+	// Reason says why the store was judged damaged.
+	Reason string `json:"reason"`
+	// DamagedDir is where the damaged store was moved; nothing in it was
+	// deleted. Empty when there was nothing to move (the store was
+	// missing).
+	DamagedDir string `json:"damagedDir,omitempty"`
+	// Sessions is how many session records the backup restored.
+	Sessions int `json:"sessions"`
+	// RestoredAt is when the restore ran.
+	RestoredAt time.Time `json:"restoredAt"`
+}
+
+func (r *Recovery) String() string {
+	kept := "there was no store directory to keep"
+	if r.DamagedDir != "" {
+		kept = "the damaged store is kept at " + r.DamagedDir
+	}
+	return fmt.Sprintf("state store was damaged (%s); restored %d session(s) from backup at %s; "+
+		"their journals restart empty (the backup holds no entries), numbered from %d past "+
+		"the last sequence number the backup knew; %s",
+		r.Reason, r.Sessions, r.RestoredAt.Format(time.RFC3339), RestoredSeqGap, kept)
 }

@@ -46,6 +46,14 @@ type LifecycleEvent struct {
 	Reason   string         `json:"reason,omitempty"`
 }
 
+// LifecycleEntry returns the KindLifecycle journal entry that records ev on
+// s, stamped with the lease state s is in. Transitions write their own; a
+// backend uses it for events that are not transitions (a session created,
+// a store restored from backup).
+func LifecycleEntry(s Session, ev LifecycleEvent) EntryInput {
+	return *lifecycle(KindLifecycle, s, ev)
+}
+
 func lifecycle(kind EntryKind, s Session, ev LifecycleEvent) *EntryInput {
 	ev.Fence, ev.Claim, ev.Stage = s.Lease.Fence, s.Lease.Claim, s.Lease.Stage
 	payload, err := json.Marshal(ev)
@@ -122,6 +130,32 @@ func CheckAppend(s Session, fence uint64) error {
 		return refuse(op, s, ErrConflict, "the session is conflicted")
 	case s.Lease.Claim != ClaimReserved && s.Lease.Claim != ClaimLive:
 		return refuse(op, s, ErrInvalidTransition, "nobody holds the lease at fence %d", s.Lease.Fence)
+	}
+	return nil
+}
+
+// CheckDelete reports whether a Delete at fence may go on with s. A session
+// whose Delete has begun admits a Delete at its fence, which finishes the
+// job: a restart may have flagged it unreconciled since, but only Delete can
+// move it on, so only the fence is checked. Any other session must be
+// decided since the store was opened, at the current fence, and released and
+// settled.
+func CheckDelete(s Session, fence uint64) error {
+	const op = "delete"
+	stale := fence != s.Lease.Fence
+	if s.Deleting {
+		if stale {
+			return &StaleFenceError{SessionID: s.ID, Expected: fence, Current: s.Lease.Fence}
+		}
+		return nil
+	}
+	switch {
+	case s.Lease.Unreconciled:
+		return refuse(op, s, ErrReconciling, "the host has not decided this session since the store was opened")
+	case stale:
+		return &StaleFenceError{SessionID: s.ID, Expected: fence, Current: s.Lease.Fence}
+	case s.Lease.Claim != ClaimReleased || s.Lease.Stage != StageNone:
+		return refuse(op, s, ErrConflict, "only a released, settled session can be deleted")
 	}
 	return nil
 }
@@ -209,30 +243,6 @@ func (t PreSpawnFailure) Apply(s Session, env Env) (Session, *EntryInput, error)
 	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "pre-spawn-failure", Reason: t.Reason}), nil
 }
 
-// BeginSpawn clears any pre-spawn proof right before a spawn attempt: the
-// proof is single-use, because this attempt may create a child.
-type BeginSpawn struct {
-	Fence uint64
-}
-
-func (BeginSpawn) Name() string      { return "begin-spawn" }
-func (BeginSpawn) Adjudicates() bool { return false }
-func (BeginSpawn) sealed()           {}
-
-func (t BeginSpawn) Apply(s Session, env Env) (Session, *EntryInput, error) {
-	if err := admit(t, s, t.Fence); err != nil {
-		return s, nil, err
-	}
-	if err := requireProving(t.Name(), s); err != nil {
-		return s, nil, err
-	}
-	if s.Lease.Owner != nil {
-		return s, nil, refuse(t.Name(), s, ErrInvalidTransition, "an owner process was already committed (pid %d)", s.Lease.Owner.PID)
-	}
-	s.Lease.ProcesslessAt = time.Time{}
-	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "spawning"}), nil
-}
-
 // CommitOwner records the spawned process as the reservation's owner. Only a
 // process that echoes the reserved spawn token is accepted; committing the
 // same process twice is a no-op retry.
@@ -261,7 +271,8 @@ func (t CommitOwner) Apply(s Session, env Env) (Session, *EntryInput, error) {
 		// this reservation started.
 		return s, nil, refuse(t.Name(), s, ErrTokenMismatch, "pid %d carries another spawn token", t.Owner.PID)
 	case !s.Lease.ProcesslessAt.IsZero():
-		return s, nil, refuse(t.Name(), s, ErrInvalidTransition, "a pre-spawn failure was recorded at this fence; begin a spawn first")
+		// The proof is final: no process may own this reservation.
+		return s, nil, refuse(t.Name(), s, ErrInvalidTransition, "a pre-spawn failure was recorded at this fence; release the reservation and reserve again")
 	case s.Lease.Owner != nil && s.Lease.Owner.SameProcess(t.Owner):
 		return s, nil, nil
 	case s.Lease.Owner != nil:
@@ -526,27 +537,6 @@ func (t Latch) Apply(s Session, env Env) (Session, *EntryInput, error) {
 	}
 	s.Lease.Stage, s.Lease.LatchReason, s.Lease.Unreconciled = t.Stage, t.Reason, false
 	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "latched", Reason: t.Reason}), nil
-}
-
-// MarkConflicted records that two claims on one conversation were seen. The
-// session stays conflicted, in manual recovery, until evidence or a person
-// settles it with Evict.
-type MarkConflicted struct {
-	Fence  uint64
-	Reason string
-}
-
-func (MarkConflicted) Name() string      { return "mark-conflicted" }
-func (MarkConflicted) Adjudicates() bool { return true }
-func (MarkConflicted) sealed()           {}
-
-func (t MarkConflicted) Apply(s Session, env Env) (Session, *EntryInput, error) {
-	if err := admit(t, s, t.Fence); err != nil {
-		return s, nil, err
-	}
-	s.Lease.Claim, s.Lease.Stage = ClaimConflicted, StageManualRecovery
-	s.Lease.LatchReason, s.Lease.Unreconciled = t.Reason, false
-	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "conflicted", Reason: t.Reason}), nil
 }
 
 // Reconciled records the restart decision for a lease nobody holds: there is

@@ -152,7 +152,7 @@ func TestTransitions(t *testing.T) {
 		{"reserve a conflicted lease", stateConflicted(), leasestore.Reserve{ExpectedFence: 4}, leasestore.ErrConflict, nil, false},
 		{"reserve before reconciliation", unreconciled(stateReleased()), leasestore.Reserve{ExpectedFence: 3}, leasestore.ErrReconciling, nil, false},
 
-		// pre-spawn failure and begin-spawn
+		// pre-spawn failure
 		{"pre-spawn failure", stateReserved(), leasestore.PreSpawnFailure{Fence: 4, Reason: "no binary"}, nil,
 			func(t *testing.T, s leasestore.Session) {
 				if !s.Lease.ProcesslessAt.Equal(t0) {
@@ -161,14 +161,13 @@ func TestTransitions(t *testing.T) {
 			}, false},
 		{"pre-spawn failure after a spawn", stateReservedOwner(), leasestore.PreSpawnFailure{Fence: 4}, leasestore.ErrInvalidTransition, nil, false},
 		{"pre-spawn failure on a live lease", stateLive(), leasestore.PreSpawnFailure{Fence: 4}, leasestore.ErrInvalidTransition, nil, false},
-		{"begin spawn clears the proof", stateProcessless(), leasestore.BeginSpawn{Fence: 4}, nil,
+		{"pre-spawn failure when released", stateReleased(), leasestore.PreSpawnFailure{Fence: 3}, leasestore.ErrInvalidTransition, nil, false},
+		{"pre-spawn failure recorded again", stateProcessless(), leasestore.PreSpawnFailure{Fence: 4, Reason: "again"}, nil,
 			func(t *testing.T, s leasestore.Session) {
-				if !s.Lease.ProcesslessAt.IsZero() {
-					t.Error("proof kept")
+				if !s.Lease.ProcesslessAt.Equal(t0) {
+					t.Errorf("processlessAt %v", s.Lease.ProcesslessAt)
 				}
 			}, false},
-		{"begin spawn with an owner", stateReservedOwner(), leasestore.BeginSpawn{Fence: 4}, leasestore.ErrInvalidTransition, nil, false},
-		{"begin spawn when released", stateReleased(), leasestore.BeginSpawn{Fence: 3}, leasestore.ErrInvalidTransition, nil, false},
 
 		// commit owner
 		{"commit the token's process", stateReserved(), leasestore.CommitOwner{Fence: 4, Owner: owner, Reattach: &leasestore.Reattach{Network: "unix", Address: "/s"}}, nil,
@@ -287,9 +286,14 @@ func TestTransitions(t *testing.T) {
 		{"latch a released lease", unreconciled(stateReleased()), leasestore.Latch{Fence: 3, Stage: leasestore.StageManualRecovery}, leasestore.ErrInvalidTransition, nil, false},
 		{"latch to a settled stage", unreconciled(stateLive()), leasestore.Latch{Fence: 4, Stage: leasestore.StageNone}, leasestore.ErrInvalidArgument, nil, false},
 
-		// conflict and reconciled
-		{"mark conflicted", unreconciled(stateLive()), leasestore.MarkConflicted{Fence: 4, Reason: "two writers"}, nil,
+		// conflicted (no transition enters it; a record may carry it)
+		{"release a conflicted lease", stateConflicted(), leasestore.Release{Fence: 4}, leasestore.ErrOwnershipUnknown, nil, false},
+		{"latch a conflicted lease at restart", unreconciled(stateConflicted()), leasestore.Latch{Fence: 4, Stage: leasestore.StageManualRecovery, Reason: "no process to probe"}, nil,
 			and(lease(4, leasestore.ClaimConflicted, leasestore.StageManualRecovery), decided), false},
+		{"evict a conflict at restart", unreconciled(stateConflicted()), leasestore.Evict{Fence: 4, Evidence: ev(leasestore.EvidenceOperator)}, nil,
+			and(released(5, leasestore.EvidenceOperator), decided), false},
+
+		// reconciled
 		{"reconcile a released lease", unreconciled(stateReleased()), leasestore.Reconciled{Fence: 3}, nil,
 			and(lease(3, leasestore.ClaimReleased, leasestore.StageNone), decided), true},
 		{"reconcile a held lease", unreconciled(stateLive()), leasestore.Reconciled{Fence: 4}, leasestore.ErrInvalidTransition, nil, false},
@@ -354,7 +358,7 @@ func TestDeletingSessionRefusesEverything(t *testing.T) {
 		leasestore.Reserve{ExpectedFence: 3},
 		leasestore.Evict{Fence: 3, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceOperator}},
 		leasestore.Reconciled{Fence: 3},
-		leasestore.MarkConflicted{Fence: 3},
+		leasestore.Latch{Fence: 3, Stage: leasestore.StageManualRecovery},
 	} {
 		if _, _, err := tr.Apply(deleting, env); !errors.Is(err, leasestore.ErrNotFound) {
 			t.Errorf("%s on a session being deleted: %v, want ErrNotFound", tr.Name(), err)
@@ -364,6 +368,46 @@ func TestDeletingSessionRefusesEverything(t *testing.T) {
 	live.Deleting = true
 	if err := leasestore.CheckAppend(live, 4); !errors.Is(err, leasestore.ErrNotFound) {
 		t.Errorf("append to a session being deleted: %v, want ErrNotFound", err)
+	}
+}
+
+// CheckAppend refuses a lease no writer holds, and CheckDelete anything but
+// a released, settled, decided session at its fence (one whose Delete has
+// begun needs only its fence); the sentinel says why.
+func TestChecks(t *testing.T) {
+	deleting := unreconciled(stateReleased())
+	deleting.Deleting = true
+	conflictedUnlatched := stateConflicted()
+	conflictedUnlatched.Lease.Stage = leasestore.StageNone
+	appendCheck, deleteCheck := leasestore.CheckAppend, leasestore.CheckDelete
+	for _, tc := range []struct {
+		name  string
+		check func(leasestore.Session, uint64) error
+		from  leasestore.Session
+		fence uint64
+		want  error
+	}{
+		{"append live", appendCheck, stateLive(), 4, nil},
+		{"append proving", appendCheck, stateReservedOwner(), 4, nil},
+		{"append at a stale fence", appendCheck, stateLive(), 3, leasestore.ErrStaleFence},
+		{"append released", appendCheck, stateReleased(), 3, leasestore.ErrInvalidTransition},
+		{"append recovering", appendCheck, stateRecovering(), 4, leasestore.ErrOwnershipUnknown},
+		{"append conflicted, in manual recovery", appendCheck, stateConflicted(), 4, leasestore.ErrOwnershipUnknown},
+		{"append conflicted", appendCheck, conflictedUnlatched, 4, leasestore.ErrConflict},
+		{"append unreconciled", appendCheck, unreconciled(stateLive()), 4, leasestore.ErrReconciling},
+
+		{"delete released", deleteCheck, stateReleased(), 3, nil},
+		{"delete at a stale fence", deleteCheck, stateReleased(), 2, leasestore.ErrStaleFence},
+		{"delete live", deleteCheck, stateLive(), 4, leasestore.ErrConflict},
+		{"delete latched", deleteCheck, stateManual(), 4, leasestore.ErrConflict},
+		{"delete conflicted", deleteCheck, stateConflicted(), 4, leasestore.ErrConflict},
+		{"delete unreconciled", deleteCheck, unreconciled(stateReleased()), 3, leasestore.ErrReconciling},
+		{"delete again, flagged by a restart since", deleteCheck, deleting, 3, nil},
+		{"delete again at a stale fence", deleteCheck, deleting, 2, leasestore.ErrStaleFence},
+	} {
+		if err := tc.check(tc.from, tc.fence); !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
 	}
 }
 

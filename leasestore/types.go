@@ -18,7 +18,9 @@ const (
 	// only writer.
 	ClaimLive Claim = "live"
 	// ClaimConflicted: two claims on one conversation were seen. It stays
-	// conflicted across restarts until evidence or a person settles it.
+	// conflicted across restarts until evidence or a person settles it
+	// (Evict). No transition of this build enters it; the rules that refuse
+	// a conflicted lease stay, so a record that carries it fails closed.
 	ClaimConflicted Claim = "conflicted"
 )
 
@@ -137,7 +139,8 @@ type Lease struct {
 	// exists; the child must echo it.
 	ReservedSpawnToken string `json:"reservedSpawnToken,omitempty"`
 	// ProcesslessAt is durable proof that the acquisition at this fence
-	// failed before any spawn attempt. Cleared right before every spawn.
+	// failed before any spawn attempt. It is final for the fence: no owner
+	// can be committed after it, and the reservation is released outright.
 	ProcesslessAt time.Time `json:"processlessAt,omitzero"`
 	// Reattach is how a new host reconnects to the owner.
 	Reattach *Reattach `json:"reattach,omitempty"`

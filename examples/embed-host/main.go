@@ -19,6 +19,7 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 func main() {
@@ -51,8 +52,16 @@ func run(plugin, prompt string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The host keeps its sessions in a store the embedder opens: here the
+	// embedded Badger store, in the state directory. host.Open takes it
+	// over and closes it with the host.
+	store, err := badgerstore.Open(ctx, state, badgerstore.Options{})
+	if err != nil {
+		return err
+	}
 	h, err := host.Open(ctx, host.Config{
 		StateDir: state,
+		Store:    store,
 		Agents:   map[string]host.AgentPlugin{"scripted": {Path: plugin}},
 	})
 	if err != nil {

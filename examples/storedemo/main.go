@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func run(stateDir, logLevel string) error {
 	}
 	say := func(format string, args ...any) { fmt.Printf("• "+format+"\n", args...) }
 
-	store, err := leasestore.OpenBadger(ctx, stateDir, leasestore.Options{Logger: log})
+	store, err := badgerstore.Open(ctx, stateDir, badgerstore.Options{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -68,9 +69,6 @@ func run(stateDir, logLevel string) error {
 	fence := sess.Lease.Fence
 	say("reserved the lease at fence %d with spawn token %s…, before any process exists", fence, sess.Lease.ReservedSpawnToken[:8])
 
-	if _, err := store.Apply(ctx, id, leasestore.BeginSpawn{Fence: fence}); err != nil {
-		return err
-	}
 	me := leasestore.ProcessIdentity{HostID: "local", PID: os.Getpid(), SpawnToken: sess.Lease.ReservedSpawnToken, InstanceID: "demo"}
 	bad := me
 	bad.SpawnToken = "someone-else"
@@ -118,7 +116,7 @@ func run(stateDir, logLevel string) error {
 	}
 	say("closed the store (journal handles closed first)")
 
-	store, err = leasestore.OpenBadger(ctx, stateDir, leasestore.Options{Logger: log})
+	store, err = badgerstore.Open(ctx, stateDir, badgerstore.Options{Logger: log})
 	if err != nil {
 		return err
 	}

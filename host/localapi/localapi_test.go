@@ -19,6 +19,7 @@ import (
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
 	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 var scripted string
@@ -207,8 +208,12 @@ func serve(t *testing.T) (string, *host.Host) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	store, err := badgerstore.Open(context.Background(), dir, badgerstore.Options{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := host.Open(context.Background(), host.Config{
-		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, Logger: logtest.New(t),
+		StateDir: dir, Store: store, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, Logger: logtest.New(t),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -59,9 +59,37 @@ var rules = []depRule{
 		reason: "the lease store sits below the host and knows nothing of plugins",
 	},
 	{
+		from:   "./leasestore/...",
+		except: []string{"./leasestore/badgerstore/..."},
+		deny:   []string{"github.com/dgraph-io/badger/v4/...", "google.golang.org/grpc/..."},
+		reason: "the lease store model and its conformance suite know no backend: a second backend must fit beside Badger",
+	},
+	{
+		from:   "./leasestore/leasestoretest/...",
+		deny:   []string{"./leasestore/badgerstore/..."},
+		reason: "the conformance suite runs every backend through leasestore.Store only, so a second backend passes it unchanged",
+	},
+	{
+		from: "./...",
+		except: []string{
+			"./leasestore/badgerstore/...",
+			// The binary's wiring: the command and the CLI that opens
+			// its store, the benchmark command, the examples.
+			"./cmd/...", "./internal/cli/...", "./internal/benchrun/...", "./examples/...",
+		},
+		exceptTestHelpers: true,
+		deny:              []string{"./leasestore/badgerstore/..."},
+		reason:            "only the binary's wiring, tests and examples name the Badger backend; the host and everything else take a leasestore.Store",
+	},
+	{
 		from:   "./probe/...",
 		deny:   []string{"./host/...", "github.com/hashicorp/go-plugin/...", "./plugin/..."},
 		reason: "the process probe sits below the host and knows nothing of plugins",
+	},
+	{
+		from:   "./probe/...",
+		deny:   []string{"github.com/dgraph-io/badger/v4/...", "google.golang.org/grpc/...", "./leasestore/badgerstore/..."},
+		reason: "the process probe reads the lease model only, never a storage backend or the wire",
 	},
 	{
 		from:   "./host/...",
@@ -116,15 +144,18 @@ func TestDependencyRules(t *testing.T) {
 func TestCheckRuleFindsViolations(t *testing.T) {
 	const mod = "example.com/m"
 	graph := map[string][]string{
-		mod + "/plugin/sdk":         {mod + "/internal/wire", "fmt"},
-		mod + "/internal/wire":      {"testing"},
-		mod + "/plugin/sdk/sdktest": {mod + "/plugin/sdk", "testing"},
-		mod + "/internal/logtest":   {"testing"},
-		mod + "/plugins/claude":     {"fmt", "github.com/hashicorp/go-plugin"},
-		mod + "/plugins/codex":      {mod + "/probe"},
-		mod + "/probe":              {mod + "/plugins/claude", "github.com/shirou/gopsutil/v4/process"},
-		mod + "/host":               {mod + "/plugins/claude", mod + "/probe"},
-		mod + "/leasestore":         {"github.com/dgraph-io/badger/v4"},
+		mod + "/plugin/sdk":             {mod + "/internal/wire", "fmt"},
+		mod + "/internal/wire":          {"testing"},
+		mod + "/plugin/sdk/sdktest":     {mod + "/plugin/sdk", "testing"},
+		mod + "/internal/logtest":       {"testing"},
+		mod + "/plugins/claude":         {"fmt", "github.com/hashicorp/go-plugin"},
+		mod + "/plugins/codex":          {mod + "/probe"},
+		mod + "/probe":                  {mod + "/plugins/claude", "github.com/shirou/gopsutil/v4/process"},
+		mod + "/host":                   {mod + "/plugins/claude", mod + "/probe"},
+		mod + "/leasestore":             {"github.com/dgraph-io/badger/v4"},
+		mod + "/leasestore/badgerstore": {mod + "/leasestore", "github.com/dgraph-io/badger/v4"},
+		mod + "/internal/cli":           {mod + "/leasestore/badgerstore"},
+		mod + "/host/localapi":          {mod + "/leasestore/badgerstore"},
 
 		"github.com/shirou/gopsutil/v4/process": {"os"},
 		"github.com/hashicorp/go-plugin":        {"testing"}, // opaque: not reported
@@ -149,10 +180,12 @@ func TestCheckRuleFindsViolations(t *testing.T) {
 	slices.Sort(got)
 	// Not reported: sdktest and logtest importing testing (test helpers),
 	// probe importing plugins/claude (plugins is not plugin/...), and
-	// leasestore importing Badger.
+	// badgerstore importing Badger or the CLI importing badgerstore.
 	want := []string{
 		"host -> plugins/claude via plugins/claude",
+		"host/localapi -> leasestore/badgerstore via leasestore/badgerstore",
 		"internal/wire -> testing via testing",
+		"leasestore -> github.com/dgraph-io/badger/v4 via github.com/dgraph-io/badger/v4",
 		// Once by the sdk rule and once by the general testing rule.
 		"plugin/sdk -> testing via internal/wire,testing",
 		"plugin/sdk -> testing via internal/wire,testing",

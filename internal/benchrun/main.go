@@ -43,6 +43,7 @@ import (
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/probe"
 )
 
@@ -231,11 +232,22 @@ func openHost(work, name, scripted string) (*host.Host, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	h, err := host.Open(context.Background(), host.Config{
+	h, err := openOnBadger(host.Config{
 		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}},
 		StartupTimeout: time.Minute, StopTimeout: 5 * time.Second, ReattachTimeout: 30 * time.Second,
 	})
 	return h, dir, err
+}
+
+// openOnBadger opens a host on cfg over a Badger store in its state
+// directory, as the binary does.
+func openOnBadger(cfg host.Config) (*host.Host, error) {
+	store, err := badgerstore.Open(context.Background(), cfg.StateDir, badgerstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store = store
+	return host.Open(context.Background(), cfg)
 }
 
 // benchCreate: a session from nothing to a proven, durable lease, against a
@@ -294,7 +306,7 @@ func benchReattach(work, scripted string, sessions int) ([]row, error) {
 		return nil, err
 	}
 	start := time.Now()
-	h2, err := host.Open(context.Background(), host.Config{
+	h2, err := openOnBadger(host.Config{
 		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
 	})
 	total := time.Since(start)

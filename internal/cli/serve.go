@@ -19,6 +19,7 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // maxSocketPath is the longest unix socket path every platform accepts
@@ -109,7 +110,12 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	for _, e := range agents {
 		log.Debug("agent", "name", e.Name, "source", e.Source, "path", e.Plugin.Path, "sha256", e.Plugin.SHA256 != "")
 	}
-	h, err := host.Open(ctx, host.Config{StateDir: dir, Agents: hostAgents(agents), Logger: log.Named("host")})
+	hostLog := log.Named("host")
+	store, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: hostLog.Named("store")})
+	if err != nil {
+		return nil, err
+	}
+	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Logger: hostLog})
 	if err != nil {
 		return nil, err
 	}

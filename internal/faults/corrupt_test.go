@@ -35,7 +35,7 @@ func runRole(role string) int {
 func openRole() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h, err := host.Open(ctx, host.Config{StateDir: os.Getenv("AGENTHOST_FAULTS_DIR")})
+	h, err := openOnBadger(ctx, host.Config{StateDir: os.Getenv("AGENTHOST_FAULTS_DIR")})
 	if err != nil {
 		fmt.Printf("error: %v\n", err)
 		return 0
@@ -93,7 +93,7 @@ func TestDamagedStoreRecoversOrIsRefusedWithoutCrashLoop(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
 			const sessions = 12
-			h, err := host.Open(context.Background(), config(t, dir, nil))
+			h, err := openOnBadger(context.Background(), config(t, dir, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +210,7 @@ func truncateHalf(t *testing.T, path string) {
 func TestRestoredStoreReadoptsLivePlugins(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	cfg := config(t, dir, nil)
-	h, err := host.Open(context.Background(), cfg)
+	h, err := openOnBadger(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func TestDiskFullDuringJournalAppend(t *testing.T) {
 func TestReadOnlyStateDirectoryIsRefusedClearly(t *testing.T) {
 	src := t.TempDir()
 	state := filepath.Join(src, "state")
-	h, err := host.Open(context.Background(), config(t, state, nil))
+	h, err := openOnBadger(context.Background(), config(t, state, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestReadOnlyStateDirectoryIsRefusedClearly(t *testing.T) {
 	}
 	injected(t, "the state directory (a session with a 5-update journal) is mounted read-only and a host opens it")
 	for attempt := 1; attempt <= 3; attempt++ {
-		h2, err := host.Open(context.Background(), config(t, filepath.Join(ro, "state"), nil))
+		h2, err := openOnBadger(context.Background(), config(t, filepath.Join(ro, "state"), nil))
 		if err == nil {
 			_ = h2.Shutdown(context.Background())
 			t.Fatalf("open #%d of a read-only state directory succeeded", attempt)

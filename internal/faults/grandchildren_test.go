@@ -61,7 +61,7 @@ func testGrandchildren(t *testing.T, n int, ignoreTerm bool) {
 	if ignoreTerm {
 		env = append(env, "FAKECLAUDE_GRANDCHILD_IGNORE_SIGTERM=1")
 	}
-	h, err := host.Open(ctx, host.Config{
+	h, err := openOnBadger(ctx, host.Config{
 		StateDir:       t.TempDir(),
 		Agents:         map[string]host.AgentPlugin{"claude": {Path: bins.claude, Env: env}},
 		StartupTimeout: 30 * time.Second, StopTimeout: 5 * time.Second, ReattachTimeout: 10 * time.Second,

@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // reports collects what a host sends to Config.OnError.
@@ -60,9 +61,25 @@ func config(t *testing.T, stateDir string, r *reports) host.Config {
 	return cfg
 }
 
+// openOnBadger opens a host on cfg over a Badger store in its state
+// directory, logging and keeping time as the host does, the way the binary
+// wires them.
+func openOnBadger(ctx context.Context, cfg host.Config) (*host.Host, error) {
+	opts := badgerstore.Options{Now: cfg.Now}
+	if cfg.Logger != nil {
+		opts.Logger = cfg.Logger.Named("store")
+	}
+	store, err := badgerstore.Open(ctx, cfg.StateDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store = store
+	return host.Open(ctx, cfg)
+}
+
 func openHost(t *testing.T, cfg host.Config) *host.Host {
 	t.Helper()
-	h, err := host.Open(context.Background(), cfg)
+	h, err := openOnBadger(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("open host: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // nobody is the unprivileged user the writer child runs as: root ignores
@@ -43,7 +44,7 @@ func writerRole() int {
 		StartupTimeout: 30 * time.Second, StopTimeout: 2 * time.Second,
 		OnError: func(scope string, err error) { say("report: %s: %v", scope, err) },
 	}
-	h, err := host.Open(ctx, cfg)
+	h, err := openOnBadger(ctx, cfg)
 	if err != nil {
 		say("error: %v", err)
 		return 1
@@ -265,7 +266,7 @@ func TestStoreDirectoryTurnsReadOnlyUnderARunningHost(t *testing.T) {
 		t.Fatalf("the second host did not exit cleanly: %v", err)
 	}
 	gone(t, pid, 5*time.Second)
-	s, err := leasestore.OpenBadger(context.Background(), state, leasestore.Options{})
+	s, err := badgerstore.Open(context.Background(), state, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

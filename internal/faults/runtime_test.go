@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // A plugin streams updates as fast as it can produce them, far faster than
@@ -65,7 +66,7 @@ func TestPluginFloodingUpdatesLosesNothing(t *testing.T) {
 func TestClockSteppedBackwardsBetweenRuns(t *testing.T) {
 	dir := t.TempDir()
 	cfg := config(t, dir, nil)
-	h, err := host.Open(context.Background(), cfg)
+	h, err := openOnBadger(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestClockSteppedBackwardsBetweenRuns(t *testing.T) {
 // that has closed, and closes the store again so the next host can open it.
 func journalOfClosedHost(t *testing.T, dir, id string) []leasestore.Entry {
 	t.Helper()
-	s, err := leasestore.OpenBadger(context.Background(), dir, leasestore.Options{})
+	s, err := badgerstore.Open(context.Background(), dir, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

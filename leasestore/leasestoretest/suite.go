@@ -1,13 +1,14 @@
 // Package leasestoretest is the conformance suite for leasestore.Store.
-// Every backend runs it; a backend that passes can replace the embedded
-// Badger store without the host noticing.
+// Every backend runs it, through the interface only; a backend that passes
+// can replace the embedded Badger store without the host noticing.
 //
 //	func TestConformance(t *testing.T) {
-//		leasestoretest.Run(t, func(t *testing.T) leasestore.Store { return openMyStore(t) })
+//		leasestoretest.Run(t, func(t *testing.T, cfg leasestoretest.StoreConfig) leasestore.Store {
+//			return openMyStore(t, cfg.Dir, cfg.Now)
+//		})
 //	}
 //
-// The open function must return a fresh, empty store for every call; Run
-// closes each store it opened.
+// Run closes every store it opened.
 package leasestoretest
 
 import (
@@ -25,9 +26,26 @@ import (
 	"github.com/agenthost/agenthost/leasestore"
 )
 
+// StoreConfig is what the suite asks of a store it opens.
+type StoreConfig struct {
+	// Dir is where the store keeps its durable state: a new, empty
+	// directory the first time a test names it. Opening the same Dir again
+	// after the store that used it closed is a restart: the new store must
+	// hold everything the closed one acknowledged. (A backend that keeps
+	// its state elsewhere uses Dir as the name of that state.)
+	Dir string
+	// Now, when not nil, is the clock the store must stamp entry times,
+	// record times and evidence with. Nil: the store's own.
+	Now func() time.Time
+}
+
+// Factory opens a store of the backend under test as cfg says, and fails t
+// if it cannot.
+type Factory func(t *testing.T, cfg StoreConfig) leasestore.Store
+
 // Run runs every conformance test against stores made by open, each in its
-// own subtest with its own store.
-func Run(t *testing.T, open func(t *testing.T) leasestore.Store) {
+// own subtest with its own state.
+func Run(t *testing.T, open Factory) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s leasestore.Store)
@@ -49,24 +67,51 @@ func Run(t *testing.T, open func(t *testing.T) leasestore.Store) {
 		{"ConcurrentAppendsGapless", testConcurrentAppends},
 		{"ReplayFromAnySeq", testReplay},
 		{"TailFollowsLiveEntries", testTail},
+		{"JournalHandle", testJournalHandle},
 		{"Delete", testDelete},
 		{"DeleteIsNotRacedByReserve", testDeleteRace},
 		{"TailEndsWhenTheSessionIsRecreated", testTailRecreated},
 		{"ClosedStoreRefuses", testClosed},
+		{"ConcurrentCloses", testConcurrentCloses},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := open(t)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := s.Close(ctx); err != nil {
-					t.Errorf("close store: %v", err)
-				}
-			})
-			tc.fn(t, s)
+			tc.fn(t, opened(t, open, StoreConfig{Dir: t.TempDir()}))
 		})
 	}
+	// These open their stores themselves: with a clock, or again after a
+	// restart.
+	reopening := []struct {
+		name string
+		fn   func(t *testing.T, open func(now func() time.Time) leasestore.Store)
+	}{
+		{"StateSurvivesRestart", testRestart},
+		{"FailedJournalCloseIsRetriedByTheNextClose", testCloseRetry},
+		{"TimesComeFromTheStoreClock", testClock},
+	}
+	for _, tc := range reopening {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.fn(t, func(now func() time.Time) leasestore.Store {
+				return opened(t, open, StoreConfig{Dir: dir, Now: now})
+			})
+		})
+	}
+}
+
+// opened opens a store and closes it when the test ends (a store the test
+// closed already closes again at once).
+func opened(t *testing.T, open Factory, cfg StoreConfig) leasestore.Store {
+	t.Helper()
+	s := open(t, cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return s
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -83,8 +128,8 @@ func Owner(pid int, token string) leasestore.ProcessIdentity {
 	}
 }
 
-// Live drives a new session through reserve, spawn, commit and prove, and
-// returns it live.
+// Live drives a session (created if it does not exist) through reserve,
+// commit and prove, as the host does, and returns it live.
 func Live(t testing.TB, ctx context.Context, s leasestore.Store, id string) leasestore.Session {
 	t.Helper()
 	sess, err := s.Get(ctx, id)
@@ -94,7 +139,6 @@ func Live(t testing.TB, ctx context.Context, s leasestore.Store, id string) leas
 	must(t, err)
 	sess = apply(t, ctx, s, id, leasestore.Reserve{ExpectedFence: sess.Lease.Fence, ClaimKeyID: "key-1"})
 	fence := sess.Lease.Fence
-	apply(t, ctx, s, id, leasestore.BeginSpawn{Fence: fence})
 	apply(t, ctx, s, id, leasestore.CommitOwner{Fence: fence, Owner: Owner(4242, sess.Lease.ReservedSpawnToken),
 		Reattach: &leasestore.Reattach{Network: "unix", Address: "/tmp/plugin.sock", ProtocolVersion: 1}})
 	return apply(t, ctx, s, id, leasestore.ProveOwner{Fence: fence, Handle: "handle-" + fmt.Sprint(fence), Origin: leasestore.HandleCreated})
@@ -302,8 +346,8 @@ func testLifecycle(t *testing.T, s leasestore.Store) {
 		t.Errorf("second generation: fence %d, handles %+v", sess.Lease.Fence, sess.Handles)
 	}
 	all := entries(t, ctx, s, "s", 0)
-	want := []string{"created", "reserved", "spawning", "owner-committed", "owner-proven", "released",
-		"reserved", "spawning", "owner-committed", "owner-proven"}
+	want := []string{"created", "reserved", "owner-committed", "owner-proven", "released",
+		"reserved", "owner-committed", "owner-proven"}
 	if got := events(t, all); !slices.Equal(got, want) {
 		t.Errorf("lifecycle journal:\n got %v\nwant %v", got, want)
 	}
@@ -354,16 +398,11 @@ func testReserveCAS(t *testing.T, s leasestore.Store) {
 	wantErr(t, err, leasestore.ErrConflict)
 }
 
-// testCreateAndApply covers the optional CreateApplier: create and reserve
-// in one step, journaled as both; a refused transition creates nothing; a
-// taken id is refused.
+// testCreateAndApply: create and reserve in one step, journaled as both; a
+// refused transition creates nothing; a taken id is refused.
 func testCreateAndApply(t *testing.T, s leasestore.Store) {
-	ca, ok := s.(leasestore.CreateApplier)
-	if !ok {
-		t.Skip("the store does not implement leasestore.CreateApplier")
-	}
 	ctx := ctxFor(t)
-	sess, err := ca.CreateAndApply(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 0, ClaimKeyID: "key-1"})
+	sess, err := s.CreateAndApply(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 0, ClaimKeyID: "key-1"})
 	must(t, err)
 	if sess.Lease.Claim != leasestore.ClaimReserved || sess.Lease.Fence != 1 || sess.Lease.ReservedSpawnToken == "" {
 		t.Fatalf("created and reserved: %+v", sess.Lease)
@@ -374,12 +413,12 @@ func testCreateAndApply(t *testing.T, s leasestore.Store) {
 	if got := strings.Join(events(t, entries(t, ctx, s, "s", 0)), ","); got != "created,reserved" {
 		t.Fatalf("journal %s, want created,reserved", got)
 	}
-	_, err = ca.CreateAndApply(ctx, leasestore.SessionSpec{ID: "refused", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 3})
+	_, err = s.CreateAndApply(ctx, leasestore.SessionSpec{ID: "refused", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 3})
 	wantErr(t, err, leasestore.ErrStaleFence)
 	if _, err := s.Get(ctx, "refused"); !errors.Is(err, leasestore.ErrNotFound) {
 		t.Fatalf("a refused first transition left the session behind: %v", err)
 	}
-	_, err = ca.CreateAndApply(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 1})
+	_, err = s.CreateAndApply(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"}, leasestore.Reserve{ExpectedFence: 1})
 	wantErr(t, err, leasestore.ErrExists)
 }
 
@@ -481,17 +520,6 @@ func testLatch(t *testing.T, s leasestore.Store) {
 		t.Fatalf("evicted lease %+v", sess.Lease)
 	}
 	apply(t, ctx, s, "s", leasestore.Reserve{ExpectedFence: fence + 1})
-
-	// A conflicted session stays conflicted until settled with evidence.
-	Live(t, ctx, s, "c")
-	c := mustGet(t, ctx, s, "c")
-	c = apply(t, ctx, s, "c", leasestore.MarkConflicted{Fence: c.Lease.Fence, Reason: "two hosts claim it"})
-	if c.Lease.Claim != leasestore.ClaimConflicted || c.Lease.Stage != leasestore.StageManualRecovery {
-		t.Fatalf("conflicted lease %+v", c.Lease)
-	}
-	_, err = s.Apply(ctx, "c", leasestore.Reserve{ExpectedFence: c.Lease.Fence})
-	wantErr(t, err, leasestore.ErrConflict)
-	apply(t, ctx, s, "c", leasestore.Evict{Fence: c.Lease.Fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceOperator, Detail: "user confirmed"}})
 }
 
 func testPreSpawn(t *testing.T, s leasestore.Store) {
@@ -508,12 +536,8 @@ func testPreSpawn(t *testing.T, s leasestore.Store) {
 	if sess.Lease.ProcesslessAt.IsZero() {
 		t.Fatal("pre-spawn failure recorded no proof")
 	}
-	// A retry clears the proof before it spawns.
-	sess = apply(t, ctx, s, "s", leasestore.BeginSpawn{Fence: fence})
-	if !sess.Lease.ProcesslessAt.IsZero() {
-		t.Fatal("BeginSpawn kept the pre-spawn proof")
-	}
-	apply(t, ctx, s, "s", leasestore.PreSpawnFailure{Fence: fence, Reason: "again"})
+	// The proof is final: no process can be committed as the owner
+	// afterwards, so the proof cannot be wrong when the release relies on it.
 	_, err = s.Apply(ctx, "s", leasestore.CommitOwner{Fence: fence, Owner: Owner(7, sess.Lease.ReservedSpawnToken)})
 	wantErr(t, err, leasestore.ErrInvalidTransition)
 	sess = apply(t, ctx, s, "s", leasestore.Release{Fence: fence, Detail: "binary missing"})
@@ -909,4 +933,217 @@ func testClosed(t *testing.T, s leasestore.Store) {
 	_, err = s.Get(ctx, "s")
 	wantErr(t, err, leasestore.ErrClosed)
 	wantErr(t, s.Tail(ctx, "s", 0, func(leasestore.Entry) error { return nil }), leasestore.ErrClosed)
+}
+
+// testJournalHandle: OpenJournal hands out a writer only to the fence that
+// may append, the handle appends at that fence, its Close is final, and the
+// store's Close closes the handles nobody closed.
+func testJournalHandle(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	j, err := s.OpenJournal(ctx, "s", fence)
+	must(t, err)
+	if j.SessionID() != "s" || j.Fence() != fence {
+		t.Errorf("handle for session %q at fence %d, want %q at %d", j.SessionID(), j.Fence(), "s", fence)
+	}
+	_, err = s.OpenJournal(ctx, "s", fence-1)
+	wantErr(t, err, leasestore.ErrStaleFence)
+	_, err = s.OpenJournal(ctx, "missing", 1)
+	wantErr(t, err, leasestore.ErrNotFound)
+	es, err := j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("1")})
+	if err != nil || len(es) != 1 || es[0].Fence != fence {
+		t.Fatalf("append through handle: %+v, %v", es, err)
+	}
+	must(t, j.Close(ctx))
+	if err := j.Close(ctx); err != nil {
+		t.Errorf("a second close after success: %v", err)
+	}
+	_, err = j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrClosed)
+
+	// A handle is refused where an append would be, and outlives no
+	// fence: after the lease moved on, its appends are stale.
+	_, err = s.Create(ctx, leasestore.SessionSpec{ID: "free", Agent: "scripted"})
+	must(t, err)
+	_, err = s.OpenJournal(ctx, "free", 0)
+	wantErr(t, err, leasestore.ErrInvalidTransition)
+	open, err := s.OpenJournal(ctx, "s", fence)
+	must(t, err)
+	apply(t, ctx, s, "s", leasestore.Release{Fence: fence})
+	_, err = open.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrStaleFence)
+
+	// The store closes the handles nobody closed.
+	must(t, s.Close(ctx))
+	_, err = open.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrClosed)
+}
+
+// testConcurrentCloses: Close may be called from several goroutines at
+// once (a signal handler and a deferred stop, say): one shuts the store
+// down, the others wait for it and return its success.
+func testConcurrentCloses(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	Live(t, ctx, s, "s")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { errs[i] = s.Close(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("close #%d: %v", i, err)
+		}
+	}
+	_, err := s.Get(ctx, "s")
+	wantErr(t, err, leasestore.ErrClosed)
+}
+
+// testRestart: what a store acknowledged is there after a restart, opaque
+// ids included, and a clean restart reports no recovery.
+func testRestart(t *testing.T, open func(now func() time.Time) leasestore.Store) {
+	ctx := ctxFor(t)
+	const id = "s\x00/1"
+	s := open(nil)
+	if r := s.Recovery(); r != nil {
+		t.Errorf("a new store reports a recovery: %v", r)
+	}
+	sess := Live(t, ctx, s, id)
+	_, err := s.Append(ctx, id, sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("kept")})
+	must(t, err)
+	must(t, s.Close(ctx))
+
+	s2 := open(nil)
+	got := mustGet(t, ctx, s2, id)
+	if got.Lease.Fence != sess.Lease.Fence || got.Lease.Claim != leasestore.ClaimLive || !got.Lease.Owner.SameProcess(*sess.Lease.Owner) {
+		t.Errorf("lease after restart: %+v", got.Lease)
+	}
+	if got.Incarnation != sess.Incarnation || got.Handle() != sess.Handle() {
+		t.Errorf("record after restart: %+v, was %+v", got, sess)
+	}
+	last, err := s2.LastSeq(ctx, id)
+	must(t, err)
+	var payload string
+	must(t, s2.Replay(ctx, id, last, func(e leasestore.Entry) error { payload = string(e.Payload); return nil }))
+	if payload != "kept" {
+		t.Errorf("last entry after restart: %q", payload)
+	}
+	if r := s2.Recovery(); r != nil {
+		t.Errorf("a clean restart reported a recovery: %v", r)
+	}
+}
+
+// testCloseRetry: a Close whose journal handle fails to close reports it,
+// keeps the handle and the store (writes included: a host whose stop failed
+// keeps running its sessions until it stops again); the next Close retries
+// it, and only then lets the store go, so the next open succeeds.
+func testCloseRetry(t *testing.T, open func(now func() time.Time) leasestore.Store) {
+	ctx := ctxFor(t)
+	const id = "session-teardown-retry"
+	s := open(nil)
+	sess := Live(t, ctx, s, id)
+	real, err := s.OpenJournal(ctx, id, sess.Lease.Fence)
+	must(t, err)
+	flaky := &FlakyJournal{Journal: real, Failures: 2}
+	if err := s.CloseRetries().CloseOrRetain(ctx, flaky); err == nil {
+		t.Fatal("the first close was supposed to fail")
+	}
+	if err := s.Close(ctx); err == nil {
+		t.Fatal("a close with a journal that still fails to close reported success")
+	}
+	if got := s.CloseRetries().Pending(); !slices.Equal(got, []string{flaky.Name()}) {
+		t.Fatalf("pending closes after the failed stop: %q, want [%q]", got, flaky.Name())
+	}
+	mustGet(t, ctx, s, id)
+	_, err = s.Append(ctx, id, sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("between")})
+	must(t, err)
+	apply(t, ctx, s, id, leasestore.RecordHandle{Fence: sess.Lease.Fence, Handle: "h2", Origin: leasestore.HandleForked})
+	j, err := s.OpenJournal(ctx, id, sess.Lease.Fence)
+	must(t, err)
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if got := s.CloseRetries().Pending(); len(got) != 0 {
+		t.Fatalf("pending closes after the successful stop: %q", got)
+	}
+	_, err = j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrClosed)
+	// The store is released: it opens again, with what was written
+	// between the two closes.
+	if got := mustGet(t, ctx, open(nil), id); got.Handle() != "h2" {
+		t.Errorf("after the retried close and a restart: handle %q, want h2", got.Handle())
+	}
+}
+
+// FlakyJournal is a Journal whose first Failures closes fail, for tests of
+// the close-retry path.
+type FlakyJournal struct {
+	leasestore.Journal
+	Failures int
+}
+
+// Close fails while Failures lasts, counting it down, and then closes the
+// journal.
+func (f *FlakyJournal) Close(ctx context.Context) error {
+	if f.Failures > 0 {
+		f.Failures--
+		return errors.New("close rejected")
+	}
+	return f.Journal.Close(ctx)
+}
+
+// testClock: every time the store records comes from the clock it was
+// given, even one stepped back a day between two runs: nothing in the store
+// is decided by time.
+func testClock(t *testing.T, open func(now func() time.Time) leasestore.Store) {
+	ctx := ctxFor(t)
+	for run, at := range []time.Time{
+		time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC),
+		time.Date(2031, 5, 5, 7, 8, 9, 0, time.UTC),
+	} {
+		s := open(func() time.Time { return at })
+		var before uint64 // the last entry of the run before
+		if run == 0 {
+			created, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+			must(t, err)
+			if !created.CreatedAt.Equal(at) || !created.UpdatedAt.Equal(at) {
+				t.Errorf("created at %v, updated at %v, want %v", created.CreatedAt, created.UpdatedAt, at)
+			}
+		} else {
+			_, err := s.MarkAllUnreconciled(ctx)
+			must(t, err)
+			apply(t, ctx, s, "s", leasestore.Reconciled{Fence: mustGet(t, ctx, s, "s").Lease.Fence})
+			last, err := s.LastSeq(ctx, "s")
+			must(t, err)
+			before = last
+		}
+		fence := mustGet(t, ctx, s, "s").Lease.Fence
+		sess := apply(t, ctx, s, "s", leasestore.Reserve{ExpectedFence: fence})
+		sess = apply(t, ctx, s, "s", leasestore.PreSpawnFailure{Fence: sess.Lease.Fence, Reason: "no binary"})
+		if !sess.Lease.ProcesslessAt.Equal(at) || !sess.UpdatedAt.Equal(at) {
+			t.Errorf("run %d: pre-spawn proof at %v, updated at %v, want %v", run, sess.Lease.ProcesslessAt, sess.UpdatedAt, at)
+		}
+		sess = apply(t, ctx, s, "s", leasestore.Release{Fence: sess.Lease.Fence})
+		if ev := sess.Lease.DeathEvidence; ev == nil || !ev.ObservedAt.Equal(at) {
+			t.Errorf("run %d: release evidence %+v, want observed at %v", run, ev, at)
+		}
+		sess = Live(t, ctx, s, "s")
+		if h := sess.Handles[len(sess.Handles)-1]; !h.ObservedAt.Equal(at) {
+			t.Errorf("run %d: handle observed at %v, want %v", run, h.ObservedAt, at)
+		}
+		es, err := s.Append(ctx, "s", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("x")})
+		must(t, err)
+		if !es[0].Time.Equal(at) {
+			t.Errorf("run %d: appended at %v, want %v", run, es[0].Time, at)
+		}
+		for _, e := range entries(t, ctx, s, "s", before+1) {
+			if !e.Time.Equal(at) {
+				t.Errorf("run %d: entry %d (%s) at %v, want %v", run, e.Seq, e.Kind, e.Time, at)
+			}
+		}
+		apply(t, ctx, s, "s", leasestore.Release{Fence: sess.Lease.Fence})
+		must(t, s.Close(ctx))
+	}
 }

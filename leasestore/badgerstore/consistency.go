@@ -1,19 +1,15 @@
-package leasestore
+package badgerstore
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/pb"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // checkAgainstBackup compares a store that opened with its backup, and
@@ -43,7 +39,7 @@ func checkAgainstBackup(db *badger.DB, path string) (string, error) {
 			if err != nil || prefix != prefixRecord || len(rest) != 1 || rest[0] != recordSuffix {
 				continue
 			}
-			if rec, err := DecodeRecord(value); err != nil || rec.Deleting {
+			if rec, err := leasestore.DecodeRecord(value); err != nil || rec.Deleting {
 				continue
 			}
 			switch _, err := txn.Get([]byte(key)); {
@@ -99,43 +95,4 @@ func abbreviate(items []string) string {
 		return strings.Join(items[:5], ", ") + fmt.Sprintf(" and %d more", len(items)-5)
 	}
 	return strings.Join(items, ", ")
-}
-
-// readBackup reads a Badger backup stream (what Stream.Backup writes and
-// DB.Load reads: a little-endian uint64 length, then a protobuf KVList,
-// repeated) into the newest value of each key.
-func readBackup(path string) (map[string][]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r := bufio.NewReader(f)
-	out := map[string][]byte{}
-	versions := map[string]uint64{}
-	for {
-		var size uint64
-		if err := binary.Read(r, binary.LittleEndian, &size); errors.Is(err, io.EOF) {
-			return out, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("read backup %s: %w", path, err)
-		}
-		if size > 1<<30 {
-			return nil, fmt.Errorf("read backup %s: a %d-byte block is not a backup's", path, size)
-		}
-		buf := make([]byte, size)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, fmt.Errorf("read backup %s: %w", path, err)
-		}
-		var list pb.KVList
-		if err := proto.Unmarshal(buf, &list); err != nil {
-			return nil, fmt.Errorf("read backup %s: %w", path, err)
-		}
-		for _, kv := range list.Kv {
-			k := string(kv.Key)
-			if v, seen := versions[k]; !seen || kv.Version >= v {
-				versions[k], out[k] = kv.Version, kv.Value
-			}
-		}
-	}
 }

@@ -1,12 +1,17 @@
-package leasestore
+package badgerstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // op is one unit of work for the writer: run reads through the batch and
@@ -33,48 +38,83 @@ func newOp(what, id string, run func(b *batch) error) *op {
 
 func (o *op) name() string { return fmt.Sprintf("%s session %q", o.what, o.id) }
 
-// submit hands run to the writer and waits for its durable result. Once
-// queued, an operation always completes, so a caller never has to guess
-// whether a cancelled call took effect.
-func (s *BadgerStore) submit(ctx context.Context, what, id string, run func(b *batch) error) error {
-	return s.wait(ctx, newOp(what, id, run))
+// Group commit bounds: at most this many operations share one transaction.
+// Badger's own size limit (15% of the memtable) splits a batch further when
+// the entries are large.
+const maxBatchOps = 256
+
+// maxConflictRetries bounds how often a batch is re-run after Badger
+// reports a conflict with a concurrent transaction.
+const maxConflictRetries = 8
+
+// writer is the store's only write path: one goroutine that commits
+// whatever has queued up in a single synced transaction (group commit), so
+// a durable append costs one sync however many sessions are appending at
+// once. It owns that goroutine: start runs it, shutdown ends it after the
+// operations already queued.
+type writer struct {
+	db  *badger.DB
+	log hclog.Logger
+	// minFree, storeDir and stateDir are the free-space guard (see
+	// Options.MinFreeSpace).
+	minFree            int64
+	storeDir, stateDir string
+	// committed runs after every commit, before the batch's callers hear
+	// back, with the sessions whose records or journals changed and
+	// whether a record did.
+	committed func(ids map[string]struct{}, records bool)
+	// commitHook replaces txn.Commit in tests that inject commit failures.
+	// Set before the first write.
+	commitHook func(*badger.Txn) error
+
+	ops  chan *op
+	stop chan struct{}
+	done chan struct{}
+
+	// submitMu orders senders on ops against the writer's shutdown.
+	submitMu sync.RWMutex
+	stopped  bool
+
+	mu     sync.Mutex
+	failed error // set by a commit that may or may not have landed: no more writes
+
+	commits atomic.Uint64 // committed transactions, for tests of group commit
 }
 
-// wait queues o and waits for its durable result.
-func (s *BadgerStore) wait(ctx context.Context, o *op) error {
-	if err := s.send(ctx, o); err != nil {
+func (w *writer) start() {
+	w.ops = make(chan *op, maxBatchOps)
+	w.stop = make(chan struct{})
+	w.done = make(chan struct{})
+	go w.run()
+}
+
+// shutdown refuses new operations, lets the goroutine commit what was
+// queued, and waits for it to end.
+func (w *writer) shutdown() {
+	w.submitMu.Lock()
+	w.stopped = true
+	w.submitMu.Unlock()
+	close(w.stop)
+	<-w.done
+}
+
+// send queues o without waiting for its result, so that a caller with many
+// independent operations (MarkAllUnreconciled) can queue them all and let
+// group commit batch them. The caller must wait on o.done for every o that
+// send accepted. Once queued, an operation always completes, so a caller
+// never has to guess whether a cancelled call took effect. After the store
+// failed (see fail) it refuses.
+func (w *writer) send(ctx context.Context, o *op) error {
+	if err := w.failure(); err != nil {
 		return err
 	}
-	<-o.done
-	return o.err
-}
-
-// admitWrite refuses new writes while a Close is under way or after one
-// succeeded, and after the store failed (see fail).
-func (s *BadgerStore) admitWrite() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return ErrClosed
-	}
-	return s.failed
-}
-
-// send queues o for the writer without waiting for its result, so that a
-// caller with many independent operations (MarkAllUnreconciled) can queue
-// them all and let group commit batch them. The caller must wait on o.done
-// for every o that send accepted.
-func (s *BadgerStore) send(ctx context.Context, o *op) error {
-	if err := s.admitWrite(); err != nil {
-		return err
-	}
-	s.submitMu.RLock()
-	defer s.submitMu.RUnlock()
-	if s.writerStopped {
-		return ErrClosed
+	w.submitMu.RLock()
+	defer w.submitMu.RUnlock()
+	if w.stopped {
+		return leasestore.ErrClosed
 	}
 	select {
-	case s.ops <- o:
+	case w.ops <- o:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -88,41 +128,41 @@ func (s *BadgerStore) send(ctx context.Context, o *op) error {
 // that retries would write twice: a retried append would journal its
 // entries again. From here on every write is refused; reads go on, and a
 // restart reopens the store from what is durable.
-func (s *BadgerStore) fail(cause error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failed == nil {
-		s.failed = fmt.Errorf("%w: the store hit a write error (%w); restart the host to reopen it", ErrDamaged, cause)
+func (w *writer) fail(cause error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		w.failed = fmt.Errorf("%w: the store hit a write error (%w); restart the host to reopen it", leasestore.ErrDamaged, cause)
 	}
-	return s.failed
+	return w.failed
 }
 
-func (s *BadgerStore) failure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failed
+func (w *writer) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
 }
 
 // commitTxn commits txn; tests replace it to inject commit failures.
-func (s *BadgerStore) commitTxn(txn *badger.Txn) error {
-	if s.testHookCommit != nil {
-		return s.testHookCommit(txn)
+func (w *writer) commitTxn(txn *badger.Txn) error {
+	if w.commitHook != nil {
+		return w.commitHook(txn)
 	}
 	return txn.Commit()
 }
 
-func (s *BadgerStore) writeLoop() {
-	defer close(s.writerDone)
+func (w *writer) run() {
+	defer close(w.done)
 	for {
 		var first *op
 		select {
-		case first = <-s.ops:
-		case <-s.stopWriter:
+		case first = <-w.ops:
+		case <-w.stop:
 			// Senders are excluded by now; finish what they queued.
 			for {
 				select {
-				case o := <-s.ops:
-					s.commit([]*op{o})
+				case o := <-w.ops:
+					w.commit([]*op{o})
 				default:
 					return
 				}
@@ -132,30 +172,30 @@ func (s *BadgerStore) writeLoop() {
 	gather:
 		for len(batch) < maxBatchOps {
 			select {
-			case o := <-s.ops:
+			case o := <-w.ops:
 				batch = append(batch, o)
 			default:
 				break gather
 			}
 		}
-		s.commit(batch)
+		w.commit(batch)
 	}
 }
 
 // commit runs ops in as few transactions as Badger's size limit allows,
 // after refusing those the free space on the store's disk cannot take.
-func (s *BadgerStore) commit(ops []*op) {
-	ops = s.refuseWithoutSpace(ops)
+func (w *writer) commit(ops []*op) {
+	ops = w.refuseWithoutSpace(ops)
 	for len(ops) > 0 {
-		n := s.commitPrefix(ops)
+		n := w.commitPrefix(ops)
 		ops = ops[n:]
 	}
 }
 
 // commitPrefix commits a prefix of ops in one transaction, finishes those
 // ops, and returns how many it took (at least one).
-func (s *BadgerStore) commitPrefix(ops []*op) int {
-	if err := s.failure(); err != nil {
+func (w *writer) commitPrefix(ops []*op) int {
+	if err := w.failure(); err != nil {
 		// Ops queued before the store failed: refuse them too.
 		for _, o := range ops {
 			o.err = fmt.Errorf("%s: %w", o.name(), err)
@@ -165,7 +205,7 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 	}
 	limit := len(ops)
 	for attempt := 0; ; attempt++ {
-		b := newBatch(s.db)
+		b := newBatch(w.db)
 		placed, stageErr := b.run(ops[:limit])
 		if stageErr != nil {
 			b.txn.Discard()
@@ -175,7 +215,7 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 				o := ops[0]
 				o.err = fmt.Errorf("%s: stage write: %w", o.name(), stageErr)
 				if errors.Is(stageErr, badger.ErrTxnTooBig) {
-					o.err = fmt.Errorf("%s: %w: the write is larger than one store transaction accepts", o.name(), ErrInvalidArgument)
+					o.err = fmt.Errorf("%s: %w: the write is larger than one store transaction accepts", o.name(), leasestore.ErrInvalidArgument)
 				}
 				close(o.done)
 				return 1
@@ -183,7 +223,7 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 			limit = placed
 			continue
 		}
-		err := s.commitTxn(b.txn)
+		err := w.commitTxn(b.txn)
 		if errors.Is(err, badger.ErrConflict) && attempt < maxConflictRetries {
 			continue
 		}
@@ -193,22 +233,15 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 				// of it landed, so the store stays usable.
 				err = fmt.Errorf("commit to lease store: %w", err)
 			} else {
-				err = s.fail(err)
+				err = w.fail(err)
 			}
-			s.log.Error("commit failed", "ops", limit, "error", err)
+			w.log.Error("commit failed", "ops", limit, "error", err)
 		}
 		if err == nil {
 			// Before the callers hear back: one that saw its change
 			// committed also sees the backup marked as behind it.
-			s.commits.Add(1)
-			s.notify(b.notify)
-			if b.records {
-				s.leaseGen.Add(1)
-				select {
-				case s.backupKick <- struct{}{}:
-				default:
-				}
-			}
+			w.commits.Add(1)
+			w.committed(b.notify, b.records)
 		}
 		for _, o := range ops[:limit] {
 			if err != nil && o.err == nil {
@@ -224,28 +257,28 @@ func (s *BadgerStore) commitPrefix(ops []*op) int {
 // into the free space the store keeps (see Options.MinFreeSpace), and
 // returns the others. One statfs per batch: the writer is the only place
 // the store writes from.
-func (s *BadgerStore) refuseWithoutSpace(ops []*op) []*op {
-	if s.opts.MinFreeSpace < 0 {
+func (w *writer) refuseWithoutSpace(ops []*op) []*op {
+	if w.minFree < 0 {
 		return ops
 	}
-	free, ok := freeSpace(s.path(storeDirName))
-	if !ok || free >= s.opts.MinFreeSpace {
+	free, ok := freeSpace(w.storeDir)
+	if !ok || free >= w.minFree {
 		// Without a figure the write goes ahead: a failed lookup says
 		// nothing about space, and Badger reports real write errors.
 		return ops
 	}
 	kept := ops[:0:0]
 	for _, o := range ops {
-		if !o.journal && free >= s.opts.MinFreeSpace/2 {
+		if !o.journal && free >= w.minFree/2 {
 			kept = append(kept, o)
 			continue
 		}
 		o.err = fmt.Errorf("%s: %w: %d MiB free under %s, the store keeps %d MiB free; free some disk space and the write can be retried",
-			o.name(), ErrNoSpace, free>>20, s.stateDir, s.opts.MinFreeSpace>>20)
+			o.name(), leasestore.ErrNoSpace, free>>20, w.stateDir, w.minFree>>20)
 		close(o.done)
 	}
 	if len(kept) < len(ops) {
-		s.log.Warn("disk nearly full; refusing writes until space is freed", "free_bytes", free, "refused", len(ops)-len(kept))
+		w.log.Warn("disk nearly full; refusing writes until space is freed", "free_bytes", free, "refused", len(ops)-len(kept))
 	}
 	return kept
 }
@@ -363,19 +396,19 @@ func (b *batch) del(key []byte) {
 	b.staged = append(b.staged, stagedWrite{key: key, del: true})
 }
 
-func (b *batch) session(id string) (Session, error) {
+func (b *batch) session(id string) (leasestore.Session, error) {
 	raw, err := b.get(recordKey(id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return Session{}, fmt.Errorf("session %q: %w", id, ErrNotFound)
+		return leasestore.Session{}, fmt.Errorf("session %q: %w", id, leasestore.ErrNotFound)
 	}
 	if err != nil {
-		return Session{}, fmt.Errorf("read session %q: %w", id, err)
+		return leasestore.Session{}, fmt.Errorf("read session %q: %w", id, err)
 	}
-	return DecodeRecord(raw)
+	return leasestore.DecodeRecord(raw)
 }
 
-func (b *batch) putSession(s Session) error {
-	raw, err := EncodeRecord(s)
+func (b *batch) putSession(s leasestore.Session) error {
+	raw, err := leasestore.EncodeRecord(s)
 	if err != nil {
 		return err
 	}
@@ -398,16 +431,16 @@ func (b *batch) lastSeq(id string) (uint64, error) {
 
 // appendEntries numbers, stamps and stages entries after the session's
 // last seq.
-func (b *batch) appendEntries(id string, fence uint64, now time.Time, in ...EntryInput) ([]Entry, error) {
+func (b *batch) appendEntries(id string, fence uint64, now time.Time, in ...leasestore.EntryInput) ([]leasestore.Entry, error) {
 	last, err := b.lastSeq(id)
 	if err != nil {
 		return nil, fmt.Errorf("read journal position of %q: %w", id, err)
 	}
-	out := make([]Entry, len(in))
+	out := make([]leasestore.Entry, len(in))
 	for i, e := range in {
 		last++
-		out[i] = Entry{Seq: last, Fence: fence, Time: now, Kind: e.Kind, Payload: e.Payload}
-		b.set(journalKey(id, last), EncodeEntry(out[i]))
+		out[i] = leasestore.Entry{Seq: last, Fence: fence, Time: now, Kind: e.Kind, Payload: e.Payload}
+		b.set(journalKey(id, last), leasestore.EncodeEntry(out[i]))
 	}
 	b.set(seqKey(id), encodeSeq(last))
 	b.opNotify = append(b.opNotify, id)

@@ -1,4 +1,4 @@
-package leasestore_test
+package badgerstore_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/leasestore/leasestoretest"
 )
 
@@ -36,7 +37,7 @@ type seeded struct {
 func seedForRestore(t *testing.T, dir string) seeded {
 	t.Helper()
 	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t), BackupDelay: time.Millisecond})
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t), BackupDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +60,10 @@ func seedForRestore(t *testing.T, dir string) seeded {
 	return seeded{live: live, lastAcked: last}
 }
 
-func waitBackedUp(t *testing.T, s *leasestore.BadgerStore) {
+func waitBackedUp(t *testing.T, s *badgerstore.Store) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !leasestore.BackedUp(s) {
+	for !badgerstore.BackedUp(s) {
 		if time.Now().After(deadline) {
 			t.Fatal("the backup was not written")
 		}
@@ -82,7 +83,7 @@ func writeMarker(t *testing.T, dir string, n int) {
 // wrote: every session back, each lease with its fence and a floor above
 // it, unreconciled, and a journal that hands out no seq that was
 // acknowledged before the restore.
-func checkRestored(t *testing.T, s *leasestore.BadgerStore, seed seeded) {
+func checkRestored(t *testing.T, s *badgerstore.Store, seed seeded) {
 	t.Helper()
 	ctx := testCtx(t)
 	rec := s.Recovery()
@@ -169,7 +170,7 @@ func TestRecoveryReportLastsUntilACleanClose(t *testing.T) {
 		t.Fatalf("restoring open: %q, %v", out, err)
 	}
 	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t)})
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestEmptyStoreKeepsTheBackup(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t), BackupDelay: time.Millisecond})
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t), BackupDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestStoreLockedByAnotherProgramIsNotMoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{Logger: logtest.New(t)})
+	_, err = badgerstore.Open(testCtx(t), dir, badgerstore.Options{Logger: logtest.New(t)})
 	if cerr := raw.Close(); cerr != nil {
 		t.Fatal(cerr)
 	}
@@ -287,7 +288,7 @@ func TestStoreFromAnotherBadgerVersionIsNotMoved(t *testing.T) {
 	if err := os.WriteFile(manifest, newer, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{Logger: logtest.New(t)})
+	_, err = badgerstore.Open(testCtx(t), dir, badgerstore.Options{Logger: logtest.New(t)})
 	if err == nil || errors.Is(err, leasestore.ErrDamaged) || !strings.Contains(err.Error(), "another version of Badger") ||
 		!strings.Contains(err.Error(), "nothing was moved") {
 		t.Fatalf("open of a store from another Badger version: %v", err)
@@ -336,7 +337,7 @@ func TestProbeOpenSparesAHealthyStore(t *testing.T) {
 	seedForRestore(t, dir)
 	writeMarker(t, dir, 2)
 	var calls atomic.Int32
-	s, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{Logger: logtest.New(t), ProbeOpen: probeOpen(&calls)})
+	s, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{Logger: logtest.New(t), ProbeOpen: probeOpen(&calls)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestProbeOpenFailureRestores(t *testing.T) {
 	}
 	writeMarker(t, dir, 2)
 	var calls atomic.Int32
-	s, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{Logger: logtest.New(t), ProbeOpen: probeOpen(&calls)})
+	s, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{Logger: logtest.New(t), ProbeOpen: probeOpen(&calls)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestProbeOpenCancelledDecidesNothing(t *testing.T) {
 	seedForRestore(t, dir)
 	writeMarker(t, dir, 2)
 	ctx, cancel := context.WithCancel(testCtx(t))
-	_, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t),
+	_, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t),
 		ProbeOpen: func(ctx context.Context, _ string) error { cancel(); return ctx.Err() }})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("open with a cancelled probe: %v", err)

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package leasestore
+package badgerstore
 
 // freeSpace cannot tell the free space here; writes are not held back.
 func freeSpace(string) (int64, bool) { return 0, false }

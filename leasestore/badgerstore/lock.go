@@ -1,4 +1,4 @@
-package leasestore
+package badgerstore
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // dirLock is the exclusive lock a store holds on its state directory. It is
@@ -101,3 +103,27 @@ func processRunning(pid int) bool {
 	}
 	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
+
+// LockedError names the process holding the state directory. It matches
+// leasestore.ErrLocked.
+type LockedError struct {
+	Dir string
+	PID int // 0 when the holder did not record its pid
+	// HolderExited: the process that recorded PID has exited, yet the lock
+	// stayed held for as long as an open waits for it; a process that
+	// inherited its descriptors (a plugin it started) holds it.
+	HolderExited bool
+}
+
+func (e *LockedError) Error() string {
+	if e.HolderExited {
+		return fmt.Sprintf("state directory %s is still locked although pid %d, which locked it, has exited: a process it started holds its lock file (find it with: fuser %[3]s, or lsof %[3]s); stop that process or use another --state-dir",
+			e.Dir, e.PID, filepath.Join(e.Dir, lockFileName))
+	}
+	if e.PID > 0 {
+		return fmt.Sprintf("state directory %s in use by pid %d; stop that agenthost or use another --state-dir", e.Dir, e.PID)
+	}
+	return fmt.Sprintf("state directory %s in use by another process; stop it or use another --state-dir", e.Dir)
+}
+
+func (e *LockedError) Is(target error) bool { return target == leasestore.ErrLocked }

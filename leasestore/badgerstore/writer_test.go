@@ -1,4 +1,4 @@
-package leasestore_test
+package badgerstore_test
 
 import (
 	"context"
@@ -12,34 +12,9 @@ import (
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/leasestore/leasestoretest"
 )
-
-// Close may be called from several goroutines at once (a signal handler
-// and a deferred stop, say): one shuts the store down, the others wait for
-// it and return its success.
-func TestConcurrentCloses(t *testing.T) {
-	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, t.TempDir(), leasestore.Options{Logger: logtest.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leasestoretest.Live(t, ctx, s, "s")
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Go(func() { errs[i] = s.Close(ctx) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("close #%d: %v", i, err)
-		}
-	}
-	if _, err := s.Get(ctx, "s"); !errors.Is(err, leasestore.ErrClosed) {
-		t.Errorf("read after close: %v", err)
-	}
-}
 
 // MarkAllUnreconciled marks sessions whose records together are far larger
 // than one Badger transaction accepts: each session is its own operation,
@@ -84,7 +59,7 @@ func TestMarkAllUnreconciledNamesTheSession(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := leasestore.CorruptRecord(ctx, s, "b"); err != nil {
+	if err := badgerstore.CorruptRecord(ctx, s, "b"); err != nil {
 		t.Fatal(err)
 	}
 	marked, err := s.MarkAllUnreconciled(ctx)
@@ -113,7 +88,7 @@ func TestFailedCommitRefusesFurtherWrites(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	fence := leasestoretest.Live(t, ctx, s, "s").Lease.Fence
 	var failed atomic.Bool
-	leasestore.SetCommitHook(s, func(commit func() error) error {
+	badgerstore.SetCommitHook(s, func(commit func() error) error {
 		if err := commit(); err != nil || failed.Swap(true) {
 			return err
 		}
@@ -152,7 +127,7 @@ func TestFailedCommitRefusesFurtherWrites(t *testing.T) {
 func TestInterruptedDeleteIsFinishedByTheNext(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t)})
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +137,7 @@ func TestInterruptedDeleteIsFinishedByTheNext(t *testing.T) {
 
 	delCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	leasestore.SetCommitHook(s, func(commit func() error) error {
+	badgerstore.SetCommitHook(s, func(commit func() error) error {
 		err := commit()
 		cancel() // the host stops right after the Delete's first step
 		return err
@@ -171,7 +146,7 @@ func TestInterruptedDeleteIsFinishedByTheNext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "call Delete again") {
 		t.Fatalf("interrupted delete: %v", err)
 	}
-	leasestore.SetCommitHook(s, func(commit func() error) error { return commit() })
+	badgerstore.SetCommitHook(s, func(commit func() error) error { return commit() })
 
 	got := mustGet(t, s, "s")
 	if !got.Deleting {
@@ -229,7 +204,7 @@ func mustApply(t *testing.T, s leasestore.Store, id string, tr leasestore.Transi
 // session as it was.
 func TestReserveRefusesAnEmptyToken(t *testing.T) {
 	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, t.TempDir(), leasestore.Options{Logger: logtest.New(t),
+	s, err := badgerstore.Open(ctx, t.TempDir(), badgerstore.Options{Logger: logtest.New(t),
 		NewToken: func() (string, error) { return "", nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -263,8 +238,8 @@ func TestWritesAreRefusedBeforeTheDiskIsFull(t *testing.T) {
 		}
 		return int64(st.Bavail) * int64(st.Bsize)
 	}
-	open := func(minFree int64) *leasestore.BadgerStore {
-		s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t), MinFreeSpace: minFree})
+	open := func(minFree int64) *badgerstore.Store {
+		s, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t), MinFreeSpace: minFree})
 		if err != nil {
 			t.Fatal(err)
 		}

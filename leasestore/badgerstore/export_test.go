@@ -1,23 +1,25 @@
-package leasestore
+package badgerstore
 
 import (
 	"context"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // CommitCount exposes how many transactions the store committed, so tests
 // can check that concurrent appends share commits.
-func CommitCount(s *BadgerStore) uint64 { return s.commits.Load() }
+func CommitCount(s *Store) uint64 { return s.writer.commits.Load() }
 
 // BackedUp reports whether the backup holds every committed record change.
-func BackedUp(s *BadgerStore) bool { return s.leaseGen.Load() == s.backedUpGen.Load() }
+func BackedUp(s *Store) bool { return s.backup.current() }
 
 // SetCommitHook makes the writer commit through fn, which gets the real
 // commit to call (or not). Set it between writes: the writer reads it when
 // it commits the next batch.
-func SetCommitHook(s *BadgerStore, fn func(commit func() error) error) {
-	s.testHookCommit = func(txn *badger.Txn) error { return fn(txn.Commit) }
+func SetCommitHook(s *Store, fn func(commit func() error) error) {
+	s.writer.commitHook = func(txn *badger.Txn) error { return fn(txn.Commit) }
 }
 
 // SetRestoreHook sets what a restore calls between its steps; the crash
@@ -25,9 +27,15 @@ func SetCommitHook(s *BadgerStore, fn func(commit func() error) error) {
 func SetRestoreHook(o *Options, fn func(step string)) { o.restoreHook = fn }
 
 // CorruptRecord overwrites a session record with bytes that do not decode.
-func CorruptRecord(ctx context.Context, s *BadgerStore, id string) error {
+func CorruptRecord(ctx context.Context, s *Store, id string) error {
 	return s.submit(ctx, "corrupt", id, func(b *batch) error {
 		b.set(recordKey(id), []byte("{not a record"))
 		return nil
 	})
+}
+
+// PutRecord writes sess as its record, bypassing the transitions, as a
+// record an earlier build or a person wrote would be.
+func PutRecord(ctx context.Context, s *Store, sess leasestore.Session) error {
+	return s.submit(ctx, "put", sess.ID, func(b *batch) error { return b.putSession(sess) })
 }

@@ -1,21 +1,22 @@
-package leasestore
+package badgerstore
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
-// Key layout. Session ids are opaque, so no byte of an id may act as a
-// separator: every key embeds the id length-prefixed (uvarint length, then
-// the bytes). Uvarints are a prefix-free code, so no id's keys can collide
+// Key layout. Session ids are opaque (see leasestore.ValidateSessionID), so
+// no byte of an id may act as a separator: every key embeds the id
+// length-prefixed (uvarint length, then the bytes). Uvarints are a prefix-free code, so no id's keys can collide
 // with, or be a prefix of, another id's keys — NUL, '/', 0xff and ids that
 // are prefixes of each other included.
 //
 //	'r' lp(id) 0x00           session record (JSON)
 //	'r' lp(id) 0x01           last journal seq (8 bytes big-endian)
-//	'j' lp(id) seq(8 BE)      journal entry (EncodeEntry)
+//	'j' lp(id) seq(8 BE)      journal entry (leasestore.EncodeEntry)
 //
 // Record and seq keys share the 'r' prefix so that one prefix stream backs
 // up both: a store restored from backup continues numbering after the last
@@ -27,25 +28,6 @@ const (
 	recordSuffix = 0x00
 	seqSuffix    = 0x01
 )
-
-// MaxSessionIDLen bounds a session id in bytes. Badger keys are limited to
-// 65000 bytes; this leaves room for the prefixes with a wide margin.
-const MaxSessionIDLen = 16 << 10
-
-// ValidateSessionID checks that id can be stored and round-trips: non-empty,
-// valid UTF-8 (it travels in JSON), and at most MaxSessionIDLen bytes. NUL and
-// every other code point are allowed.
-func ValidateSessionID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty session id", ErrInvalidArgument)
-	case len(id) > MaxSessionIDLen:
-		return fmt.Errorf("%w: session id is %d bytes, the limit is %d", ErrInvalidArgument, len(id), MaxSessionIDLen)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: session id is not valid UTF-8 (it must survive JSON)", ErrInvalidArgument)
-	}
-	return nil
-}
 
 func appendID(b []byte, prefix byte, id string) []byte {
 	b = append(b, prefix)
@@ -94,4 +76,15 @@ func parseJournalKey(key []byte) (id string, seq uint64, err error) {
 		return "", 0, errBadKey
 	}
 	return id, binary.BigEndian.Uint64(rest), nil
+}
+
+func encodeSeq(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, seq)
+}
+
+func decodeSeq(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: journal position is %d bytes", leasestore.ErrDamaged, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
 }

@@ -1,4 +1,4 @@
-package leasestore
+package badgerstore
 
 import (
 	"errors"

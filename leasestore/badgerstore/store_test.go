@@ -1,4 +1,4 @@
-package leasestore_test
+package badgerstore_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/leasestore/leasestoretest"
 )
 
@@ -28,9 +29,9 @@ func testCtx(t *testing.T) context.Context {
 
 // openStore opens a Badger store in dir, logging to t, and closes it when
 // the test ends unless the test closed it first.
-func openStore(t *testing.T, dir string) *leasestore.BadgerStore {
+func openStore(t *testing.T, dir string) *badgerstore.Store {
 	t.Helper()
-	s, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{Logger: logtest.New(t)})
+	s, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{Logger: logtest.New(t)})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -42,9 +43,9 @@ func openStore(t *testing.T, dir string) *leasestore.BadgerStore {
 	return s
 }
 
-func TestBadgerConformance(t *testing.T) {
-	leasestoretest.Run(t, func(t *testing.T) leasestore.Store {
-		s, err := leasestore.OpenBadger(testCtx(t), t.TempDir(), leasestore.Options{Logger: logtest.New(t)})
+func TestConformance(t *testing.T) {
+	leasestoretest.Run(t, func(t *testing.T, cfg leasestoretest.StoreConfig) leasestore.Store {
+		s, err := badgerstore.Open(testCtx(t), cfg.Dir, badgerstore.Options{Logger: logtest.New(t), Now: cfg.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestBadgerConformance(t *testing.T) {
 }
 
 func TestOpenRefusesRelativeStateDir(t *testing.T) {
-	_, err := leasestore.OpenBadger(testCtx(t), "relative/state", leasestore.Options{})
+	_, err := badgerstore.Open(testCtx(t), "relative/state", badgerstore.Options{})
 	if !errors.Is(err, leasestore.ErrInvalidArgument) || !strings.Contains(err.Error(), "absolute") {
 		t.Fatalf("got %v, want an error asking for an absolute path", err)
 	}
@@ -62,49 +63,13 @@ func TestOpenRefusesRelativeStateDir(t *testing.T) {
 func TestSecondOpenerIsToldWhoHoldsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
 	openStore(t, dir)
-	_, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{})
-	var locked *leasestore.LockedError
+	_, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{})
+	var locked *badgerstore.LockedError
 	if !errors.As(err, &locked) || !errors.Is(err, leasestore.ErrLocked) {
 		t.Fatalf("second open: %v, want a LockedError", err)
 	}
 	if locked.PID != os.Getpid() || !strings.Contains(err.Error(), fmt.Sprintf("in use by pid %d", os.Getpid())) {
 		t.Errorf("lock error names pid %d (%q), want %d", locked.PID, err, os.Getpid())
-	}
-}
-
-func TestStateSurvivesReopen(t *testing.T) {
-	dir := t.TempDir()
-	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess := leasestoretest.Live(t, ctx, s, "s\x00/1")
-	if _, err := s.Append(ctx, "s\x00/1", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("kept")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s2 := openStore(t, dir)
-	got, err := s2.Get(ctx, "s\x00/1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Lease.Fence != sess.Lease.Fence || got.Lease.Claim != leasestore.ClaimLive || !got.Lease.Owner.SameProcess(*sess.Lease.Owner) {
-		t.Errorf("lease after reopen: %+v", got.Lease)
-	}
-	last, err := s2.LastSeq(ctx, "s\x00/1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var payload string
-	err = s2.Replay(ctx, "s\x00/1", last, func(e leasestore.Entry) error { payload = string(e.Payload); return nil })
-	if err != nil || payload != "kept" {
-		t.Errorf("last entry after reopen: %q, %v", payload, err)
-	}
-	if s2.Recovery() != nil {
-		t.Errorf("a clean reopen reported a recovery: %v", s2.Recovery())
 	}
 }
 
@@ -125,7 +90,7 @@ func TestPresenceCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls []string
-			got := leasestore.Present("/profile", func(p string) bool {
+			got := badgerstore.Present("/profile", func(p string) bool {
 				calls = append(calls, p)
 				return tc.exists[p]
 			})
@@ -135,17 +100,17 @@ func TestPresenceCheck(t *testing.T) {
 		})
 	}
 	dir := t.TempDir()
-	if leasestore.Present(dir, nil) {
+	if badgerstore.Present(dir, nil) {
 		t.Error("an empty state directory reads as present")
 	}
-	s, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{})
+	s, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if !leasestore.Present(dir, nil) {
+	if !badgerstore.Present(dir, nil) {
 		t.Error("a state directory with a store reads as absent")
 	}
 }
@@ -200,7 +165,7 @@ func mustGet(t *testing.T, s leasestore.Store, id string) leasestore.Session {
 
 func TestDamagedStoreWithoutBackupIsRefusedClearly(t *testing.T) {
 	dir := t.TempDir()
-	s, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{})
+	s, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +176,7 @@ func TestDamagedStoreWithoutBackupIsRefusedClearly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // refused every time, never opened
-		_, err = leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{})
+		_, err = badgerstore.Open(testCtx(t), dir, badgerstore.Options{})
 		if !errors.Is(err, leasestore.ErrDamaged) || !strings.Contains(err.Error(), "move that directory aside") {
 			t.Fatalf("got %v, want ErrDamaged telling the user what to do", err)
 		}
@@ -227,7 +192,7 @@ func TestDamagedStoreWithoutBackupIsRefusedClearly(t *testing.T) {
 func TestCorruptTableDoesNotCrashLoop(t *testing.T) {
 	dir := t.TempDir()
 	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t)})
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: logtest.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,146 +325,6 @@ func TestSIGKILLMidAppendLosesNoAcknowledgedEntry(t *testing.T) {
 	t.Logf("%d acknowledged entries all present; %d entries in the journal", len(acked), len(found))
 }
 
-// A stop whose journal close fails reports it and keeps the handle; the
-// next stop retries it and only then lets the store go.
-func TestFailedJournalCloseIsRetriedByTheNextClose(t *testing.T) {
-	dir := t.TempDir()
-	ctx := testCtx(t)
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{Logger: logtest.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess := leasestoretest.Live(t, ctx, s, "session-teardown-retry")
-	real, err := s.OpenJournal(ctx, "session-teardown-retry", sess.Lease.Fence)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flaky := &flakyCloser{Journal: real, failures: 2}
-	if err := s.CloseRetries().CloseOrRetain(ctx, flaky); err == nil {
-		t.Fatal("the first close was supposed to fail")
-	}
-	if err := s.Close(ctx); err == nil {
-		t.Fatal("a close with a journal that still fails to close reported success")
-	}
-	if got := s.CloseRetries().Pending(); !slices.Equal(got, []string{flaky.Name()}) {
-		t.Fatalf("pending closes after the failed stop: %q, want [%q]", got, flaky.Name())
-	}
-	// The store stayed open for the retry, writes included: a host whose
-	// stop failed keeps running its sessions until it stops again.
-	if _, err := s.Get(ctx, "session-teardown-retry"); err != nil {
-		t.Fatalf("store unusable between close attempts: %v", err)
-	}
-	if _, err := s.Append(ctx, "session-teardown-retry", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("between")}); err != nil {
-		t.Fatalf("append between close attempts: %v", err)
-	}
-	if _, err := s.Apply(ctx, "session-teardown-retry", leasestore.RecordHandle{Fence: sess.Lease.Fence, Handle: "h2", Origin: leasestore.HandleForked}); err != nil {
-		t.Fatalf("transition between close attempts: %v", err)
-	}
-	if err := s.Close(ctx); err != nil {
-		t.Fatalf("second close: %v", err)
-	}
-	if got := s.CloseRetries().Pending(); len(got) != 0 {
-		t.Fatalf("pending closes after the successful stop: %q", got)
-	}
-	// The directory lock was released with the store.
-	s2 := openStore(t, dir)
-	if _, err := s2.Get(ctx, "session-teardown-retry"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-type flakyCloser struct {
-	*leasestore.Journal
-	failures int
-}
-
-func (f *flakyCloser) Close(ctx context.Context) error {
-	if f.failures > 0 {
-		f.failures--
-		return errors.New("close rejected")
-	}
-	return f.Journal.Close(ctx)
-}
-
-func TestJournalHandle(t *testing.T) {
-	ctx := testCtx(t)
-	s := openStore(t, t.TempDir())
-	sess := leasestoretest.Live(t, ctx, s, "s")
-	j, err := s.OpenJournal(ctx, "s", sess.Lease.Fence)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.OpenJournal(ctx, "s", sess.Lease.Fence-1); !errors.Is(err, leasestore.ErrStaleFence) {
-		t.Errorf("journal at a stale fence: %v", err)
-	}
-	es, err := j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("1")})
-	if err != nil || len(es) != 1 || es[0].Fence != sess.Lease.Fence {
-		t.Fatalf("append through handle: %+v, %v", es, err)
-	}
-	if err := j.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Close(ctx); err != nil {
-		t.Errorf("a second close after success: %v", err)
-	}
-	if _, err := j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate}); !errors.Is(err, leasestore.ErrClosed) {
-		t.Errorf("append after close: %v", err)
-	}
-}
-
-// A handle's close waits for the appends it admitted; a close whose context
-// ends first fails and can be retried.
-func TestJournalCloseWaitsForInflightAppends(t *testing.T) {
-	ctx := testCtx(t)
-	s := openStore(t, t.TempDir())
-	sess := leasestoretest.Live(t, ctx, s, "s")
-	gate := &gatedStore{Store: s, release: make(chan struct{}), entered: make(chan struct{})}
-	j := leasestore.NewJournal(gate, "s", sess.Lease.Fence)
-	appended := make(chan error, 1)
-	go func() {
-		_, err := j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("late")})
-		appended <- err
-	}()
-	<-gate.entered
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	if err := j.Close(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("close with an append in flight: %v, want a deadline error", err)
-	}
-	close(gate.release)
-	if err := j.Close(ctx); err != nil {
-		t.Fatalf("retried close: %v", err)
-	}
-	// The admitted append is in the store by the time Close returns (its
-	// caller may hear of it a moment later).
-	var journaled []string
-	if err := s.Replay(ctx, "s", 0, func(e leasestore.Entry) error {
-		journaled = append(journaled, string(e.Payload))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(journaled, "late") {
-		t.Fatalf("close returned before the admitted append finished: journal holds %q", journaled)
-	}
-	if err := <-appended; err != nil {
-		t.Fatalf("the in-flight append failed: %v", err)
-	}
-}
-
-// gatedStore holds Append until released, to keep one append in flight.
-type gatedStore struct {
-	leasestore.Store
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (g *gatedStore) Append(ctx context.Context, id string, fence uint64, in ...leasestore.EntryInput) ([]leasestore.Entry, error) {
-	close(g.entered)
-	<-g.release
-	return g.Store.Append(ctx, id, fence, in...)
-}
-
 // Appends from concurrent sessions share transactions: one sync serves many
 // acknowledged entries. (How much that buys is measured by the benchmarks.)
 func TestConcurrentAppendsAreGroupCommitted(t *testing.T) {
@@ -510,7 +335,7 @@ func TestConcurrentAppendsAreGroupCommitted(t *testing.T) {
 	for i := range sessions {
 		fences[i] = leasestoretest.Live(t, ctx, s, fmt.Sprint(i)).Lease.Fence
 	}
-	before := leasestore.CommitCount(s)
+	before := badgerstore.CommitCount(s)
 	var wg sync.WaitGroup
 	for i := range sessions {
 		wg.Go(func() {
@@ -523,9 +348,37 @@ func TestConcurrentAppendsAreGroupCommitted(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	commits := leasestore.CommitCount(s) - before
+	commits := badgerstore.CommitCount(s) - before
 	t.Logf("%d appends in %d commits", sessions*per, commits)
 	if commits >= sessions*per {
 		t.Errorf("%d concurrent appends took %d commits: nothing was grouped", sessions*per, commits)
 	}
+}
+
+// A conflicted record (no transition of this build writes one; an earlier
+// build or a person may have) fails closed: nobody reserves it or appends
+// to it, and only evidence settles it.
+func TestConflictedRecordFailsClosed(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStore(t, t.TempDir())
+	sess := leasestoretest.Live(t, ctx, s, "c")
+	fence := sess.Lease.Fence
+	sess.Lease.Claim, sess.Lease.Stage, sess.Lease.LatchReason = leasestore.ClaimConflicted, leasestore.StageManualRecovery, "two hosts claim it"
+	if err := badgerstore.PutRecord(ctx, s, sess); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, "c", leasestore.Reserve{ExpectedFence: fence}); !errors.Is(err, leasestore.ErrConflict) {
+		t.Fatalf("reserve of a conflicted session: %v, want ErrConflict", err)
+	}
+	if _, err := s.Append(ctx, "c", fence, leasestore.EntryInput{Kind: leasestore.KindUpdate}); !errors.Is(err, leasestore.ErrOwnershipUnknown) {
+		t.Fatalf("append to a conflicted session: %v, want ErrOwnershipUnknown", err)
+	}
+	if _, err := s.Apply(ctx, "c", leasestore.Release{Fence: fence}); !errors.Is(err, leasestore.ErrOwnershipUnknown) {
+		t.Fatalf("release of a conflicted session: %v, want ErrOwnershipUnknown", err)
+	}
+	got := mustApply(t, s, "c", leasestore.Evict{Fence: fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceOperator, Detail: "user confirmed"}})
+	if got.Lease.Claim != leasestore.ClaimReleased || got.Lease.Fence != fence+1 {
+		t.Fatalf("settled conflict: %+v", got.Lease)
+	}
+	mustApply(t, s, "c", leasestore.Reserve{ExpectedFence: fence + 1})
 }

@@ -1,4 +1,4 @@
-package leasestore_test
+package badgerstore_test
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/leasestore/leasestoretest"
 )
 
-func benchStore(b *testing.B) *leasestore.BadgerStore {
+func benchStore(b *testing.B) *badgerstore.Store {
 	b.Helper()
-	s, err := leasestore.OpenBadger(context.Background(), b.TempDir(), leasestore.Options{})
+	s, err := badgerstore.Open(context.Background(), b.TempDir(), badgerstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -86,8 +87,9 @@ func BenchmarkRawWriteFsync(b *testing.B) {
 	}
 }
 
-// BenchmarkLeaseCycle measures a whole ownership generation: reserve, begin
-// spawn, commit owner, prove, release — five durable transitions.
+// BenchmarkLeaseCycle measures a whole ownership generation as the host
+// drives it: reserve, commit owner, prove, release — four durable
+// transitions.
 func BenchmarkLeaseCycle(b *testing.B) {
 	ctx := context.Background()
 	s := benchStore(b)
@@ -103,7 +105,6 @@ func BenchmarkLeaseCycle(b *testing.B) {
 		}
 		f := r.Lease.Fence
 		steps := []leasestore.Transition{
-			leasestore.BeginSpawn{Fence: f},
 			leasestore.CommitOwner{Fence: f, Owner: leasestoretest.Owner(1, r.Lease.ReservedSpawnToken)},
 			leasestore.ProveOwner{Fence: f, Handle: "h", Origin: leasestore.HandleResumed},
 			leasestore.Release{Fence: f},
@@ -122,7 +123,7 @@ func BenchmarkLeaseCycle(b *testing.B) {
 func BenchmarkOpen(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
-	s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{})
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func BenchmarkOpen(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		s, err := leasestore.OpenBadger(ctx, dir, leasestore.Options{})
+		s, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,9 +1,8 @@
-package leasestore
+package badgerstore
 
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +16,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // ProbeStore opens the Badger directory storeDir with the store's profile
@@ -43,7 +42,7 @@ func ProbeStore(storeDir string) error {
 // the process: it is treated as damaged without being opened again (unless
 // Options.ProbeOpen, opening it in a child process, shows it opens).
 //
-// The marker covers the open only: once OpenBadger has returned, a crash
+// The marker covers the open only: once Open has returned, a crash
 // of the host, whatever its cause, is not counted against the store.
 
 func readMarker(path string) int {
@@ -59,89 +58,94 @@ func readMarker(path string) int {
 	return n
 }
 
-// restoredSeqGap is how far a restore moves every journal's position past
-// the last seq its backup knew. Appends do not rewrite the backup (only
-// lease changes do), so the lost store may have acknowledged any number of
-// entries after it; continuing right after the backup's position would hand
-// those seqs out again, to different entries. With the gap a client sees a
-// jump, never a reuse, unless a session appended more than 2^32 entries
-// between two backups. 2^32 also keeps seqs below 2^53, where JSON clients
-// that read numbers as doubles lose precision, for two million restores.
-const restoredSeqGap = 1 << 32
+// opener opens the Badger directory of a state directory behind the
+// crash-loop guard, restoring it from the backup when it is damaged or
+// missing. It runs once, in Open, before any of the store's goroutines
+// start; db and recovery are its result.
+type opener struct {
+	stateDir string
+	opts     Options
+	log      hclog.Logger
 
-func (s *BadgerStore) path(name string) string { return filepath.Join(s.stateDir, name) }
+	db       *badger.DB
+	recovery *leasestore.Recovery
+}
+
+func (o *opener) path(name string) string { return filepath.Join(o.stateDir, name) }
+
+func (o *opener) now() time.Time { return o.opts.now() }
 
 // openDB opens Badger behind the crash-loop guard, restoring from the backup
 // when the store is damaged or missing.
-func (s *BadgerStore) openDB(ctx context.Context) error {
-	storeDir := s.path(storeDirName)
-	marker := s.path(markerFileName)
-	if err := s.finishInterruptedRestore(); err != nil {
+func (o *opener) openDB(ctx context.Context) error {
+	storeDir := o.path(storeDirName)
+	marker := o.path(markerFileName)
+	if err := o.finishInterruptedRestore(); err != nil {
 		return err
 	}
-	s.recovery = s.readRecoveryReport()
+	o.recovery = o.readRecoveryReport()
 	hasManifest := pathExists(filepath.Join(storeDir, storeManifest))
-	if !hasManifest && pathExists(s.path(backupFileName)) {
+	if !hasManifest && pathExists(o.path(backupFileName)) {
 		// Every Badger directory ever opened has a MANIFEST. Opening
 		// this one would create an empty store whose first backup would
 		// overwrite the sessions the backup still holds.
-		return s.restore(fmt.Sprintf("the store directory %s is missing or has no MANIFEST, but a backup exists", storeDir))
+		return o.restore(fmt.Sprintf("the store directory %s is missing or has no MANIFEST, but a backup exists", storeDir))
 	}
 	attempts := readMarker(marker)
-	if hasManifest && attempts >= s.opts.OpenAttempts {
+	if hasManifest && attempts >= o.opts.OpenAttempts {
 		reason := fmt.Sprintf("the last %d attempts to open it died before finishing", attempts)
-		if s.opts.ProbeOpen == nil {
-			return s.restore(reason)
+		if o.opts.ProbeOpen == nil {
+			return o.restore(reason)
 		}
-		err := s.opts.ProbeOpen(ctx, storeDir)
+		err := o.opts.ProbeOpen(ctx, storeDir)
 		switch {
 		case err == nil:
 			// Something else killed those opens (a watchdog, a power cut
 			// during a long replay): the store is not moved for it.
-			s.log.Warn("the last attempts to open the state store died, but it opens in a probe process; opening it normally",
+			o.log.Warn("the last attempts to open the state store died, but it opens in a probe process; opening it normally",
 				"store", storeDir, "attempts", attempts)
 			attempts = 0
 		case ctx.Err() != nil:
 			// Undecided: leave the marker for the next start.
 			return fmt.Errorf("probe-open state store %s: %w", storeDir, ctx.Err())
 		default:
-			return s.restore(fmt.Sprintf("%s, and opening it in a probe process failed too (%v)", reason, err))
+			return o.restore(fmt.Sprintf("%s, and opening it in a probe process failed too (%v)", reason, err))
 		}
 	}
 	if err := os.WriteFile(marker, []byte(strconv.Itoa(attempts+1)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write crash-loop marker %s: %w", marker, err)
 	}
-	db, err := openBadgerWaiting(storeDir, s.log)
+	db, err := openBadgerWaiting(storeDir, o.log)
 	if err != nil {
 		if damaged(err) && !environmental(err) {
-			return s.restore(fmt.Sprintf("opening it failed: %v", err))
+			return o.restore(fmt.Sprintf("opening it failed: %v", err))
 		}
 		// The open returned: it did not die, and the store may be fine.
 		_ = os.Remove(marker)
-		return s.refuseOpen(storeDir, err)
+		return o.refuseOpen(storeDir, err)
 	}
 	// The check reads every record for the first time since the open, so
 	// it runs under the crash-loop marker too: a damaged block that makes
 	// Badger panic here counts as a death during the open.
-	switch lost, err := checkAgainstBackup(db, s.path(backupFileName)); {
+	switch lost, err := checkAgainstBackup(db, o.path(backupFileName)); {
 	case err != nil:
 		// An unreadable backup cannot testify either way; the restore
 		// path would refuse it too. Open what is there.
-		s.log.Warn("the backup cannot be read to check the store against it", "error", err)
+		o.log.Warn("the backup cannot be read to check the store against it", "error", err)
 	case lost != "":
 		if err := db.Close(); err != nil {
-			s.log.Warn("close the store found short of its backup", "error", err)
+			o.log.Warn("close the store found short of its backup", "error", err)
 		}
-		return s.restore("it opened, but " + lost)
+		return o.restore("it opened, but " + lost)
 	}
 	if err := os.Remove(marker); err != nil {
 		_ = db.Close()
 		return fmt.Errorf("remove crash-loop marker %s: %w", marker, err)
 	}
-	s.db = db
+	o.db = db
 	// A restore that built its store but died before putting it in place
 	// leaves it behind; the store it meant to replace has just opened.
-	_ = os.RemoveAll(s.path(restoringDirName))
+	_ = os.RemoveAll(o.path(restoringDirName))
 	return nil
 }
 
@@ -227,7 +231,7 @@ func openBadgerWaiting(storeDir string, log hclog.Logger) (*badger.DB, error) {
 
 // refuseOpen explains an open error that does not prove damage. Nothing was
 // moved or changed; the advice says what the user can do.
-func (s *BadgerStore) refuseOpen(storeDir string, err error) error {
+func (o *opener) refuseOpen(storeDir string, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, badgerLockedSign):
@@ -239,21 +243,21 @@ func (s *BadgerStore) refuseOpen(storeDir string, err error) error {
 			holder = fmt.Sprintf("pid %d", pid)
 		}
 		return fmt.Errorf("%w: the state store %s is locked by %s (Badger's lock file %s); "+
-			"a tool such as the badger CLI may have it open: stop it and start again", ErrLocked, storeDir, holder, lockPath)
+			"a tool such as the badger CLI may have it open: stop it and start again", leasestore.ErrLocked, storeDir, holder, lockPath)
 	case strings.Contains(msg, "manifest has unsupported version") || strings.Contains(msg, "external magic number"):
 		return fmt.Errorf("open state store %s: it was written by another version of Badger (%v); nothing was moved: "+
 			"run the agenthost that wrote it, or move the directory aside and start again to %s",
-			storeDir, err, s.afterMoveAside())
+			storeDir, err, o.afterMoveAside())
 	case environmental(err):
 		return fmt.Errorf("open state store %s (nothing was moved; fix the cause and start again): %w", storeDir, err)
 	}
 	return fmt.Errorf("open state store %s: %w; nothing was moved: if this persists and the store is damaged, "+
-		"move the directory aside and start again to %s", storeDir, err, s.afterMoveAside())
+		"move the directory aside and start again to %s", storeDir, err, o.afterMoveAside())
 }
 
-func (s *BadgerStore) afterMoveAside() string {
-	if pathExists(s.path(backupFileName)) {
-		return "restore the sessions from the backup " + s.path(backupFileName)
+func (o *opener) afterMoveAside() string {
+	if pathExists(o.path(backupFileName)) {
+		return "restore the sessions from the backup " + o.path(backupFileName)
 	}
 	return "begin with no sessions (there is no backup)"
 }
@@ -280,34 +284,34 @@ func (s *BadgerStore) afterMoveAside() string {
 //     crash between the two renames: finishInterruptedRestore completes
 //     the second on the next open);
 //  5. clear the marker and move the report out to store.recovered.json.
-func (s *BadgerStore) restore(reason string) error {
-	storeDir := s.path(storeDirName)
-	backup := s.path(backupFileName)
+func (o *opener) restore(reason string) error {
+	storeDir := o.path(storeDirName)
+	backup := o.path(backupFileName)
 	if !pathExists(backup) {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and there is no backup to restore from; "+
-			"move that directory aside to start with no sessions, or restore it by hand", ErrDamaged, storeDir, reason)
+			"move that directory aside to start with no sessions, or restore it by hand", leasestore.ErrDamaged, storeDir, reason)
 	}
-	now := s.now()
-	fresh := s.path(restoringDirName)
+	now := o.now()
+	fresh := o.path(restoringDirName)
 	if err := os.RemoveAll(fresh); err != nil {
 		return fmt.Errorf("clear %s: %w", fresh, err)
 	}
 	// No sync per transaction: nothing here counts until the report is
 	// written, after Close has flushed everything to tables.
-	db, err := badger.Open(badgerOptions(fresh, s.log).WithSyncWrites(false))
+	db, err := badger.Open(badgerOptions(fresh, o.log).WithSyncWrites(false))
 	if err != nil {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and a fresh store for the restore cannot be opened: %v",
-			ErrDamaged, storeDir, reason, err)
+			leasestore.ErrDamaged, storeDir, reason, err)
 	}
 	if err := loadBackup(db, backup); err != nil {
 		_ = db.Close()
 		_ = os.RemoveAll(fresh)
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and its backup %s cannot be loaded either (%v); "+
-			"both are kept as they are: move them aside to start with no sessions", ErrDamaged, storeDir, reason, backup, err)
+			"both are kept as they are: move them aside to start with no sessions", leasestore.ErrDamaged, storeDir, reason, backup, err)
 	}
-	n, err := prepareRestored(db, reason, now, s.log)
+	n, err := prepareRestored(db, reason, now, o.log)
 	if err == nil {
-		err = writeBackupOf(db, s.stateDir, s.log)
+		err = writeBackupOf(db, o.stateDir, o.log)
 	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -315,11 +319,11 @@ func (s *BadgerStore) restore(reason string) error {
 	if err != nil {
 		_ = os.RemoveAll(fresh)
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and restoring it from %s failed: %v",
-			ErrDamaged, storeDir, reason, backup, err)
+			leasestore.ErrDamaged, storeDir, reason, backup, err)
 	}
-	rec := &Recovery{Reason: reason, Sessions: n, RestoredAt: now}
+	rec := &leasestore.Recovery{Reason: reason, Sessions: n, RestoredAt: now}
 	if pathExists(storeDir) {
-		rec.DamagedDir = s.path(damagedPrefix + now.Format("20060102T150405.000000000Z"))
+		rec.DamagedDir = o.path(damagedPrefix + now.Format("20060102T150405.000000000Z"))
 	}
 	report, err := json.Marshal(rec)
 	if err != nil {
@@ -328,37 +332,37 @@ func (s *BadgerStore) restore(reason string) error {
 	if err := writeFileAtomic(filepath.Join(fresh, restoreReportName), report); err != nil {
 		return fmt.Errorf("mark restored store complete: %w", err)
 	}
-	s.restoreStep("complete")
+	o.restoreStep("complete")
 	if rec.DamagedDir != "" {
 		if err := os.Rename(storeDir, rec.DamagedDir); err != nil {
 			return fmt.Errorf("move damaged store %s aside: %w", storeDir, err)
 		}
 	}
-	s.restoreStep("moved-aside")
+	o.restoreStep("moved-aside")
 	if err := os.Rename(fresh, storeDir); err != nil {
 		return fmt.Errorf("put restored store in place: %w", err)
 	}
-	if err := syncDir(s.stateDir); err != nil {
+	if err := syncDir(o.stateDir); err != nil {
 		return fmt.Errorf("put restored store in place: %w", err)
 	}
-	s.restoreStep("in-place")
-	if err := s.settleRestored(); err != nil {
+	o.restoreStep("in-place")
+	if err := o.settleRestored(); err != nil {
 		return err
 	}
-	if db, err = badger.Open(badgerOptions(storeDir, s.log)); err != nil {
-		return fmt.Errorf("%w: reopen restored store: %v", ErrDamaged, err)
+	if db, err = badger.Open(badgerOptions(storeDir, o.log)); err != nil {
+		return fmt.Errorf("%w: reopen restored store: %v", leasestore.ErrDamaged, err)
 	}
-	s.db = db
-	s.recovery = rec
-	s.log.Error(rec.String())
+	o.db = db
+	o.recovery = rec
+	o.log.Error(rec.String())
 	return nil
 }
 
 // restoreStep marks a step of a restore; tests that kill the process at a
 // given step set Options.restoreHook (see export_test.go).
-func (s *BadgerStore) restoreStep(step string) {
-	if s.opts.restoreHook != nil {
-		s.opts.restoreHook(step)
+func (o *opener) restoreStep(step string) {
+	if o.opts.restoreHook != nil {
+		o.opts.restoreHook(step)
 	}
 }
 
@@ -366,14 +370,14 @@ func (s *BadgerStore) restoreStep(step string) {
 // the damaged store aside and putting the restored one in place (no
 // MANIFEST in store/, a complete store.restoring beside it), or after that
 // but before its report was moved out.
-func (s *BadgerStore) finishInterruptedRestore() error {
-	storeDir := s.path(storeDirName)
-	fresh := s.path(restoringDirName)
+func (o *opener) finishInterruptedRestore() error {
+	storeDir := o.path(storeDirName)
+	fresh := o.path(restoringDirName)
 	if !pathExists(filepath.Join(storeDir, storeManifest)) && fileExists(filepath.Join(fresh, restoreReportName)) {
 		if pathExists(storeDir) {
 			// Not a Badger store (it has no MANIFEST), but not ours to
 			// delete either.
-			aside := s.path(damagedPrefix + s.now().Format("20060102T150405.000000000Z"))
+			aside := o.path(damagedPrefix + o.now().Format("20060102T150405.000000000Z"))
 			if err := os.Rename(storeDir, aside); err != nil {
 				return fmt.Errorf("finish interrupted restore: move %s aside: %w", storeDir, err)
 			}
@@ -381,41 +385,41 @@ func (s *BadgerStore) finishInterruptedRestore() error {
 		if err := os.Rename(fresh, storeDir); err != nil {
 			return fmt.Errorf("finish interrupted restore: put %s in place: %w", fresh, err)
 		}
-		if err := syncDir(s.stateDir); err != nil {
+		if err := syncDir(o.stateDir); err != nil {
 			return fmt.Errorf("finish interrupted restore: %w", err)
 		}
-		s.log.Warn("finished a restore from backup that was interrupted before the restored store was in place", "store", storeDir)
+		o.log.Warn("finished a restore from backup that was interrupted before the restored store was in place", "store", storeDir)
 	}
 	if fileExists(filepath.Join(storeDir, restoreReportName)) {
-		return s.settleRestored()
+		return o.settleRestored()
 	}
 	return nil
 }
 
 // settleRestored runs once a restored store is in place: the crash-loop
 // marker counted opens of the damaged store, not of this one, and the
-// report moves out of the Badger directory to where Recovery finds it.
-func (s *BadgerStore) settleRestored() error {
-	if err := os.Remove(s.path(markerFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+// report moves out of the Badger directory to where Store.Recovery finds it.
+func (o *opener) settleRestored() error {
+	if err := os.Remove(o.path(markerFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("clear crash-loop marker: %w", err)
 	}
-	if err := os.Rename(filepath.Join(s.path(storeDirName), restoreReportName), s.path(recoveredFileName)); err != nil {
+	if err := os.Rename(filepath.Join(o.path(storeDirName), restoreReportName), o.path(recoveredFileName)); err != nil {
 		return fmt.Errorf("keep restore report: %w", err)
 	}
-	return syncDir(s.stateDir)
+	return syncDir(o.stateDir)
 }
 
 // readRecoveryReport returns the report of a restore no clean Close has
 // followed yet, or nil.
-func (s *BadgerStore) readRecoveryReport() *Recovery {
-	b, err := os.ReadFile(s.path(recoveredFileName))
+func (o *opener) readRecoveryReport() *leasestore.Recovery {
+	b, err := os.ReadFile(o.path(recoveredFileName))
 	if err != nil {
 		return nil
 	}
-	var rec Recovery
+	var rec leasestore.Recovery
 	if err := json.Unmarshal(b, &rec); err != nil {
-		s.log.Warn("unreadable restore report", "path", s.path(recoveredFileName), "error", err)
-		return &Recovery{Reason: "unknown (the restore report is unreadable)"}
+		o.log.Warn("unreadable restore report", "path", o.path(recoveredFileName), "error", err)
+		return &leasestore.Recovery{Reason: "unknown (the restore report is unreadable)"}
 	}
 	return &rec
 }
@@ -468,7 +472,7 @@ func loadBackup(db *badger.DB, path string) error {
 // every restored lease gets a fence floor above it (a floor: the current
 // fence itself is never rewritten, which would corrupt exactly the records
 // a restore means to save), is marked unreconciled, has its journal
-// position moved restoredSeqGap ahead, and its journal records the restore.
+// position moved leasestore.RestoredSeqGap ahead, and its journal records the restore.
 // A record that does not decode is left as it is (every operation on it
 // fails, so no writer can be admitted on it) and not counted.
 func prepareRestored(db *badger.DB, reason string, now time.Time, log hclog.Logger) (int, error) {
@@ -482,7 +486,7 @@ func prepareRestored(db *badger.DB, reason string, now time.Time, log hclog.Logg
 		err := runOne(db, func(b *batch) error {
 			cur, err := b.session(id)
 			if err != nil {
-				unreadable = errors.Is(err, ErrDamaged)
+				unreadable = errors.Is(err, leasestore.ErrDamaged)
 				return err
 			}
 			cur.Lease.MinNextFence = max(cur.Lease.MinNextFence, cur.Lease.NextFence()+1)
@@ -495,9 +499,9 @@ func prepareRestored(db *badger.DB, reason string, now time.Time, log hclog.Logg
 			if err != nil {
 				return err
 			}
-			b.set(seqKey(id), encodeSeq(last+restoredSeqGap))
-			ev := lifecycle(KindLifecycle, cur, LifecycleEvent{Event: "restored-from-backup", Reason: reason})
-			_, err = b.appendEntries(id, cur.Lease.Fence, now, *ev)
+			b.set(seqKey(id), encodeSeq(last+leasestore.RestoredSeqGap))
+			ev := leasestore.LifecycleEntry(cur, leasestore.LifecycleEvent{Event: "restored-from-backup", Reason: reason})
+			_, err = b.appendEntries(id, cur.Lease.Fence, now, ev)
 			return err
 		})
 		if unreadable {
@@ -510,140 +514,6 @@ func prepareRestored(db *badger.DB, reason string, now time.Time, log hclog.Logg
 		n++
 	}
 	return n, nil
-}
-
-// backupLoop rewrites the backup after lease changes, coalescing the
-// changes of BackupDelay into one write.
-func (s *BadgerStore) backupLoop() {
-	defer close(s.backupDone)
-	for {
-		select {
-		case <-s.backupKick:
-		case <-s.stopBackup:
-			return
-		}
-		t := time.NewTimer(s.opts.BackupDelay)
-		select {
-		case <-t.C:
-		case <-s.stopBackup:
-			t.Stop()
-			return // shutdown writes the last backup itself
-		}
-		if err := s.writeBackup(); err != nil {
-			s.log.Error("backup of session records failed; retrying after the next lease change", "error", err)
-		}
-	}
-}
-
-// writeBackup replaces the backup with the current session records.
-func (s *BadgerStore) writeBackup() error {
-	s.backupMu.Lock()
-	defer s.backupMu.Unlock()
-	// Delete calls this from its caller's goroutine, which a concurrent
-	// Close may race: read the database only while it is open.
-	s.readMu.RLock()
-	defer s.readMu.RUnlock()
-	if s.db == nil {
-		return ErrClosed
-	}
-	gen := s.leaseGen.Load()
-	if err := writeBackupOf(s.db, s.stateDir, s.log); err != nil {
-		return err
-	}
-	s.backedUpGen.Store(gen)
-	return nil
-}
-
-// writeBackupOf replaces the backup in stateDir atomically with a Badger
-// backup stream of db's session records and journal positions (the 'r' key
-// prefix). A db without a single session record never replaces an existing
-// backup: an empty store is far more often one that lost its content (an
-// interrupted restore, a store directory gone missing) than one whose every
-// session was deleted, and the old backup is the only copy of the sessions.
-func writeBackupOf(db *badger.DB, stateDir string, log hclog.Logger) error {
-	path := filepath.Join(stateDir, backupFileName)
-	var empty bool
-	if err := db.View(func(txn *badger.Txn) error { empty = len(recordIDs(txn, 1)) == 0; return nil }); err != nil {
-		return fmt.Errorf("write backup %s: %w", path, err)
-	}
-	if empty && pathExists(path) {
-		log.Warn("the store holds no session; keeping the existing backup rather than replacing it with an empty one", "backup", path)
-		return nil
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("create backup: %w", err)
-	}
-	w := bufio.NewWriter(f)
-	err = db.View(func(txn *badger.Txn) error { return backupRecords(txn, w) })
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(stateDir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write backup %s: %w", path, err)
-	}
-	return nil
-}
-
-// backupRecords writes the newest version of every 'r' key (session
-// records and journal positions) in the format Badger's Stream.Backup
-// writes and DB.Load reads: blocks of a little-endian uint64 length and a
-// protobuf KVList. Badger's own Stream allocates and clears a 32 MiB
-// buffer per run, which made every lease change cost ~10 ms of CPU and a
-// 32 MiB RSS spike; a store of a few hundred records needs a few KiB.
-func backupRecords(txn *badger.Txn, w io.Writer) error {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}, PrefetchValues: false})
-	defer it.Close()
-	var list pb.KVList
-	size := 0
-	flush := func() error {
-		if len(list.Kv) == 0 {
-			return nil
-		}
-		b, err := proto.Marshal(&list)
-		if err != nil {
-			return err
-		}
-		if err := binary.Write(w, binary.LittleEndian, uint64(len(b))); err != nil {
-			return err
-		}
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-		list.Kv, size = list.Kv[:0], 0
-		return nil
-	}
-	for it.Rewind(); it.Valid(); it.Next() {
-		item := it.Item()
-		value, err := item.ValueCopy(nil)
-		if err != nil {
-			return fmt.Errorf("read %x: %w", item.Key(), err)
-		}
-		list.Kv = append(list.Kv, &pb.KV{
-			Key: item.KeyCopy(nil), Value: value, Version: item.Version(),
-			UserMeta: []byte{item.UserMeta()}, ExpiresAt: item.ExpiresAt(),
-		})
-		if size += len(value) + len(item.Key()); size >= 1<<20 {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return flush()
 }
 
 func syncDir(dir string) error {

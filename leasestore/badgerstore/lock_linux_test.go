@@ -1,4 +1,4 @@
-package leasestore_test
+package badgerstore_test
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // lockAndLeaveHeir is a host that dies while a child it started still holds
@@ -24,7 +24,7 @@ import (
 // it opens the store, starts sleep with every descriptor inherited, prints
 // the child's pid and exits without closing anything.
 func lockAndLeaveHeir(dir, sleep string) int {
-	if _, err := leasestore.OpenBadger(context.Background(), dir, leasestore.Options{}); err != nil {
+	if _, err := badgerstore.Open(context.Background(), dir, badgerstore.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -93,7 +93,7 @@ func TestOpenWaitsForALockADeadHostsChildHolds(t *testing.T) {
 			}
 
 			start := time.Now()
-			s, err := leasestore.OpenBadger(testCtx(t), dir, leasestore.Options{})
+			s, err := badgerstore.Open(testCtx(t), dir, badgerstore.Options{})
 			took := time.Since(start)
 			if tc.opens {
 				if err != nil {
@@ -105,7 +105,7 @@ func TestOpenWaitsForALockADeadHostsChildHolds(t *testing.T) {
 				t.Logf("opened after %s", took.Round(time.Millisecond))
 				return
 			}
-			var locked *leasestore.LockedError
+			var locked *badgerstore.LockedError
 			if !errors.As(err, &locked) || !locked.HolderExited || locked.PID != cmd.Process.Pid {
 				t.Fatalf("open while the dead host's child holds the lock: %v, want a LockedError naming exited pid %d", err, cmd.Process.Pid)
 			}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package leasestore
+package badgerstore
 
 import "golang.org/x/sys/unix"
 
