@@ -15,10 +15,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/leasestore"
 )
@@ -54,7 +52,7 @@ type pluginSpec struct {
 	Fence      uint64
 	// Open opens the session once the process is attached and identified:
 	// it calls NewSession or ResumeSession and returns the provider handle.
-	Open           func(ctx context.Context, c agentpb.AgentClient) (handle string, err error)
+	Open           func(ctx context.Context, a *pluginclient.Attachment) (handle string, err error)
 	SpawnToken     string
 	StartupTimeout time.Duration
 	StopTimeout    time.Duration
@@ -70,7 +68,8 @@ type pluginSpec struct {
 type pluginProc struct {
 	spec     pluginSpec
 	client   *plugin.Client
-	rpc      agentpb.AgentClient
+	rpc      *pluginclient.Client
+	att      *pluginclient.Attachment   // this host's attachment, once attached
 	conn     interface{ Close() error } // the gRPC connection, once made
 	runner   *procRunner
 	handle   string
@@ -153,28 +152,26 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
 		p.conn = g.Conn
 	}
-	raw, err := rpcClient.Dispense(wire.PluginName)
-	if err != nil {
+	if p.rpc, err = pluginclient.Dispense(rpcClient); err != nil {
 		return fail(fmt.Errorf("dispense plugin: %w", err))
 	}
-	p.rpc = raw.(agentpb.AgentClient)
 	p.version = client.NegotiatedVersion()
 	go p.watchExit()
 
-	if _, err := p.rpc.Attach(ctx, &agentpb.AttachRequest{Fence: spec.Fence, SessionId: spec.SessionID}); err != nil {
+	if p.att, _, err = p.rpc.Attach(ctx, spec.SessionID, spec.Fence); err != nil {
 		return fail(p.classifyStartError(ctx, err))
 	}
-	id, err := p.rpc.Identify(ctx, &agentpb.IdentifyRequest{})
+	id, err := p.rpc.Identify(ctx)
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))
 	}
-	if id.SessionId != spec.SessionID || id.SpawnToken != spec.SpawnToken || int(id.Pid) != r.pid {
+	if id.SessionID != spec.SessionID || id.SpawnToken != spec.SpawnToken || id.PID != r.pid {
 		return fail(fmt.Errorf("%w: expected session %q, token %q…, pid %d; it reported session %q, token %q…, pid %d",
-			ErrInvalidIdentity, spec.SessionID, short(spec.SpawnToken), r.pid, id.SessionId, short(id.SpawnToken), id.Pid))
+			ErrInvalidIdentity, spec.SessionID, short(spec.SpawnToken), r.pid, id.SessionID, short(id.SpawnToken), id.PID))
 	}
-	p.instance = id.InstanceId
+	p.instance = id.InstanceID
 	if spec.Open != nil {
-		handle, err := spec.Open(ctx, p.rpc)
+		handle, err := spec.Open(ctx, p.att)
 		if err != nil {
 			return fail(p.classifyStartError(ctx, err))
 		}
@@ -201,8 +198,10 @@ func short(s string) string {
 // on. A failed RPC usually means the process died: wait briefly for its exit
 // status so the error can say how it ended.
 func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
-	if st, ok := status.FromError(err); ok && p.runner.exited != nil && pluginReported(st.Code()) && !p.exitedWithin(50*time.Millisecond) {
-		return fmt.Errorf("%w: %s", ErrPluginFailed, st.Message())
+	// A call the plugin answered is its own report, unless it is dying.
+	var perr *pluginclient.Error
+	if errors.As(err, &perr) && p.runner.exited != nil && perr.Answered() && !p.exitedWithin(50*time.Millisecond) {
+		return fmt.Errorf("%w: %s", ErrPluginFailed, perr.Message)
 	}
 	if p.runner.exited != nil && p.exitedWithin(500*time.Millisecond) {
 		// Keep what the host saw first: a SIGKILL exit is often the host's
@@ -212,7 +211,7 @@ func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return fmt.Errorf("plugin startup cancelled: %w", ctx.Err())
 	}
-	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w after %s", ErrStartupTimeout, p.spec.StartupTimeout)
 	}
 	if p.runner.exited == nil {
@@ -220,16 +219,6 @@ func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
 		return fmt.Errorf("start plugin %s: %w", p.spec.Path, err)
 	}
 	return fmt.Errorf("plugin startup: %w", err)
-}
-
-// pluginReported reports whether a gRPC code is an answer from the plugin
-// rather than a transport failure or a deadline.
-func pluginReported(c codes.Code) bool {
-	switch c {
-	case codes.OK, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return false
-	}
-	return true
 }
 
 func (p *pluginProc) exitedWithin(d time.Duration) bool {
@@ -309,9 +298,11 @@ func (p *pluginProc) Stop(ctx context.Context) error {
 		deadline := time.Now().Add(timeout)
 		// Ask the agent to close its session first, bounded by half the
 		// stop budget so a hung plugin still gets SIGTERM in time.
-		cctx, cancel := context.WithTimeout(ctx, timeout/2)
-		_, _ = p.rpc.Close(cctx, &agentpb.CloseRequest{Fence: p.spec.Fence})
-		cancel()
+		if p.att != nil {
+			cctx, cancel := context.WithTimeout(ctx, timeout/2)
+			_ = p.att.Close(cctx)
+			cancel()
+		}
 		_ = p.runner.signal(unix.SIGTERM)
 		if !p.exitedWithin(time.Until(deadline)) {
 			p.spec.Logger.Warn("plugin ignored graceful shutdown; killing its process group", "pid", p.runner.pid, "timeout", timeout)

@@ -20,8 +20,8 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/probe"
 )
@@ -40,8 +40,8 @@ func fixtureSpec(t *testing.T, sessionID string) pluginSpec {
 		SessionDir: filepath.Join(dir, "session"), SocketDir: sock, SocketRoot: filepath.Dir(sock),
 		Env:   []string{"PATH=" + os.Getenv("PATH"), wire.EnvSpawnTokenVar + "=" + testTokenVar, testTokenVar + "=" + token},
 		Fence: 1, SpawnToken: token,
-		Open: func(ctx context.Context, c agentpb.AgentClient) (string, error) {
-			r, err := c.NewSession(ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: dir})
+		Open: func(ctx context.Context, a *pluginclient.Attachment) (string, error) {
+			r, err := a.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: dir})
 			if err != nil {
 				return "", err
 			}
@@ -116,9 +116,9 @@ func TestSessionIDWithNULReachesThePlugin(t *testing.T) {
 	// The fixture echoes the id it was attached with; startPlugin refuses
 	// any other, so a started plugin proves the id arrived intact.
 	p := mustStart(t, fixtureSpec(t, "ready\x00"))
-	id, err := p.rpc.Identify(context.Background(), &agentpb.IdentifyRequest{})
-	if err != nil || id.SessionId != "ready\x00" {
-		t.Fatalf("identify: %q, %v", id.GetSessionId(), err)
+	id, err := p.rpc.Identify(context.Background())
+	if err != nil || id.SessionID != "ready\x00" {
+		t.Fatalf("identify: %q, %v", id.SessionID, err)
 	}
 }
 
@@ -299,12 +299,12 @@ func TestPluginDebugModePrintsReattachConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := rpc.Dispense(wire.PluginName)
+	agent, err := pluginclient.Dispense(rpc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := raw.(agentpb.AgentClient).Identify(context.Background(), &agentpb.IdentifyRequest{})
-	if err != nil || int(id.Pid) != cmd.Process.Pid || id.AgentName != "scripted" {
+	id, err := agent.Identify(context.Background())
+	if err != nil || id.PID != cmd.Process.Pid || id.AgentName != "scripted" {
 		t.Fatalf("identify over the debug reattach config: %+v, %v", id, err)
 	}
 	// A test-mode client owns no process: Kill leaves the connection open.

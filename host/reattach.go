@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
@@ -106,21 +106,19 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
 		p.conn = g.Conn
 	}
-	raw, err := rpcClient.Dispense(wire.PluginName)
-	if err != nil {
+	if p.rpc, err = pluginclient.Dispense(rpcClient); err != nil {
 		return fail(fmt.Errorf("%w: dispense: %v", ErrNotAnswering, err))
 	}
-	p.rpc = raw.(agentpb.AgentClient)
-	id, err := p.rpc.Identify(ctx, &agentpb.IdentifyRequest{})
+	id, err := p.rpc.Identify(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("%w: identify: %v", ErrNotAnswering, err))
 	}
-	if id.SessionId != spec.SessionID || id.SpawnToken != spec.Owner.SpawnToken || int(id.Pid) != pid ||
-		(spec.Owner.InstanceID != "" && id.InstanceId != spec.Owner.InstanceID) || int(id.ProtocolVersion) != version {
+	if id.SessionID != spec.SessionID || id.SpawnToken != spec.Owner.SpawnToken || id.PID != pid ||
+		(spec.Owner.InstanceID != "" && id.InstanceID != spec.Owner.InstanceID) || id.ProtocolVersion != version {
 		return fail(fmt.Errorf("%w: it reports session %q, pid %d, instance %q, protocol %d", ErrInvalidIdentity,
-			id.SessionId, id.Pid, id.InstanceId, id.ProtocolVersion))
+			id.SessionID, id.PID, id.InstanceID, id.ProtocolVersion))
 	}
-	p.instance, p.handle = id.InstanceId, id.Handle
+	p.instance, p.handle = id.InstanceID, id.Handle
 	go p.watchExit()
 	return p, nil
 }

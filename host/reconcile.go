@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
 )
@@ -205,8 +204,7 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 		return l.Fence, fmt.Errorf("move the lease: %w", err)
 	}
 	fence := rec.Lease.Fence
-	proc.spec.Fence = fence
-	if _, err := proc.rpc.Attach(ctx, &agentpb.AttachRequest{Fence: fence, SessionId: s.ID}); err != nil {
+	if proc.att, _, err = proc.rpc.Attach(ctx, s.ID, fence); err != nil {
 		// The lease already names this host's fence; the plugin will be
 		// re-probed and readopted again rather than trusted half-way.
 		proc.Detach()

@@ -15,10 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/leasestore"
 )
@@ -244,13 +241,13 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			committed = true
 			return nil
 		},
-		Open: func(ctx context.Context, c agentpb.AgentClient) (string, error) {
+		Open: func(ctx context.Context, a *pluginclient.Attachment) (string, error) {
 			if handle != "" {
-				r, err := c.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: fence, Workspace: workspace, Options: req.Options, Handle: handle})
-				return r.GetHandle(), err
+				r, err := a.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: workspace, Options: req.Options, Handle: handle})
+				return r.Handle, err
 			}
-			r, err := c.NewSession(ctx, &agentpb.NewSessionRequest{Fence: fence, Workspace: workspace, Options: req.Options})
-			return r.GetHandle(), err
+			r, err := a.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: workspace, Options: req.Options})
+			return r.Handle, err
 		},
 	}
 	proc, err := startPlugin(ctx, spec)
@@ -417,10 +414,22 @@ func (s *Session) pump() {
 			}()
 			return
 		}
-		if status.Code(err) == codes.FailedPrecondition {
+		if errors.Is(err, pluginclient.ErrStaleFence) {
 			// A newer fence attached: this host no longer drives the
 			// plugin.
 			s.h.report(JournalScope, fmt.Errorf("session %q: the plugin refused this host's fence; detaching: %w", s.id, err))
+			go s.proc.Detach()
+			return
+		}
+		if errors.Is(err, pluginclient.ErrNotAttached) || errors.Is(err, pluginclient.ErrNeverAttached) || errors.Is(err, pluginclient.ErrOtherSession) {
+			// The plugin no longer holds the attachment this host made
+			// (it lost its state, or the address serves another
+			// process). That proves no takeover, nor that the process is
+			// this host's to stop, and a stop would lose the updates in
+			// its outbox: detach, as for a stale fence, and leave the
+			// process and its lease to the next host, which verifies its
+			// identity before it drives it.
+			s.h.report(JournalScope, fmt.Errorf("session %q: the plugin no longer knows this host's attachment; detaching: %w", s.id, err))
 			go s.proc.Detach()
 			return
 		}
@@ -439,6 +448,12 @@ func (s *Session) pump() {
 			}
 			continue
 		}
+		// Anything else is retried from the last journaled update: a
+		// broken stream, and any other refusal (a closed session, a busy
+		// plugin, the agent's error, one without a known reason), which
+		// says nothing about who holds the plugin: the fence is still
+		// this host's. Only a failure that persists detaches, which still
+		// keeps every update for the next host.
 		failures++
 		if failures > 5 {
 			s.h.report(JournalScope, fmt.Errorf("session %q: journaling keeps failing; detaching so the plugin keeps its updates for the next host: %w", s.id, err))
@@ -460,11 +475,11 @@ func (s *Session) pump() {
 func (s *Session) stream(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := s.proc.rpc.Updates(sctx, &agentpb.UpdatesRequest{Fence: s.fence, FromSeq: s.journaled() + 1})
+	stream, err := s.proc.att.Updates(sctx, s.journaled()+1)
 	if err != nil {
 		return err
 	}
-	updates := make(chan *agentpb.Update, 256)
+	updates := make(chan *pluginclient.Update, 256)
 	recvErr := make(chan error, 1)
 	go func() {
 		defer close(updates)
@@ -483,7 +498,7 @@ func (s *Session) stream(ctx context.Context) error {
 		}
 	}()
 	for u := range updates {
-		batch := []*agentpb.Update{u}
+		batch := []*pluginclient.Update{u}
 	drain:
 		for len(batch) < 256 {
 			select {
@@ -517,7 +532,7 @@ func (s *Session) journaled() uint64 {
 // turn that ended in it. Provider handle changes are recorded in the lease
 // before the batch is journaled: if the append then fails, the replayed
 // change is recorded again as a no-op, and no handle is ever lost.
-func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
+func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) error {
 	wctx := context.WithoutCancel(ctx)
 	s.mu.Lock()
 	if s.baseUnknown && len(batch) > 0 {
@@ -539,16 +554,16 @@ func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
 		if u.Seq < s.journaled()+1 {
 			continue
 		}
-		if hc, ok := u.Kind.(*agentpb.Update_HandleChanged); ok {
-			origin := leasestore.HandleOrigin(hc.HandleChanged.GetOrigin())
+		if hc := u.GetHandleChanged(); hc != nil {
+			origin := leasestore.HandleOrigin(hc.GetOrigin())
 			if origin == "" {
 				origin = leasestore.HandleResumed
 			}
-			if _, err := s.h.store.Apply(wctx, s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.HandleChanged.GetHandle(), Origin: origin}); err != nil {
+			if _, err := s.h.store.Apply(wctx, s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.GetHandle(), Origin: origin}); err != nil {
 				return fmt.Errorf("record provider handle change: %w", err)
 			}
 			s.mu.Lock()
-			s.handle = hc.HandleChanged.GetHandle()
+			s.handle = hc.GetHandle()
 			s.mu.Unlock()
 		}
 	}
@@ -570,12 +585,12 @@ func (s *Session) record(ctx context.Context, batch []*agentpb.Update) error {
 	s.mu.Lock()
 	s.fromSeq = max(s.fromSeq, last+1)
 	s.mu.Unlock()
-	if _, err := s.proc.rpc.Acknowledge(ctx, &agentpb.AcknowledgeRequest{Fence: s.fence, Seq: last}); err != nil && ctx.Err() == nil {
+	if err := s.proc.att.Acknowledge(ctx, last); err != nil && ctx.Err() == nil {
 		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
 	}
 	for _, u := range batch {
-		if ts, ok := u.Kind.(*agentpb.Update_TurnStopped); ok && u.Seq >= first {
-			s.finishTurn(TurnResult{TurnID: u.TurnId, StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()})
+		if ts := u.GetTurnStopped(); ts != nil && u.Seq >= first {
+			s.finishTurn(TurnResult{TurnID: u.TurnId, StopReason: ts.GetStopReason(), Error: ts.GetError()})
 		}
 	}
 	return violation
@@ -591,7 +606,7 @@ var ErrProtocol = errors.New("plugin broke the update protocol")
 // below next are replays of journaled ones and are skipped later). It
 // returns how many leading updates keep the contract, and the breach that
 // stopped it there, if any.
-func checkUpdates(next uint64, batch []*agentpb.Update) (int, error) {
+func checkUpdates(next uint64, batch []*pluginclient.Update) (int, error) {
 	for i, u := range batch {
 		if u.Kind == nil {
 			return i, fmt.Errorf("%w: update %d has no kind", ErrProtocol, u.Seq)
@@ -616,7 +631,7 @@ func asViolation(err error) error {
 		return nil
 	case errors.Is(err, ErrProtocol):
 		return err
-	case status.Code(err) == codes.ResourceExhausted:
+	case errors.Is(err, pluginclient.ErrTooLarge):
 		return fmt.Errorf("%w: an update larger than the transport carries: %w", ErrProtocol, err)
 	case errors.Is(err, leasestore.ErrInvalidArgument):
 		return fmt.Errorf("%w: the journal refuses an update: %w", ErrProtocol, err)
@@ -711,8 +726,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 	s.mu.Lock()
 	s.dispatching++
 	s.mu.Unlock()
-	_, err := s.proc.rpc.Prompt(ctx, &agentpb.PromptRequest{Fence: s.fence, TurnId: turnID,
-		Prompt: []*agentpb.ContentBlock{{Type: "text", Text: text}}})
+	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: turnID, Prompt: pluginclient.Text(text)})
 	s.mu.Lock()
 	s.dispatching--
 	recancel := s.cancelPending && err == nil
@@ -754,19 +768,13 @@ func (s *Session) Cancel(ctx context.Context) error {
 		s.cancelPending = true
 	}
 	s.mu.Unlock()
-	_, err := s.proc.rpc.Cancel(ctx, &agentpb.CancelRequest{Fence: s.fence})
-	return err
+	return s.proc.att.Cancel(ctx)
 }
 
 // AnswerPermission answers a permission request: optionID selects an
 // option; empty cancels the request.
 func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID string) error {
-	out := &agentpb.PermissionOutcome{Outcome: "cancelled"}
-	if optionID != "" {
-		out = &agentpb.PermissionOutcome{Outcome: "selected", OptionId: optionID}
-	}
-	_, err := s.proc.rpc.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: s.fence, RequestId: requestID, Outcome: out})
-	return err
+	return s.proc.att.AnswerPermission(ctx, requestID, pluginclient.Answer(optionID))
 }
 
 // Stop stops the session's plugin gracefully and waits until its lease is
@@ -802,11 +810,11 @@ func (s *Session) drain(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, budget/2)
 	defer cancel()
-	if _, err := s.proc.rpc.Close(dctx, &agentpb.CloseRequest{Fence: s.fence}); err != nil {
+	if err := s.proc.att.Close(dctx); err != nil {
 		return
 	}
 	for {
-		id, err := s.proc.rpc.Identify(dctx, &agentpb.IdentifyRequest{})
+		id, err := s.proc.rpc.Identify(dctx)
 		if err != nil || s.journaled() >= id.LastSeq {
 			return
 		}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
 )
@@ -243,7 +242,7 @@ var errStopReplay = fmt.Errorf("stop")
 func waitDrained(ctx context.Context, h *Host, s *Session) string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		id, err := s.proc.rpc.Identify(ctx, &agentpb.IdentifyRequest{})
+		id, err := s.proc.rpc.Identify(ctx)
 		if err != nil {
 			return ""
 		}

@@ -23,6 +23,8 @@ type listedPackage struct {
 	DepOnly        bool
 	GoFiles        []string
 	CgoFiles       []string
+	TestGoFiles    []string
+	XTestGoFiles   []string
 	IgnoredGoFiles []string // includes files for other platforms and ignored _test.go files
 	Imports        []string // resolved import paths, one edge of the graph each
 	Module         *struct{ Path string }
@@ -63,7 +65,7 @@ func goList(t *testing.T, args ...string) []*listedPackage {
 	if err != nil {
 		t.Fatalf("the go command is needed to list packages: %v", err)
 	}
-	const fields = "Dir,ImportPath,Name,DepOnly,GoFiles,CgoFiles,IgnoredGoFiles,Imports,Module,Error,DepsErrors"
+	const fields = "Dir,ImportPath,Name,DepOnly,GoFiles,CgoFiles,TestGoFiles,XTestGoFiles,IgnoredGoFiles,Imports,Module,Error,DepsErrors"
 	cmd := exec.Command(goBin, append([]string{"list", "-e", "-json=" + fields}, args...)...)
 	cmd.Dir = moduleRoot(t)
 	var stderr bytes.Buffer

@@ -40,7 +40,7 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
@@ -525,7 +525,7 @@ func measureRSS(arg string) error {
 
 // bareStart is the baseline start: go-plugin starts the plugin, and the
 // client makes its first RPC.
-func bareStart(plug string) (*plugin.Client, agentpb.AgentClient, error) {
+func bareStart(plug string) (*plugin.Client, *pluginclient.Client, error) {
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig: wire.Handshake(), VersionedPlugins: wire.PluginSets(nil),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC}, Cmd: exec.Command(plug), Logger: hclog.NewNullLogger(),
@@ -535,13 +535,12 @@ func bareStart(plug string) (*plugin.Client, agentpb.AgentClient, error) {
 		client.Kill()
 		return nil, nil, err
 	}
-	raw, err := rpc.Dispense(wire.PluginName)
+	agent, err := pluginclient.Dispense(rpc)
 	if err != nil {
 		client.Kill()
 		return nil, nil, err
 	}
-	agent := raw.(agentpb.AgentClient)
-	if _, err := agent.Identify(context.Background(), &agentpb.IdentifyRequest{}); err != nil {
+	if _, err := agent.Identify(context.Background()); err != nil {
 		client.Kill()
 		return nil, nil, err
 	}

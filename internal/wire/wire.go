@@ -1,13 +1,17 @@
 // Package wire holds what the host and the plugin SDK must agree on beyond
-// the generated protocol: the go-plugin handshake, the plugin set, and the
-// environment variables a host passes to a plugin process.
+// the generated protocol: the go-plugin handshake, the plugin set, the
+// environment variables a host passes to a plugin process, and the reasons
+// a plugin gives for refusing a call.
 package wire
 
 import (
 	"context"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
 )
@@ -82,4 +86,64 @@ func (p *AgentPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *
 // PluginSets returns the versioned plugin set, for hosts and plugins alike.
 func PluginSets(server agentpb.AgentServer) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{ProtocolVersion: {PluginName: &AgentPlugin{Impl: server}}}
+}
+
+// Reason is the machine-readable cause of a refused call. The SDK answers
+// many different refusals with the same gRPC code (FAILED_PRECONDITION
+// covers a stale fence, a plugin never attached, a closed session, a
+// running turn and the agent's own errors), and messages are for people, so
+// a refusal also carries its Reason as a google.rpc.ErrorInfo status detail
+// in ErrorDomain. The host's plugin client maps each Reason to a sentinel
+// error; a refusal without one (a plugin not built on the SDK) is read by
+// its code alone.
+type Reason string
+
+// ErrorDomain is the ErrorInfo domain of agenthost refusal reasons.
+const ErrorDomain = "agenthost.agent.v1"
+
+// Refusal reasons, all with code FAILED_PRECONDITION.
+const (
+	// ReasonStaleFence: the call carries a fence below the one the plugin
+	// is attached at: a newer host took the session over.
+	ReasonStaleFence Reason = "STALE_FENCE"
+	// ReasonNotAttached: the plugin was never attached to a session.
+	ReasonNotAttached Reason = "NOT_ATTACHED"
+	// ReasonFenceNotAttached: the call carries a fence above the one the
+	// plugin is attached at, a fence it was never attached at.
+	ReasonFenceNotAttached Reason = "FENCE_NOT_ATTACHED"
+	// ReasonOtherSession: Attach named another session than the one the
+	// plugin process serves.
+	ReasonOtherSession Reason = "OTHER_SESSION"
+	// ReasonClosed: the session was closed.
+	ReasonClosed Reason = "SESSION_CLOSED"
+	// ReasonAlreadyOpen: a session is already open, or opening, in the
+	// plugin process.
+	ReasonAlreadyOpen Reason = "SESSION_ALREADY_OPEN"
+	// ReasonNoSession: no session is open yet.
+	ReasonNoSession Reason = "NO_SESSION_OPEN"
+	// ReasonBusy: a turn is still running.
+	ReasonBusy Reason = "TURN_RUNNING"
+	// ReasonAgent: the agent itself refused or failed (its factory, or
+	// opening the session); the message is the agent's.
+	ReasonAgent Reason = "AGENT_ERROR"
+)
+
+// Refusal returns the status error of a refused call: code and message as
+// before, with reason attached as a detail.
+func Refusal(code codes.Code, reason Reason, msg string) error {
+	st := status.New(code, msg)
+	if with, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: ErrorDomain}); err == nil {
+		st = with
+	}
+	return st.Err()
+}
+
+// ReasonOf returns the reason a refusal carries, or "" if it carries none.
+func ReasonOf(st *status.Status) Reason {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			return Reason(info.Reason)
+		}
+	}
+	return ""
 }

@@ -32,6 +32,8 @@
 //
 // The package stays light for plugin authors: it imports neither the host,
 // the lease store, Badger, gopsutil nor the testing package (a test in
-// internal/archtest enforces this). Package sdktest is the conformance kit
-// that checks a plugin binary against the protocol.
+// internal/archtest enforces this). Package sdktest tests a plugin: its
+// harness drives an agent in-process (served with ServeListener, over real
+// gRPC), and its conformance kit checks a plugin binary against the
+// protocol.
 package sdk

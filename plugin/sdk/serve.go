@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/wire"
 )
 
@@ -194,4 +196,46 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 		log.Error("closing the agent failed", "error", err)
 	}
 	return nil
+}
+
+// ServeListener serves the plugin protocol for one session on lis, inside
+// this process, until ctx ends: Serve without the process around it (no
+// go-plugin handshake, no signals, nothing on stdout, and Identify reports
+// this process and no spawn token). When ctx ends, it cancels the running
+// turn and closes the agent, as a SIGTERM does under Serve (bounded by 5s),
+// stops serving, and returns the agent's close error.
+//
+// Package sdktest serves agents this way, over real gRPC, to test them
+// without building a plugin binary; a plugin's main calls Serve.
+func ServeListener(ctx context.Context, lis net.Listener, name string, factory Factory, env Environment) error {
+	if factory == nil {
+		return errors.New("sdk.ServeListener: factory is nil")
+	}
+	if env.Logger == nil {
+		env.Logger = hclog.NewNullLogger()
+	}
+	srv := newServer(name, factory, env, os.Getpid(), "", 0)
+	defer srv.box.close()
+	g := grpc.NewServer()
+	agentpb.RegisterAgentServer(g, srv)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	var err error
+	stopped := false
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+		// The listener failed: close the agent all the same.
+		stopped = true
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := srv.shutdown(sctx); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	g.Stop()
+	if !stopped {
+		<-served // nil after Stop
+	}
+	return err
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
 )
 
 // server implements the plugin protocol over one Agent. It owns the session
@@ -67,7 +68,13 @@ func newServer(name string, factory Factory, env Environment, pid int, token str
 }
 
 func staleFence(got, have uint64) error {
-	return status.Errorf(codes.FailedPrecondition, "stale fence: the call carries fence %d, this plugin is attached at fence %d", got, have)
+	return refuse(wire.ReasonStaleFence, "stale fence: the call carries fence %d, this plugin is attached at fence %d", got, have)
+}
+
+// refuse returns a FAILED_PRECONDITION refusal carrying reason, so the host
+// can tell the refusals apart without reading their messages.
+func refuse(reason wire.Reason, format string, args ...any) error {
+	return wire.Refusal(codes.FailedPrecondition, reason, fmt.Sprintf(format, args...))
 }
 
 // check admits a call carrying fence: the plugin must be attached at exactly
@@ -77,7 +84,7 @@ func (s *server) check(fence uint64) error {
 		return err
 	}
 	if s.closed {
-		return status.Error(codes.FailedPrecondition, "session closed")
+		return refuse(wire.ReasonClosed, "session closed")
 	}
 	return nil
 }
@@ -88,11 +95,11 @@ func (s *server) check(fence uint64) error {
 func (s *server) checkFence(fence uint64) error {
 	switch {
 	case !s.bound:
-		return status.Error(codes.FailedPrecondition, "not attached: call Attach first")
+		return refuse(wire.ReasonNotAttached, "not attached: call Attach first")
 	case fence < s.fence:
 		return staleFence(fence, s.fence)
 	case fence > s.fence:
-		return status.Errorf(codes.FailedPrecondition, "fence %d was never attached (attached at %d): call Attach first", fence, s.fence)
+		return refuse(wire.ReasonFenceNotAttached, "fence %d was never attached (attached at %d): call Attach first", fence, s.fence)
 	}
 	return nil
 }
@@ -121,7 +128,7 @@ func (s *server) Attach(ctx context.Context, req *agentpb.AttachRequest) (*agent
 		return nil, staleFence(req.Fence, s.fence)
 	}
 	if s.bound && req.SessionId != s.sessionID {
-		return nil, status.Errorf(codes.FailedPrecondition, "this plugin process serves session %q, not %q", s.sessionID, req.SessionId)
+		return nil, refuse(wire.ReasonOtherSession, "this plugin process serves session %q, not %q", s.sessionID, req.SessionId)
 	}
 	s.sessionID, s.bound = req.SessionId, true
 	if req.Fence > s.fence {
@@ -159,7 +166,7 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 	}
 	if s.handle != "" || s.opening {
 		s.mu.Unlock()
-		return nil, status.Error(codes.FailedPrecondition, "a session is already open (or opening) in this plugin process")
+		return nil, refuse(wire.ReasonAlreadyOpen, "a session is already open (or opening) in this plugin process")
 	}
 	s.opening = true
 	a := s.agent
@@ -206,10 +213,10 @@ func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agent
 		return nil, err
 	}
 	if s.handle == "" {
-		return nil, status.Error(codes.FailedPrecondition, "no session is open: call NewSession or ResumeSession first")
+		return nil, refuse(wire.ReasonNoSession, "no session is open: call NewSession or ResumeSession first")
 	}
 	if s.turn != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "turn %s is still running", s.turn.id)
+		return nil, refuse(wire.ReasonBusy, "turn %s is still running", s.turn.id)
 	}
 	id := req.TurnId
 	if id == "" {
@@ -439,11 +446,11 @@ func (s *server) shutdown(ctx context.Context) error {
 }
 
 // agentError carries an agent's error to the host with its own message:
-// ErrNotImplemented as UNIMPLEMENTED, anything else as FAILED_PRECONDITION,
-// which the host reports as the plugin's failure.
+// ErrNotImplemented as UNIMPLEMENTED, anything else as FAILED_PRECONDITION
+// with reason AGENT_ERROR, which the host reports as the plugin's failure.
 func agentError(err error) error {
 	if errors.Is(err, ErrNotImplemented) {
 		return status.Error(codes.Unimplemented, err.Error())
 	}
-	return status.Error(codes.FailedPrecondition, err.Error())
+	return wire.Refusal(codes.FailedPrecondition, wire.ReasonAgent, err.Error())
 }

@@ -10,11 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 )
 
@@ -82,19 +78,19 @@ func identify(e *env) error {
 	if err != nil {
 		return err
 	}
-	id, err := p.agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	id, err := p.agent.Identify(e.ctx)
 	if err != nil {
 		return p.rpcErr("Identify", err)
 	}
 	var bad []string
-	if id.Pid != int64(p.pid()) {
-		bad = append(bad, fmt.Sprintf("pid = %d, expected %d (the pid of the process the kit started)", id.Pid, p.pid()))
+	if id.PID != p.pid() {
+		bad = append(bad, fmt.Sprintf("pid = %d, expected %d (the pid of the process the kit started)", id.PID, p.pid()))
 	}
 	if id.SpawnToken != p.token {
 		bad = append(bad, fmt.Sprintf("spawn_token = %q, expected %q (the value of %s, the variable %s names)",
 			id.SpawnToken, p.token, SpawnTokenVar, wire.EnvSpawnTokenVar))
 	}
-	if id.InstanceId == "" {
+	if id.InstanceID == "" {
 		bad = append(bad, "instance_id is empty, expected a random id per process start")
 	}
 	if id.ProtocolVersion != wire.ProtocolVersion {
@@ -103,8 +99,8 @@ func identify(e *env) error {
 	if id.AgentName == "" {
 		bad = append(bad, "agent_name is empty, expected the plugin's name")
 	}
-	if id.SessionId != "" {
-		bad = append(bad, fmt.Sprintf("session_id = %q before any Attach, expected empty", id.SessionId))
+	if id.SessionID != "" {
+		bad = append(bad, fmt.Sprintf("session_id = %q before any Attach, expected empty", id.SessionID))
 	}
 	if id.Fence != 0 {
 		bad = append(bad, fmt.Sprintf("fence = %d before any Attach, expected 0", id.Fence))
@@ -119,7 +115,7 @@ func attachBindsSession(e *env) error {
 	if err != nil {
 		return err
 	}
-	resp, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID})
+	_, resp, err := p.agent.Attach(e.ctx, SessionID, 1)
 	if err != nil {
 		return p.rpcErr(fmt.Sprintf("Attach(fence 1, session %q)", SessionID), err)
 	}
@@ -130,23 +126,23 @@ func attachBindsSession(e *env) error {
 		return err
 	}
 	const other = "another-session"
-	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 2, SessionId: other}); err == nil {
+	if _, _, err := p.agent.Attach(e.ctx, other, 2); err == nil {
 		return fmt.Errorf("Attach(fence 2, session %q) to a process bound to session %q succeeded, expected it to be refused", other, SessionID)
-	} else if status.Code(err) == codes.Unavailable {
+	} else if errors.Is(err, pluginclient.ErrUnavailable) {
 		return p.rpcErr(fmt.Sprintf("Attach(fence 2, session %q)", other), err)
 	}
 	return expectBound(e, p, p.agent, 1, fmt.Sprintf("after the refused Attach(fence 2, session %q)", other))
 }
 
 // expectBound checks that Identify reports the kit's session id and fence.
-func expectBound(e *env, p *proc, c agentpb.AgentClient, fence uint64, when string) error {
-	id, err := c.Identify(e.ctx, &agentpb.IdentifyRequest{})
+func expectBound(e *env, p *proc, c *pluginclient.Client, fence uint64, when string) error {
+	id, err := c.Identify(e.ctx)
 	if err != nil {
 		return p.rpcErr("Identify "+when, err)
 	}
 	var bad []string
-	if id.SessionId != SessionID {
-		bad = append(bad, fmt.Sprintf("session_id = %q, expected %q", id.SessionId, SessionID))
+	if id.SessionID != SessionID {
+		bad = append(bad, fmt.Sprintf("session_id = %q, expected %q", id.SessionID, SessionID))
 	}
 	if id.Fence != fence {
 		bad = append(bad, fmt.Sprintf("fence = %d, expected %d", id.Fence, fence))
@@ -168,17 +164,18 @@ func newSession(e *env) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err != nil {
+	att, _, err := p.agent.Attach(e.ctx, SessionID, 1)
+	if err != nil {
 		return p.setupErr("Attach(fence 1)", err)
 	}
-	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options})
+	resp, err := att.NewSession(e.ctx, pluginclient.NewSessionRequest{Workspace: e.workspace(), Options: e.cfg.options})
 	if err != nil {
 		return p.rpcErr("NewSession(fence 1)", err)
 	}
 	if resp.Handle == "" {
 		return errors.New("NewSession(fence 1) returned an empty handle, expected the provider's handle of the new conversation")
 	}
-	id, err := p.agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	id, err := p.agent.Identify(e.ctx)
 	if err != nil {
 		return p.rpcErr("Identify after NewSession", err)
 	}
@@ -197,12 +194,12 @@ func promptStreamsUpdates(e *env) error {
 	if err != nil {
 		return err
 	}
-	f, err := e.follow(p, p.agent, 1, 1)
+	f, err := e.follow(p, p.att, 1)
 	if err != nil {
 		return err
 	}
 	f.want = 1
-	turn, err := e.prompt(p, p.agent, 1, e.cfg.prompts.Stream, "")
+	turn, err := e.prompt(p, p.att, e.cfg.prompts.Stream, "")
 	if err != nil {
 		return err
 	}
@@ -220,7 +217,7 @@ func promptStreamsUpdates(e *env) error {
 
 	// A host that sees turn_stopped may start the next turn at once.
 	const next = "conformance-turn-2"
-	turn2, err := e.prompt(p, p.agent, 1, e.cfg.prompts.Stream, next)
+	turn2, err := e.prompt(p, p.att, e.cfg.prompts.Stream, next)
 	if err != nil {
 		return fmt.Errorf("the next Prompt, sent right after turn_stopped: %w", err)
 	}
@@ -241,12 +238,12 @@ func cancelYieldsCancelled(e *env) error {
 	if err != nil {
 		return err
 	}
-	f, err := e.follow(p, p.agent, 1, 1)
+	f, err := e.follow(p, p.att, 1)
 	if err != nil {
 		return err
 	}
 	f.want = 1
-	turn, err := e.prompt(p, p.agent, 1, e.cfg.prompts.Hold, "")
+	turn, err := e.prompt(p, p.att, e.cfg.prompts.Hold, "")
 	if err != nil {
 		return err
 	}
@@ -257,7 +254,7 @@ func cancelYieldsCancelled(e *env) error {
 	} else if !errors.Is(err, errNoStopYet) {
 		return fmt.Errorf("turn of prompt %q: %w", e.cfg.prompts.Hold, err)
 	}
-	if _, err := p.agent.Cancel(e.ctx, &agentpb.CancelRequest{Fence: 1}); err != nil {
+	if err := p.att.Cancel(e.ctx); err != nil {
 		return p.rpcErr("Cancel(fence 1) of a running turn", err)
 	}
 	start := time.Now()
@@ -275,18 +272,20 @@ func cancelYieldsCancelled(e *env) error {
 }
 
 // staleFenceRefused: once fence 2 attaches, every call carrying fence 1 is
-// refused with FAILED_PRECONDITION, and the Updates stream of fence 1 ends.
+// refused as a stale fence (FAILED_PRECONDITION with reason STALE_FENCE,
+// which a host reads as "a newer host took over"), and the Updates stream
+// of fence 1 ends.
 func staleFenceRefused(e *env) error {
 	p, err := e.setupOpen()
 	if err != nil {
 		return err
 	}
 	handle := p.handle
-	old, err := e.follow(p, p.agent, 1, 1)
+	old, err := e.follow(p, p.att, 1)
 	if err != nil {
 		return err
 	}
-	resp, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 2, SessionId: SessionID})
+	att2, resp, err := p.agent.Attach(e.ctx, SessionID, 2)
 	if err != nil {
 		return p.rpcErr("Attach(fence 2) over fence 1", err)
 	}
@@ -299,10 +298,10 @@ func staleFenceRefused(e *env) error {
 		switch {
 		case err == nil:
 			bad = append(bad, what+" succeeded")
-		case status.Code(err) == codes.DeadlineExceeded:
+		case errors.Is(err, context.DeadlineExceeded):
 			bad = append(bad, fmt.Sprintf("%s did not answer within %s", what, staleStreamBound))
-		case status.Code(err) != codes.FailedPrecondition:
-			bad = append(bad, fmt.Sprintf("%s failed with %s (%s)", what, status.Code(err), status.Convert(err).Message()))
+		case !errors.Is(err, pluginclient.ErrStaleFence):
+			bad = append(bad, fmt.Sprintf("%s failed with %v", what, err))
 		}
 	}
 	// The stream fence 1 opened must end now.
@@ -317,45 +316,40 @@ func staleFenceRefused(e *env) error {
 	// A stale call must be refused at once, not hang.
 	ctx, cancel := context.WithTimeout(e.ctx, staleStreamBound)
 	defer cancel()
-	_, err = p.agent.Prompt(ctx, &agentpb.PromptRequest{Fence: 1, Prompt: text(e.cfg.prompts.Stream)})
+	_, err = p.att.Prompt(ctx, pluginclient.PromptRequest{Prompt: pluginclient.Text(e.cfg.prompts.Stream)})
 	refused("Prompt(fence 1)", err)
-	_, err = p.agent.Acknowledge(ctx, &agentpb.AcknowledgeRequest{Fence: 1, Seq: 0})
-	refused("Acknowledge(fence 1)", err)
-	refused("Updates(fence 1)", firstRecvErr(ctx, p.agent, 1))
-	_, err = p.agent.Cancel(ctx, &agentpb.CancelRequest{Fence: 1})
-	refused("Cancel(fence 1)", err)
-	_, err = p.agent.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: 1, RequestId: "conformance-no-such-request",
-		Outcome: &agentpb.PermissionOutcome{Outcome: "cancelled"}})
-	refused("AnswerPermission(fence 1)", err)
-	_, err = p.agent.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: 1, Workspace: e.workspace(), Handle: handle})
+	refused("Acknowledge(fence 1)", p.att.Acknowledge(ctx, 0))
+	refused("Updates(fence 1)", firstRecvErr(ctx, p.att))
+	refused("Cancel(fence 1)", p.att.Cancel(ctx))
+	refused("AnswerPermission(fence 1)", p.att.AnswerPermission(ctx, "conformance-no-such-request", pluginclient.Answer("")))
+	_, err = p.att.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: e.workspace(), Handle: handle})
 	refused("ResumeSession(fence 1)", err)
-	_, err = p.agent.Attach(ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID})
+	_, _, err = p.agent.Attach(ctx, SessionID, 1)
 	refused("Attach(fence 1) after fence 2", err)
-	_, err = p.agent.Close(ctx, &agentpb.CloseRequest{Fence: 1})
-	refused("Close(fence 1)", err)
+	refused("Close(fence 1)", p.att.Close(ctx))
 	if len(bad) > 0 {
-		return fmt.Errorf("after Attach(fence 2), expected every call carrying fence 1 to fail with FailedPrecondition (stale fence), but: %s%s",
+		return fmt.Errorf("after Attach(fence 2), expected every call carrying fence 1 to fail with FailedPrecondition, reason STALE_FENCE (stale fence), but: %s%s",
 			strings.Join(bad, "; "), p.exitNote(nil))
 	}
 
 	// The refusals were about the fence: fence 2 still works.
-	if _, err := p.agent.Acknowledge(e.ctx, &agentpb.AcknowledgeRequest{Fence: 2, Seq: 0}); err != nil {
+	if err := att2.Acknowledge(e.ctx, 0); err != nil {
 		return p.rpcErr("Acknowledge(fence 2) after the stale calls", err)
 	}
 	return expectBound(e, p, p.agent, 2, "after the stale calls")
 }
 
-// firstRecvErr opens Updates at fence and returns the error of its first
-// message.
-func firstRecvErr(ctx context.Context, c agentpb.AgentClient, fence uint64) error {
+// firstRecvErr opens Updates from seq 1 at a's fence and returns the error
+// of its first message.
+func firstRecvErr(ctx context.Context, a *pluginclient.Attachment) error {
 	ctx, cancel := context.WithTimeout(ctx, staleStreamBound)
 	defer cancel()
-	s, err := c.Updates(ctx, &agentpb.UpdatesRequest{Fence: fence, FromSeq: 1})
+	s, err := a.Updates(ctx, 1)
 	if err != nil {
 		return err
 	}
 	if _, err := s.Recv(); err != nil {
-		if status.Code(err) == codes.DeadlineExceeded {
+		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("the stream stayed open for %s: %w", staleStreamBound, err)
 		}
 		return err
@@ -371,17 +365,17 @@ func outboxReplayAfterReattach(e *env) error {
 	if err != nil {
 		return err
 	}
-	f, err := e.follow(p, p.agent, 1, 1)
+	f, err := e.follow(p, p.att, 1)
 	if err != nil {
 		return err
 	}
 	f.want = 1
 	prompt := e.cfg.prompts.Replay
-	turn, err := e.prompt(p, p.agent, 1, prompt, "")
+	turn, err := e.prompt(p, p.att, prompt, "")
 	if err != nil {
 		return err
 	}
-	var got []*agentpb.Update
+	var got []*pluginclient.Update
 	for len(got) < replayPrefix {
 		u, err := f.next(e.remaining())
 		if err != nil {
@@ -409,19 +403,19 @@ func outboxReplayAfterReattach(e *env) error {
 	if err != nil {
 		return fmt.Errorf("%w%s", err, p.exitNote(err))
 	}
-	id, err := agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	id, err := agent.Identify(e.ctx)
 	if err != nil {
 		return p.rpcErr("Identify after reattach", err)
 	}
 	var bad []string
-	if id.Pid != int64(p.pid()) {
-		bad = append(bad, fmt.Sprintf("pid = %d, expected %d", id.Pid, p.pid()))
+	if id.PID != p.pid() {
+		bad = append(bad, fmt.Sprintf("pid = %d, expected %d", id.PID, p.pid()))
 	}
-	if id.InstanceId != p.instance {
-		bad = append(bad, fmt.Sprintf("instance_id = %q, expected %q (the same process start)", id.InstanceId, p.instance))
+	if id.InstanceID != p.instance {
+		bad = append(bad, fmt.Sprintf("instance_id = %q, expected %q (the same process start)", id.InstanceID, p.instance))
 	}
-	if id.SessionId != SessionID {
-		bad = append(bad, fmt.Sprintf("session_id = %q, expected %q", id.SessionId, SessionID))
+	if id.SessionID != SessionID {
+		bad = append(bad, fmt.Sprintf("session_id = %q, expected %q", id.SessionID, SessionID))
 	}
 	if id.LastSeq < last {
 		bad = append(bad, fmt.Sprintf("last_seq = %d, expected at least %d (the kit received seq %d)", id.LastSeq, last, last))
@@ -429,11 +423,12 @@ func outboxReplayAfterReattach(e *env) error {
 	if err := badIdentity("Identify after reattach", bad); err != nil {
 		return err
 	}
-	if _, err := agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 2, SessionId: SessionID}); err != nil {
+	att2, _, err := agent.Attach(e.ctx, SessionID, 2)
+	if err != nil {
 		return p.rpcErr("Attach(fence 2) after reattach", err)
 	}
 
-	rest, err := e.follow(p, agent, 2, last+1)
+	rest, err := e.follow(p, att2, last+1)
 	if err != nil {
 		return err
 	}
@@ -448,15 +443,15 @@ func outboxReplayAfterReattach(e *env) error {
 	acked := ups[len(ups)-1].Seq
 	rest.stop()
 
-	if _, err := agent.Acknowledge(e.ctx, &agentpb.AcknowledgeRequest{Fence: 2, Seq: acked}); err != nil {
+	if err := att2.Acknowledge(e.ctx, acked); err != nil {
 		return p.rpcErr(fmt.Sprintf("Acknowledge(fence 2, seq %d)", acked), err)
 	}
-	fresh, err := e.follow(p, agent, 2, 1)
+	fresh, err := e.follow(p, att2, 1)
 	if err != nil {
 		return err
 	}
 	// Something new to deliver: the next turn.
-	if _, err := e.prompt(p, agent, 2, e.cfg.prompts.Stream, ""); err != nil {
+	if _, err := e.prompt(p, att2, e.cfg.prompts.Stream, ""); err != nil {
 		return fmt.Errorf("after Acknowledge: %w", err)
 	}
 	u, err := fresh.next(e.remaining())
@@ -487,10 +482,10 @@ func gracefulStop(e *env) error {
 	// Half the time left for Close, the rest for the exit.
 	closeBound := min(exitBound, e.remaining()/2)
 	ctx, cancel := context.WithTimeout(e.ctx, closeBound)
-	_, err = p.agent.Close(ctx, &agentpb.CloseRequest{Fence: 1})
+	err = p.att.Close(ctx)
 	cancel()
 	switch {
-	case status.Code(err) == codes.DeadlineExceeded:
+	case errors.Is(err, context.DeadlineExceeded):
 		errs = append(errs, fmt.Errorf("Close(fence 1) did not return within %s; expected the plugin to close its session promptly",
 			closeBound.Round(time.Millisecond)))
 	case err != nil:
@@ -533,9 +528,9 @@ func killOnIgnoredShutdown(e *env) error {
 	}
 	// Make the plugin busy, as best it can be; the calls are checked
 	// elsewhere.
-	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err == nil {
-		if _, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options}); err == nil {
-			_, _ = p.agent.Prompt(e.ctx, &agentpb.PromptRequest{Fence: 1, Prompt: text(e.cfg.prompts.Hold)})
+	if att, _, err := p.agent.Attach(e.ctx, SessionID, 1); err == nil {
+		if _, err := att.NewSession(e.ctx, pluginclient.NewSessionRequest{Workspace: e.workspace(), Options: e.cfg.options}); err == nil {
+			_, _ = att.Prompt(e.ctx, pluginclient.PromptRequest{Prompt: pluginclient.Text(e.cfg.prompts.Hold)})
 			sleep(e.ctx, holdSettle)
 		}
 	}
@@ -560,11 +555,11 @@ func (e *env) setupStart() (*proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setup: start the plugin: %w", err)
 	}
-	id, err := p.agent.Identify(e.ctx, &agentpb.IdentifyRequest{})
+	id, err := p.agent.Identify(e.ctx)
 	if err != nil {
 		return nil, p.setupErr("Identify", err)
 	}
-	p.instance = id.InstanceId
+	p.instance = id.InstanceID
 	return p, nil
 }
 
@@ -574,10 +569,10 @@ func (e *env) setupOpen() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.agent.Attach(e.ctx, &agentpb.AttachRequest{Fence: 1, SessionId: SessionID}); err != nil {
+	if p.att, _, err = p.agent.Attach(e.ctx, SessionID, 1); err != nil {
 		return nil, p.setupErr("Attach(fence 1)", err)
 	}
-	resp, err := p.agent.NewSession(e.ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: e.workspace(), Options: e.cfg.options})
+	resp, err := p.att.NewSession(e.ctx, pluginclient.NewSessionRequest{Workspace: e.workspace(), Options: e.cfg.options})
 	if err != nil {
 		return nil, p.setupErr("NewSession(fence 1)", err)
 	}
@@ -602,20 +597,16 @@ func deadlineOr(ctx context.Context) time.Time {
 	return time.Now().Add(time.Hour)
 }
 
-// prompt sends a text prompt and returns the turn id.
-func (e *env) prompt(p *proc, c agentpb.AgentClient, fence uint64, prompt, turnID string) (string, error) {
-	resp, err := c.Prompt(e.ctx, &agentpb.PromptRequest{Fence: fence, Prompt: text(prompt), TurnId: turnID})
+// prompt sends a text prompt at a's fence and returns the turn id.
+func (e *env) prompt(p *proc, a *pluginclient.Attachment, prompt, turnID string) (string, error) {
+	id, err := a.Prompt(e.ctx, pluginclient.PromptRequest{Prompt: pluginclient.Text(prompt), TurnID: turnID})
 	if err != nil {
-		return "", p.rpcErr(fmt.Sprintf("Prompt(fence %d, %q)", fence, prompt), err)
+		return "", p.rpcErr(fmt.Sprintf("Prompt(fence %d, %q)", a.Fence(), prompt), err)
 	}
-	if resp.TurnId == "" {
-		return "", fmt.Errorf("Prompt(fence %d, %q) returned an empty turn_id", fence, prompt)
+	if id == "" {
+		return "", fmt.Errorf("Prompt(fence %d, %q) returned an empty turn_id", a.Fence(), prompt)
 	}
-	return resp.TurnId, nil
-}
-
-func text(s string) []*agentpb.ContentBlock {
-	return []*agentpb.ContentBlock{{Type: "text", Text: s}}
+	return id, nil
 }
 
 // rpcErr describes a failed call, noting whether the process died.
@@ -640,7 +631,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // follower reads one Updates stream in the background.
 type follower struct {
 	p      *proc
-	ch     chan *agentpb.Update
+	ch     chan *pluginclient.Update
 	err    error // why the stream ended; read after ch is closed
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -664,21 +655,21 @@ var (
 	errNoStopYet = errors.New("no turn_stopped yet")
 )
 
-// follow opens Updates(fence, from) on c.
-func (e *env) follow(p *proc, c agentpb.AgentClient, fence, from uint64) (*follower, error) {
+// follow opens Updates(from) at a's fence.
+func (e *env) follow(p *proc, a *pluginclient.Attachment, from uint64) (*follower, error) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	s, err := c.Updates(ctx, &agentpb.UpdatesRequest{Fence: fence, FromSeq: from})
+	s, err := a.Updates(ctx, from)
 	if err != nil {
 		cancel()
-		return nil, p.rpcErr(fmt.Sprintf("Updates(fence %d, from %d)", fence, from), err)
+		return nil, p.rpcErr(fmt.Sprintf("Updates(fence %d, from %d)", a.Fence(), from), err)
 	}
-	f := &follower{p: p, ch: make(chan *agentpb.Update, 256), cancel: cancel, done: make(chan struct{})}
+	f := &follower{p: p, ch: make(chan *pluginclient.Update, 256), cancel: cancel, done: make(chan struct{})}
 	go f.recv(ctx, s)
 	e.onCleanup(f.stop)
 	return f, nil
 }
 
-func (f *follower) recv(ctx context.Context, s grpc.ServerStreamingClient[agentpb.Update]) {
+func (f *follower) recv(ctx context.Context, s *pluginclient.UpdateStream) {
 	defer close(f.done)
 	defer close(f.ch)
 	for {
@@ -704,7 +695,7 @@ func (f *follower) stop() {
 
 // next returns the next update within d. It fails with errTimeout, with
 // the stream's end, or when the update's seq is not the one expected.
-func (f *follower) next(d time.Duration) (*agentpb.Update, error) {
+func (f *follower) next(d time.Duration) (*pluginclient.Update, error) {
 	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
@@ -730,9 +721,9 @@ func (f *follower) next(d time.Duration) (*agentpb.Update, error) {
 
 // readTurn reads updates until the turn_stopped of turn, within d. An
 // expired d wraps errNoStopYet.
-func (f *follower) readTurn(turn string, d time.Duration) ([]*agentpb.Update, *agentpb.TurnStopped, error) {
+func (f *follower) readTurn(turn string, d time.Duration) ([]*pluginclient.Update, *turnStop, error) {
 	deadline := time.Now().Add(d)
-	var ups []*agentpb.Update
+	var ups []*pluginclient.Update
 	for {
 		u, err := f.next(time.Until(deadline))
 		if errors.Is(err, errTimeout) {
@@ -749,34 +740,38 @@ func (f *follower) readTurn(turn string, d time.Duration) ([]*agentpb.Update, *a
 		}
 		ups = append(ups, u)
 		if isStop(u, turn) {
-			return ups, u.GetTurnStopped(), nil
+			ts := u.GetTurnStopped()
+			return ups, &turnStop{reason: ts.GetStopReason(), err: ts.GetError()}, nil
 		}
 	}
 }
 
-func isStop(u *agentpb.Update, turn string) bool {
+// turnStop is how a turn ended, as its turn_stopped update says.
+type turnStop struct{ reason, err string }
+
+func isStop(u *pluginclient.Update, turn string) bool {
 	return u.GetTurnStopped() != nil && u.TurnId == turn
 }
 
-func expectStop(stop *agentpb.TurnStopped, want, prompt string) error {
-	if stop.StopReason == want {
+func expectStop(stop *turnStop, want, prompt string) error {
+	if stop.reason == want {
 		return nil
 	}
 	return fmt.Errorf("the turn of prompt %q stopped with %s, expected stop reason %q", prompt, stopString(stop), want)
 }
 
-func stopString(stop *agentpb.TurnStopped) string {
+func stopString(stop *turnStop) string {
 	if stop == nil {
 		return "no turn_stopped"
 	}
-	s := fmt.Sprintf("stop reason %q", stop.StopReason)
-	if stop.Error != "" {
-		s += fmt.Sprintf(" (error %q)", stop.Error)
+	s := fmt.Sprintf("stop reason %q", stop.reason)
+	if stop.err != "" {
+		s += fmt.Sprintf(" (error %q)", stop.err)
 	}
 	return s
 }
 
-func countKind(ups []*agentpb.Update, turn, k string) int {
+func countKind(ups []*pluginclient.Update, turn, k string) int {
 	n := 0
 	for _, u := range ups {
 		if u.TurnId == turn && kind(u) == k {
@@ -787,7 +782,7 @@ func countKind(ups []*agentpb.Update, turn, k string) int {
 }
 
 // kind names the update's kind as the protocol does (agent_message_chunk…).
-func kind(u *agentpb.Update) string {
+func kind(u *pluginclient.Update) string {
 	m := u.ProtoReflect()
 	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind")); fd != nil {
 		return string(fd.Name())
@@ -796,7 +791,7 @@ func kind(u *agentpb.Update) string {
 }
 
 // describe summarises updates for an error message.
-func describe(ups []*agentpb.Update) string {
+func describe(ups []*pluginclient.Update) string {
 	if len(ups) == 0 {
 		return "no updates"
 	}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
 )
 
@@ -323,11 +323,12 @@ type proc struct {
 	client  *plugin.Client // the launching client
 	clients []*plugin.Client
 	grpc    *plugin.GRPCClient
-	agent   agentpb.AgentClient
+	agent   *pluginclient.Client
 	addr    net.Addr
 	// Learnt by the setup of a check.
 	instance string
 	handle   string
+	att      *pluginclient.Attachment // at fence 1, after setupOpen
 }
 
 // child returns the process, nil if it never started.
@@ -393,11 +394,11 @@ func (e *env) start() (*proc, error) {
 	if !ok {
 		return p, fmt.Errorf("expected a gRPC plugin, go-plugin negotiated %T", rpc)
 	}
-	raw, err := rpc.Dispense(wire.PluginName)
+	agent, err := pluginclient.Dispense(rpc)
 	if err != nil {
 		return p, fmt.Errorf("dispense %q: %w", wire.PluginName, err)
 	}
-	p.grpc, p.agent = gc, raw.(agentpb.AgentClient)
+	p.grpc, p.agent = gc, agent
 	return p, nil
 }
 
@@ -434,7 +435,7 @@ func (p *proc) exitNote(err error) string {
 
 // reattach connects a new go-plugin client to the running process, as a
 // host that restarted does.
-func (p *proc) reattach() (agentpb.AgentClient, error) {
+func (p *proc) reattach() (*pluginclient.Client, error) {
 	c := p.child()
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig: wire.Handshake(),
@@ -457,11 +458,11 @@ func (p *proc) reattach() (agentpb.AgentClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("go-plugin reattach to pid %d at %s failed: %w", c.pid, p.addr, err)
 	}
-	raw, err := rpc.Dispense(wire.PluginName)
+	agent, err := pluginclient.Dispense(rpc)
 	if err != nil {
 		return nil, fmt.Errorf("dispense %q after reattach: %w", wire.PluginName, err)
 	}
-	return raw.(agentpb.AgentClient), nil
+	return agent, nil
 }
 
 // close stops the process group, kills every go-plugin client (which

@@ -43,8 +43,11 @@
 //     "failed") within 5 s.
 //   - stale-fence-refused: after Attach(fence 2), every call carrying fence
 //     1 (Prompt, Acknowledge, Updates, Cancel, AnswerPermission,
-//     ResumeSession, Attach, Close) fails with FAILED_PRECONDITION, the
-//     Updates stream fence 1 had open ends, and fence 2 still works.
+//     ResumeSession, Attach, Close) fails with FAILED_PRECONDITION carrying
+//     the reason STALE_FENCE (a google.rpc.ErrorInfo detail, domain
+//     agenthost.agent.v1; plugin/sdk attaches it), the Updates stream fence
+//     1 had open ends the same way, and fence 2 still works. The reason is
+//     what tells a host that a newer host took the plugin over.
 //   - outbox-replay-after-reattach: the kit reads the first three updates
 //     of the Replay prompt's turn, then drops its connection as a dying host
 //     does (the process keeps running), stays away for half a second,

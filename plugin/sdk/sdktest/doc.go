@@ -1,9 +1,46 @@
-// Package sdktest runs the agenthost plugin conformance kit from a
-// plugin's Go tests: it starts the plugin binary as a host does and checks,
-// over the real go-plugin handshake and gRPC protocol, that it behaves as
-// the host expects.
+// Package sdktest tests agenthost agent plugins from their Go tests, in two
+// ways: NewHarness drives an agent's behaviour in-process, and Run checks a
+// plugin binary against the protocol with the conformance kit.
 //
-// Build the binary and hand it to Run, which runs each check as a subtest:
+// # The harness
+//
+// NewHarness serves the agent a Factory creates inside the test process,
+// over real gRPC on an in-memory connection, and drives it with the host's
+// own plugin client, attached at fence 1: the test opens a session,
+// prompts, reads the turn's updates (in the SDK's own types, as the agent
+// emitted them), answers permission requests, cancels and closes, and sees
+// every failure as agenthost would (match ErrAgent, ErrBusy, … with
+// errors.Is):
+//
+//	func TestHello(t *testing.T) {
+//		h := sdktest.NewHarness(t, myagent.New)
+//		ctx := t.Context()
+//		if _, err := h.NewSession(ctx, sdk.NewSessionRequest{Workspace: t.TempDir()}); err != nil {
+//			t.Fatal(err)
+//		}
+//		ups, stop := h.Run("say hello", 10*time.Second)
+//		if stop.StopReason != sdk.StopEndTurn || sdktest.Messages(ups) != "hello" {
+//			t.Fatalf("%s: %s", stop.StopReason, sdktest.Describe(ups))
+//		}
+//	}
+//
+// The factory and the agent run in the test's process when the first
+// NewSession or ResumeSession arrives, so the agent's configuration is the
+// test's to give: session options in that request, environment variables
+// (the path of a fake CLI, a HOME holding a fake login) with t.Setenv
+// before it. A CLI the agent starts is a child of the test process. What
+// needs a plugin process of its own (its exit, signals sent to it, its
+// stdout) is for Run, or a test that starts the binary.
+//
+// When the test ends, the harness cancels the running turn, closes the
+// agent and waits for every goroutine it started; an agent whose Close
+// fails fails the test.
+//
+// # Conformance
+//
+// Run starts the plugin binary as a host does and checks, over the real
+// go-plugin handshake and gRPC protocol, that it behaves as the host
+// expects; each check is a subtest:
 //
 //	func TestConformance(t *testing.T) {
 //		bin := buildPlugin(t) // go build -o into t.TempDir()

@@ -1,0 +1,251 @@
+package pluginclient
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/wire"
+)
+
+// Client is the host side of one plugin process's Agent service. It is
+// safe for concurrent use.
+type Client struct {
+	rpc agentpb.AgentClient
+}
+
+// New returns a client over a gRPC connection to a plugin.
+func New(conn grpc.ClientConnInterface) *Client {
+	return &Client{rpc: agentpb.NewAgentClient(conn)}
+}
+
+// Dispense returns a client for the agent plugin of a go-plugin connection
+// (what plugin.Client.Client returns).
+func Dispense(c plugin.ClientProtocol) (*Client, error) {
+	raw, err := c.Dispense(wire.PluginName)
+	if err != nil {
+		return nil, err
+	}
+	rpc, ok := raw.(agentpb.AgentClient)
+	if !ok {
+		return nil, fmt.Errorf("the %q plugin is a %T, not an agent client", wire.PluginName, raw)
+	}
+	return &Client{rpc: rpc}, nil
+}
+
+// Identity is who a plugin process says it is (Identify).
+type Identity struct {
+	// SessionID is empty until the first Attach binds the process.
+	SessionID  string
+	SpawnToken string
+	PID        int
+	// InstanceID is random per process start.
+	InstanceID      string
+	ProtocolVersion int
+	AgentName       string
+	AgentVersion    string
+	// Fence is the highest fence attached so far (0: never attached).
+	Fence uint64
+	// Handle is the provider handle of the open session, if any.
+	Handle string
+	// LastSeq is the newest update seq the plugin produced.
+	LastSeq uint64
+}
+
+// Identify asks the process who it is. It changes nothing and carries no
+// fence.
+func (c *Client) Identify(ctx context.Context) (Identity, error) {
+	r, err := c.rpc.Identify(ctx, &agentpb.IdentifyRequest{})
+	if err != nil {
+		return Identity{}, classify(ctx, err)
+	}
+	return Identity{
+		SessionID: r.SessionId, SpawnToken: r.SpawnToken, PID: int(r.Pid), InstanceID: r.InstanceId,
+		ProtocolVersion: int(r.ProtocolVersion), AgentName: r.AgentName, AgentVersion: r.AgentVersion,
+		Fence: r.Fence, Handle: r.Handle, LastSeq: r.LastSeq,
+	}, nil
+}
+
+// AttachResult is a plugin's answer to Attach.
+type AttachResult struct {
+	// Fence is the fence the plugin is attached at now, the one asked for.
+	Fence uint64
+	// LastSeq is the newest update seq the plugin produced.
+	LastSeq uint64
+}
+
+// Attach binds the process to sessionID (on the first call) and raises its
+// fence to fence. The returned Attachment carries fence on every call it
+// makes. Attach fails with ErrStaleFence below the plugin's fence, with
+// ErrOtherSession for another session id.
+func (c *Client) Attach(ctx context.Context, sessionID string, fence uint64) (*Attachment, AttachResult, error) {
+	r, err := c.rpc.Attach(ctx, &agentpb.AttachRequest{Fence: fence, SessionId: sessionID})
+	if err != nil {
+		return nil, AttachResult{}, classify(ctx, err)
+	}
+	return &Attachment{rpc: c.rpc, fence: fence}, AttachResult{Fence: r.Fence, LastSeq: r.LastSeq}, nil
+}
+
+// Attachment drives a plugin at the fence one Attach bound. It is safe for
+// concurrent use.
+type Attachment struct {
+	rpc   agentpb.AgentClient
+	fence uint64
+}
+
+// Fence returns the fence every call of a carries.
+func (a *Attachment) Fence() uint64 { return a.fence }
+
+// ContentBlock is an ACP content block: Type "text" carries Text, any other
+// type its ACP JSON in JSON.
+type ContentBlock struct {
+	Type string
+	Text string
+	JSON string
+}
+
+// Text returns a prompt of one text block.
+func Text(s string) []ContentBlock { return []ContentBlock{{Type: "text", Text: s}} }
+
+// NewSessionRequest asks for a new provider conversation.
+type NewSessionRequest struct {
+	Workspace string
+	Options   map[string]string
+}
+
+// ResumeSessionRequest asks to reopen the conversation named by Handle.
+type ResumeSessionRequest struct {
+	Workspace string
+	Options   map[string]string
+	Handle    string
+}
+
+// SessionInfo describes the conversation a plugin opened.
+type SessionInfo struct {
+	// Handle is the provider's handle; a resume may report a new one.
+	Handle string
+	// Options are the options the agent acknowledged.
+	Options map[string]string
+}
+
+// NewSession starts a new provider conversation. The agent's own failure
+// matches ErrAgent, with its message.
+func (a *Attachment) NewSession(ctx context.Context, req NewSessionRequest) (SessionInfo, error) {
+	r, err := a.rpc.NewSession(ctx, &agentpb.NewSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options})
+	if err != nil {
+		return SessionInfo{}, classify(ctx, err)
+	}
+	return SessionInfo{Handle: r.Handle, Options: r.Options}, nil
+}
+
+// ResumeSession reopens a conversation from its provider handle.
+func (a *Attachment) ResumeSession(ctx context.Context, req ResumeSessionRequest) (SessionInfo, error) {
+	r, err := a.rpc.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options, Handle: req.Handle})
+	if err != nil {
+		return SessionInfo{}, classify(ctx, err)
+	}
+	return SessionInfo{Handle: r.Handle, Options: r.Options}, nil
+}
+
+// PromptRequest is one user turn.
+type PromptRequest struct {
+	// TurnID is the caller's id for the turn; the plugin picks one when
+	// empty.
+	TurnID string
+	Prompt []ContentBlock
+}
+
+// Prompt starts a turn and returns its id at once; the turn's updates
+// arrive on Updates and end with a turn_stopped update. A turn still
+// running matches ErrBusy.
+func (a *Attachment) Prompt(ctx context.Context, req PromptRequest) (string, error) {
+	blocks := make([]*agentpb.ContentBlock, len(req.Prompt))
+	for i, b := range req.Prompt {
+		blocks[i] = &agentpb.ContentBlock{Type: b.Type, Text: b.Text, Json: b.JSON}
+	}
+	r, err := a.rpc.Prompt(ctx, &agentpb.PromptRequest{Fence: a.fence, TurnId: req.TurnID, Prompt: blocks})
+	if err != nil {
+		return "", classify(ctx, err)
+	}
+	return r.TurnId, nil
+}
+
+// Acknowledge tells the plugin every update up to seq is durable; it may
+// forget them.
+func (a *Attachment) Acknowledge(ctx context.Context, seq uint64) error {
+	_, err := a.rpc.Acknowledge(ctx, &agentpb.AcknowledgeRequest{Fence: a.fence, Seq: seq})
+	return classify(ctx, err)
+}
+
+// PermissionOutcome answers a permission request: Outcome "selected" with
+// the chosen OptionID, or "cancelled".
+type PermissionOutcome struct {
+	Outcome  string
+	OptionID string
+}
+
+// Answer returns the outcome that selects optionID; an empty optionID
+// cancels the request.
+func Answer(optionID string) PermissionOutcome {
+	if optionID == "" {
+		return PermissionOutcome{Outcome: "cancelled"}
+	}
+	return PermissionOutcome{Outcome: "selected", OptionID: optionID}
+}
+
+// AnswerPermission answers a permission_request update. A request that is
+// not pending matches ErrUnknownRequest.
+func (a *Attachment) AnswerPermission(ctx context.Context, requestID string, out PermissionOutcome) error {
+	_, err := a.rpc.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: a.fence, RequestId: requestID,
+		Outcome: &agentpb.PermissionOutcome{Outcome: out.Outcome, OptionId: out.OptionID}})
+	return classify(ctx, err)
+}
+
+// Cancel stops the running turn, which ends with stop reason "cancelled".
+func (a *Attachment) Cancel(ctx context.Context) error {
+	_, err := a.rpc.Cancel(ctx, &agentpb.CancelRequest{Fence: a.fence})
+	return classify(ctx, err)
+}
+
+// Close ends the session gracefully: the agent releases what it holds. The
+// plugin process keeps running until it is stopped.
+func (a *Attachment) Close(ctx context.Context) error {
+	_, err := a.rpc.Close(ctx, &agentpb.CloseRequest{Fence: a.fence})
+	return classify(ctx, err)
+}
+
+// Update is one update of a plugin's stream. For now it is the protocol's
+// own message, read with its getters (GetTurnStopped, …); the
+// journal-record types will replace it, with Recv the only other place that
+// changes.
+type Update = agentpb.Update
+
+// UpdateStream is one Updates stream: it replays the unacknowledged updates
+// from the seq asked for, then follows live ones.
+type UpdateStream struct {
+	ctx context.Context
+	s   grpc.ServerStreamingClient[agentpb.Update]
+}
+
+// Updates opens the update stream from seq fromSeq. It ends when ctx does,
+// with ErrStaleFence when a newer fence attaches, or with the connection.
+func (a *Attachment) Updates(ctx context.Context, fromSeq uint64) (*UpdateStream, error) {
+	s, err := a.rpc.Updates(ctx, &agentpb.UpdatesRequest{Fence: a.fence, FromSeq: fromSeq})
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	return &UpdateStream{ctx: ctx, s: s}, nil
+}
+
+// Recv returns the next update. A refusal of the stream (a stale fence, …)
+// arrives here, as the error of the first Recv.
+func (s *UpdateStream) Recv() (*Update, error) {
+	u, err := s.s.Recv()
+	if err != nil {
+		return nil, classify(s.ctx, err)
+	}
+	return u, nil
+}

@@ -1,0 +1,418 @@
+package sdktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// Errors the harness's calls return match these with errors.Is. They are
+// the host's own, so a test sees a failure as agenthost would.
+var (
+	// ErrAgent: the agent's factory, NewSession or ResumeSession failed;
+	// the error's message is the agent's.
+	ErrAgent = pluginclient.ErrAgent
+	// ErrBusy: Prompt while a turn is still running.
+	ErrBusy = pluginclient.ErrBusy
+	// ErrClosed: a call after Close.
+	ErrClosed = pluginclient.ErrClosed
+	// ErrNotImplemented: the agent does not implement the call.
+	ErrNotImplemented = pluginclient.ErrNotImplemented
+)
+
+// HarnessOption configures NewHarness.
+type HarnessOption func(*harnessConfig)
+
+type harnessConfig struct {
+	name   string
+	logger hclog.Logger
+}
+
+// WithAgentName sets the agent name Identify reports (default "sdktest").
+func WithAgentName(name string) HarnessOption {
+	return func(c *harnessConfig) { c.name = name }
+}
+
+// WithAgentLogger sets the agent's Environment.Logger (default: the test's
+// log, through t.Log).
+func WithAgentLogger(l hclog.Logger) HarnessOption {
+	return func(c *harnessConfig) { c.logger = l }
+}
+
+// Harness serves one session's agent in-process and drives it as a host
+// does: over real gRPC, through the host's own plugin client, attached at
+// fence 1 to SessionID, with the session's updates collected as they come.
+// Create it with NewHarness. Its methods are safe for concurrent use.
+type Harness struct {
+	t      testing.TB
+	client *pluginclient.Client
+	ctx    context.Context // ends at cleanup
+	// attaching serializes Attach, which switches streams.
+	attaching sync.Mutex
+
+	mu      sync.Mutex
+	att     *pluginclient.Attachment
+	updates []sdk.Update
+	read    int    // updates handed out by Next
+	last    uint64 // seq of the newest update received
+	wake    chan struct{}
+	// stopFollow ends the current stream, which closes followDone.
+	stopFollow context.CancelFunc
+	followDone chan struct{}
+	// ended is why the stream ended by itself, nil while it runs.
+	ended error
+}
+
+// NewHarness serves factory's agent on an in-memory gRPC connection with
+// sdk.ServeListener, attaches at fence 1 and follows the session's updates
+// from seq 1. It never starts a process: the factory and the agent run in
+// the test's own process, at the first NewSession or ResumeSession, so
+// configuration an agent reads from the environment is set with t.Setenv
+// before that call, and session options are passed to it. When the test
+// ends, the running turn is cancelled, the agent closed and every goroutine
+// of the harness ended; a failed agent Close fails the test.
+func NewHarness(t testing.TB, factory sdk.Factory, opts ...HarnessOption) *Harness {
+	t.Helper()
+	cfg := harnessConfig{name: "sdktest"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = logtest.New(t)
+	}
+	env := sdk.Environment{SessionDir: t.TempDir(), Logger: cfg.logger}
+
+	lis := bufconn.Listen(1 << 20)
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- sdk.ServeListener(serveCtx, lis, cfg.name, factory, env) }()
+	dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }
+	conn, err := grpc.NewClient("passthrough:///sdktest",
+		append([]grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(insecure.NewCredentials())},
+			wire.HostDialOptions()...)...)
+	if err != nil {
+		stopServe()
+		<-served
+		t.Fatalf("sdktest: connect to the agent: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Harness{t: t, client: pluginclient.New(conn), ctx: ctx, wake: make(chan struct{}, 1)}
+	t.Cleanup(func() {
+		h.mu.Lock()
+		h.unfollow()
+		h.mu.Unlock()
+		cancel()
+		stopServe()
+		if err := <-served; err != nil {
+			t.Errorf("sdktest: the agent did not close cleanly: %v", err)
+		}
+		_ = conn.Close()
+	})
+
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	att, _, err := h.client.Attach(actx, SessionID, 1)
+	if err != nil {
+		t.Fatalf("sdktest: Attach(fence 1): %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.follow(att, 1); err != nil {
+		t.Fatalf("sdktest: Updates(fence 1): %v", err)
+	}
+	return h
+}
+
+// follow opens the update stream of att from seq from and collects it in
+// the background. Callers hold h.mu, and no stream is being followed.
+func (h *Harness) follow(att *pluginclient.Attachment, from uint64) error {
+	sctx, stop := context.WithCancel(h.ctx)
+	s, err := att.Updates(sctx, from)
+	if err != nil {
+		stop()
+		return err
+	}
+	done := make(chan struct{})
+	h.att, h.stopFollow, h.followDone, h.ended = att, stop, done, nil
+	go func() {
+		defer close(done)
+		for {
+			u, err := s.Recv()
+			h.mu.Lock()
+			switch {
+			case err != nil && sctx.Err() == nil:
+				h.ended = err
+			case err == nil && u.Seq > h.last:
+				h.updates = append(h.updates, updateFromProto(u))
+				h.last = u.Seq
+			}
+			h.mu.Unlock()
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// unfollow ends the current stream and waits for its reader. Callers hold
+// h.mu, which unfollow releases while it waits.
+func (h *Harness) unfollow() {
+	if h.stopFollow == nil {
+		return
+	}
+	h.stopFollow()
+	done := h.followDone
+	h.mu.Unlock()
+	<-done
+	h.mu.Lock()
+}
+
+func (h *Harness) attachment() *pluginclient.Attachment {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.att
+}
+
+// Identity is who the agent's plugin server says it is.
+type Identity struct {
+	// SessionID is SessionID once attached.
+	SessionID string
+	// PID is the test's own process id: the agent runs in-process.
+	PID        int
+	InstanceID string
+	// ProtocolVersion is sdk.ProtocolVersion.
+	ProtocolVersion int
+	AgentName       string
+	// AgentVersion is what a sdk.Describer agent reports, once a session
+	// is open.
+	AgentVersion string
+	Fence        uint64
+	// Handle is the provider handle of the open session, if any.
+	Handle string
+	// LastSeq is the newest update seq produced.
+	LastSeq uint64
+}
+
+// Identify asks who the plugin server is.
+func (h *Harness) Identify(ctx context.Context) (Identity, error) {
+	id, err := h.client.Identify(ctx)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{SessionID: id.SessionID, PID: id.PID, InstanceID: id.InstanceID, ProtocolVersion: id.ProtocolVersion,
+		AgentName: id.AgentName, AgentVersion: id.AgentVersion, Fence: id.Fence, Handle: id.Handle, LastSeq: id.LastSeq}, nil
+}
+
+// Attach attaches at the next fence, as a host that took the session over
+// does: calls carrying the old fence are refused from then on, and the
+// harness goes on following updates at the new fence from the first one
+// it has not received, so none is lost or repeated.
+func (h *Harness) Attach(ctx context.Context) error {
+	h.attaching.Lock()
+	defer h.attaching.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unfollow()
+	att, from := h.att, h.last+1
+	next, _, err := h.client.Attach(ctx, SessionID, att.Fence()+1)
+	if err == nil {
+		att = next
+	}
+	if ferr := h.follow(att, from); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
+	return err
+}
+
+// NewSession opens a new conversation; the first call creates the agent
+// with the factory. A failure of the factory or the agent matches ErrAgent.
+func (h *Harness) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.SessionInfo, error) {
+	info, err := h.attachment().NewSession(ctx, pluginclient.NewSessionRequest{Workspace: req.Workspace, Options: req.Options})
+	return sdk.SessionInfo{Handle: info.Handle, Options: info.Options}, err
+}
+
+// ResumeSession reopens the conversation named by req.Handle; the first
+// call creates the agent with the factory.
+func (h *Harness) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
+	info, err := h.attachment().ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: req.Workspace,
+		Options: req.Options, Handle: req.Handle})
+	return sdk.SessionInfo{Handle: info.Handle, Options: info.Options}, err
+}
+
+// Prompt starts a turn with a text prompt and returns its id at once; read
+// its updates with Turn.
+func (h *Harness) Prompt(ctx context.Context, text string) (string, error) {
+	return h.attachment().Prompt(ctx, pluginclient.PromptRequest{Prompt: pluginclient.Text(text)})
+}
+
+// AnswerPermission answers a permission request: optionID selects one of
+// its options, "" cancels it.
+func (h *Harness) AnswerPermission(ctx context.Context, requestID, optionID string) error {
+	return h.attachment().AnswerPermission(ctx, requestID, pluginclient.Answer(optionID))
+}
+
+// Cancel cancels the running turn, which then ends with StopCancelled.
+func (h *Harness) Cancel(ctx context.Context) error { return h.attachment().Cancel(ctx) }
+
+// Close closes the session as a host does before it stops a plugin: the
+// running turn is cancelled and the agent closed (sdk.Closer).
+func (h *Harness) Close(ctx context.Context) error { return h.attachment().Close(ctx) }
+
+// Next returns the next update not yet returned, waiting up to d; false
+// when none arrived in time or the stream ended.
+func (h *Harness) Next(d time.Duration) (sdk.Update, bool) {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		if h.read < len(h.updates) {
+			u := h.updates[h.read]
+			h.read++
+			h.mu.Unlock()
+			return u, true
+		}
+		ended := h.ended != nil
+		h.mu.Unlock()
+		if ended {
+			return sdk.Update{}, false
+		}
+		select {
+		case <-h.wake:
+		case <-t.C:
+			return sdk.Update{}, false
+		}
+	}
+}
+
+// Until reads updates until one satisfies pred and returns them, that one
+// last. It fails the test if none does within d; what names the awaited
+// update in that message.
+func (h *Harness) Until(d time.Duration, what string, pred func(sdk.Update) bool) []sdk.Update {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	var got []sdk.Update
+	for {
+		u, ok := h.Next(time.Until(deadline))
+		if !ok {
+			h.mu.Lock()
+			note := ""
+			if h.ended != nil {
+				note = fmt.Sprintf("; the update stream ended: %v", h.ended)
+			}
+			h.mu.Unlock()
+			h.t.Fatalf("sdktest: no %s within %s; got %s%s", what, d, Describe(got), note)
+		}
+		got = append(got, u)
+		if pred(u) {
+			return got
+		}
+	}
+}
+
+// Turn reads updates until the turn_stopped of turnID, within d, and
+// returns them (the turn_stopped last) with how the turn ended.
+func (h *Harness) Turn(turnID string, d time.Duration) ([]sdk.Update, sdk.TurnStopped) {
+	h.t.Helper()
+	ups := h.Until(d, "turn_stopped of turn "+turnID, func(u sdk.Update) bool {
+		return u.TurnStopped != nil && u.TurnID == turnID
+	})
+	return ups, *ups[len(ups)-1].TurnStopped
+}
+
+// Run prompts with text and waits up to d for the turn to end, failing the
+// test otherwise.
+func (h *Harness) Run(text string, d time.Duration) ([]sdk.Update, sdk.TurnStopped) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.ctx, d)
+	defer cancel()
+	id, err := h.Prompt(ctx, text)
+	if err != nil {
+		h.t.Fatalf("sdktest: Prompt(%q): %v", text, err)
+	}
+	deadline, _ := ctx.Deadline()
+	return h.Turn(id, time.Until(deadline))
+}
+
+// Kind names an update's kind as the protocol does: agent_message_chunk,
+// tool_call, turn_stopped, …; "none" when it sets none.
+func Kind(u sdk.Update) string {
+	switch {
+	case u.AgentMessage != nil:
+		return "agent_message_chunk"
+	case u.AgentThought != nil:
+		return "agent_thought_chunk"
+	case u.UserMessage != nil:
+		return "user_message_chunk"
+	case u.ToolCall != nil:
+		return "tool_call"
+	case u.ToolCallUpdate != nil:
+		return "tool_call_update"
+	case u.Plan != nil:
+		return "plan"
+	case u.Usage != nil:
+		return "usage"
+	case u.HandleChanged != nil:
+		return "handle_changed"
+	case u.PermissionRequest != nil:
+		return "permission_request"
+	case u.PermissionResolved != nil:
+		return "permission_resolved"
+	case u.TurnStopped != nil:
+		return "turn_stopped"
+	}
+	return "none"
+}
+
+// Messages concatenates the text of the agent message chunks of ups.
+func Messages(ups []sdk.Update) string {
+	var b strings.Builder
+	for _, u := range ups {
+		if u.AgentMessage != nil {
+			b.WriteString(u.AgentMessage.Text)
+		}
+	}
+	return b.String()
+}
+
+// Describe summarises updates for a failure message.
+func Describe(ups []sdk.Update) string {
+	parts := make([]string, 0, len(ups))
+	for _, u := range ups {
+		s := fmt.Sprintf("%d:%s", u.Seq, Kind(u))
+		switch {
+		case u.AgentMessage != nil:
+			s += fmt.Sprintf("(%q)", clip(u.AgentMessage.Text, 40))
+		case u.TurnStopped != nil:
+			s += fmt.Sprintf("(%s %q)", u.TurnStopped.StopReason, u.TurnStopped.Error)
+		}
+		parts = append(parts, s)
+	}
+	return fmt.Sprintf("%d updates [%s]", len(ups), strings.Join(parts, " "))
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
