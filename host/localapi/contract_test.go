@@ -9,15 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/golden from today's results")
 
-// The results of _agenthost/session and _agenthost/status carry the host's
-// own types; testdata/golden fixes their bytes, so a storage or host field
-// renamed cannot change the API.
+// testdata/golden fixes the bytes of the results of _agenthost/session and
+// _agenthost/status, once the store's and the host's own types, and of the
+// _meta the server adds to ACP messages: the API's types must marshal as
+// those always did.
 func goldenResults() map[string]any {
 	at := time.Date(2025, 3, 4, 5, 6, 7, 891011121, time.UTC)
 	full := leasestore.Session{
@@ -48,19 +50,15 @@ func goldenResults() map[string]any {
 	}
 	bare := host.Status{PID: 1, StateDir: "/s", Decided: map[host.Action]int{}}
 	return map[string]any{
-		"session-full":    map[string]any{"session": full, "lastSeq": uint64(12), "running": true},
-		"session-minimal": map[string]any{"session": minimal, "lastSeq": uint64(0), "running": false},
-		"status-full":     map[string]any{"host": status, "version": "1.2.3"},
-		"status-bare":     map[string]any{"host": bare, "version": ""},
+		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Session: apiSession(full)},
+		"session-minimal": api.SessionResult{Session: apiSession(minimal)},
+		"status-full":     api.StatusResult{Host: apiStatus(status), Version: "1.2.3"},
+		"status-bare":     api.StatusResult{Host: apiStatus(bare)},
 		// The _meta.agenthost of a session/list entry and of a
 		// session/update notification.
-		"list-meta": map[string]any{"agenthost": map[string]any{
-			"agent": full.Agent, "claim": full.Lease.Claim, "stage": full.Lease.Stage, "fence": full.Lease.Fence, "handle": full.Handle(),
-		}},
-		"list-meta-minimal": map[string]any{"agenthost": map[string]any{
-			"agent": minimal.Agent, "claim": minimal.Lease.Claim, "stage": minimal.Lease.Stage, "fence": minimal.Lease.Fence, "handle": minimal.Handle(),
-		}},
-		"update-meta": map[string]any{"agenthost": map[string]any{"seq": uint64(41), "turnId": "turn-1"}},
+		"list-meta":         listedMeta(full),
+		"list-meta-minimal": listedMeta(minimal),
+		"update-meta":       updateMeta(41, "turn-1"),
 	}
 }
 
@@ -83,6 +81,18 @@ func TestResultGoldenBytes(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s:\n%s\nwant\n%s", name, got, want)
+		}
+	}
+}
+
+// The restart decisions the API names are the host's.
+func TestActionsAreTheHosts(t *testing.T) {
+	for act, name := range map[host.Action]string{
+		host.ActionReadopted: api.ActionReadopted, host.ActionEvicted: api.ActionEvicted,
+		host.ActionLatched: api.ActionLatched, host.ActionFree: api.ActionFree,
+	} {
+		if string(act) != name {
+			t.Errorf("host action %q is %q in the API", act, name)
 		}
 	}
 }

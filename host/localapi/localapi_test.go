@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
 	"github.com/agenthost/agenthost/internal/logtest"
@@ -339,24 +340,24 @@ func TestSubscribeResumesFromAnySeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dial(t, sock)
-	c.mustCall(localapi.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": 1}, nil)
+	c.mustCall(api.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": 1}, nil)
 	if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
 		t.Fatal(err)
 	}
 	last, _ := h.Store().LastSeq(context.Background(), "sub")
-	got := c.waitNotes(localapi.MethodJournal, int(last))
+	got := c.waitNotes(api.MethodJournal, int(last))
 	var seen uint64
 	for _, n := range got[:5] {
-		var e localapi.JournalEntry
+		var e api.JournalEntry
 		_ = json.Unmarshal(n.Params, &e)
 		seen = e.Seq
 	}
 	// Reconnect and ask from the entry after the fifth.
 	c2 := dial(t, sock)
-	c2.mustCall(localapi.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": seen + 1}, nil)
-	rest := c2.waitNotes(localapi.MethodJournal, int(last-seen))
+	c2.mustCall(api.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": seen + 1}, nil)
+	rest := c2.waitNotes(api.MethodJournal, int(last-seen))
 	for i, n := range rest {
-		var e localapi.JournalEntry
+		var e api.JournalEntry
 		_ = json.Unmarshal(n.Params, &e)
 		if e.Seq != seen+1+uint64(i) {
 			t.Fatalf("after reconnecting, entry %d has seq %d, want %d", i, e.Seq, seen+1+uint64(i))
@@ -436,7 +437,7 @@ func TestBadRequestsGetErrors(t *testing.T) {
 	var st struct {
 		Host host.Status `json:"host"`
 	}
-	c.mustCall(localapi.MethodStatus, map[string]any{}, &st)
+	c.mustCall(api.MethodStatus, map[string]any{}, &st)
 	if st.Host.PID != os.Getpid() || len(st.Host.Agents) != 1 {
 		t.Errorf("status %+v", st)
 	}

@@ -1,22 +1,21 @@
-package host
+package pluginclient
 
 import (
 	"bytes"
-	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
-var updateGolden = flag.Bool("update-golden", false, "rewrite ../journal/testdata/golden from this host's journal writer")
-
 // goldenUpdates are the plugin updates whose journal bytes
-// ../journal/testdata/golden fixes: API clients receive the stored bytes
-// raw, so the encoder that replaces this file must reproduce them.
+// journal/testdata/golden fixes. API clients receive the stored bytes raw,
+// so each must journal exactly as the host has always journaled it; only
+// usage_update changed, to ACP's shape.
 var goldenUpdates = map[string]*agentpb.Update{
 	"update-agent-message-chunk": {Seq: 7, TurnId: "turn-1", TimeUnixNano: 1700000000123456789,
 		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "text", Text: "Hello <world> & \"you\"\n"}}}},
@@ -68,6 +67,11 @@ var goldenUpdates = map[string]*agentpb.Update{
 			Outcome: &agentpb.PermissionOutcome{Outcome: "selected", OptionId: "allow"}}}},
 	"update-permission-resolved-bare": {Seq: 20, TurnId: "turn-4",
 		Kind: &agentpb.Update_PermissionResolved{PermissionResolved: &agentpb.PermissionResolved{RequestId: "req-2"}}},
+	"update-usage": {Seq: 25, TurnId: "turn-6",
+		Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{InputTokens: 1200, OutputTokens: 300, CachedInputTokens: 1000, ReasoningTokens: 50,
+			CostUsd: 0.0125, ContextTokens: 53000, ContextWindow: 200000}}},
+	"update-usage-unknown-window": {Seq: 26, TurnId: "turn-6",
+		Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{InputTokens: 7}}},
 	"update-unknown": {Seq: 21, TurnId: "turn-4"},
 	"stop-plugin": {Seq: 22, TurnId: "turn-4",
 		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{StopReason: "end_turn"}}},
@@ -77,41 +81,39 @@ var goldenUpdates = map[string]*agentpb.Update{
 		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{}}},
 }
 
-// goldenHostRecords are the records the host writes itself (session.go).
-func goldenHostRecords() map[string]leasestore.EntryInput {
-	prompt := func(text string) leasestore.EntryInput {
-		block, _ := json.Marshal(acpContent{Type: "text", Text: text})
-		rec, _ := json.Marshal(PromptRecord{TurnID: "turn-1234567890abcdef", Prompt: []json.RawMessage{block}})
-		return leasestore.EntryInput{Kind: leasestore.KindPrompt, Payload: rec}
-	}
-	stop, _ := json.Marshal(StopRecord{TurnID: "turn-x", StopReason: "failed", Error: "not dispatched: rpc error: code = Unavailable desc = <gone>"})
-	return map[string]leasestore.EntryInput{
-		"prompt":              prompt("count 3 <fast> & \"now\"\n"),
-		"prompt-empty":        prompt(""),
-		"stop-not-dispatched": {Kind: leasestore.KindStop, Payload: stop},
-	}
-}
-
-func TestJournalGoldenBytes(t *testing.T) {
-	dir := filepath.Join("..", "journal", "testdata", "golden")
-	all := goldenHostRecords()
+func TestJournalUpdateKeepsTheJournalsBytes(t *testing.T) {
 	for name, u := range goldenUpdates {
-		all[name] = journalEntry(u)
-	}
-	for name, e := range all {
-		path := filepath.Join(dir, name+".json")
-		if *updateGolden {
-			if err := os.WriteFile(path, e.Payload, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
+		want, err := os.ReadFile(filepath.Join("..", "..", "journal", "testdata", "golden", name+".json"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		e, err := journal.Encode(JournalUpdate(u))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		kind, _, _ := strings.Cut(name, "-")
+		if e.Kind != leasestore.EntryKind(kind) {
+			t.Errorf("%s: journaled as a %s entry", name, e.Kind)
 		}
 		if !bytes.Equal(e.Payload, want) {
 			t.Errorf("%s: journaled\n%s\nwant\n%s", name, e.Payload, want)
 		}
+	}
+}
+
+// The usage an agent reports reaches ACP's usage_update: the context's
+// tokens used of its window, and the cost only when there is one.
+func TestUsageTakesACPsShape(t *testing.T) {
+	u := JournalUpdate(goldenUpdates["update-usage"]).(*journal.Update).Update.(*journal.Usage)
+	if u.Used != 53000 || u.Size != 200000 || u.Cost == nil || u.Cost.Amount != 0.0125 || u.Cost.Currency != "USD" {
+		t.Errorf("usage %+v", u)
+	}
+	if want := (journal.Tokens{InputTokens: 1200, OutputTokens: 300, CachedInputTokens: 1000, ReasoningTokens: 50}); u.Tokens != want {
+		t.Errorf("provider tokens %+v, want %+v", u.Tokens, want)
+	}
+	free := JournalUpdate(&agentpb.Update{Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{CostUsd: -1}}}).(*journal.Update).Update.(*journal.Usage)
+	if free.Cost != nil {
+		t.Errorf("a cost of %v was journaled", free.Cost)
 	}
 }
