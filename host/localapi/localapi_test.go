@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	acp "github.com/coder/acp-go-sdk"
 	"go.uber.org/goleak"
 
 	"github.com/agenthost/agenthost/api"
@@ -328,6 +329,40 @@ func TestACPSessionPromptAndLoad(t *testing.T) {
 		if got := len(c3.notesOf("session/update")); got != len(replayed) {
 			t.Fatalf("a load right after connecting replayed %d updates, the first %d", got, len(replayed))
 		}
+	}
+}
+
+// The usage an agent reports reaches an ACP client as ACP's usage_update,
+// with real numbers: the scripted plugin process reports it, the host
+// journals it, the follower sends it over the socket.
+func TestUsageReachesTheClient(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	c.mustCall("session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}, &created)
+	c.mustCall("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "usage 53000 200000"}}}, nil)
+	var got []acp.SessionUsageUpdate
+	for _, n := range c.notesOf("session/update") {
+		var p acp.SessionNotification
+		if err := json.Unmarshal(n.Params, &p); err != nil {
+			t.Fatalf("session/update %s: %v", n.Params, err)
+		}
+		if u := p.Update.UsageUpdate; u != nil {
+			got = append(got, *u)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d usage_update notifications, want 1", len(got))
+	}
+	u := got[0]
+	if u.Used != 53000 || u.Size != 200000 || u.Cost != nil {
+		t.Errorf("usage_update used %d of %d, cost %v; want 53000 of 200000, no cost", u.Used, u.Size, u.Cost)
+	}
+	if tokens, _ := u.Meta["agenthost"].(map[string]any); tokens["inputTokens"] != float64(53000) || tokens["outputTokens"] != float64(0) {
+		t.Errorf("usage_update _meta %v, want the provider's counts under agenthost", u.Meta)
 	}
 }
 
