@@ -2,12 +2,12 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
 )
@@ -287,18 +287,21 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 			return 0, nil
 		}
 		for i := len(entries) - 1; i >= 0; i-- {
-			e := entries[i]
-			switch e.Kind {
-			case leasestore.KindUpdate, leasestore.KindStop:
-				var r struct {
-					PluginSeq uint64 `json:"pluginSeq"`
-				}
-				if json.Unmarshal(e.Payload, &r) == nil && r.PluginSeq > 0 {
+			rec, err := journal.Decode(entries[i])
+			if err != nil {
+				continue
+			}
+			switch r := rec.(type) {
+			case *journal.Update:
+				if r.PluginSeq > 0 {
 					return r.PluginSeq, nil
 				}
-			case leasestore.KindLifecycle:
-				var ev leasestore.LifecycleEvent
-				if json.Unmarshal(e.Payload, &ev) == nil && ev.Event == "owner-committed" {
+			case *journal.Stop:
+				if r.PluginSeq > 0 {
+					return r.PluginSeq, nil
+				}
+			case *journal.Lifecycle:
+				if r.EntryKind() == leasestore.KindLifecycle && r.Event == "owner-committed" {
 					return 0, nil
 				}
 			}

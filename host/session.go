@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -573,7 +572,11 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 	first := s.journaled() + 1
 	for _, u := range batch {
 		if u.Seq >= first {
-			entries = append(entries, journalEntry(u))
+			e, err := recordEntry(pluginclient.JournalUpdate(u))
+			if err != nil {
+				return err
+			}
+			entries = append(entries, e)
 		}
 	}
 	if len(entries) > 0 {
@@ -708,8 +711,7 @@ func (s *Session) detach() {
 // dispatched, then Prompt waits for the turn to end and returns how.
 func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 	turnID := "turn-" + rand.Text()[:16]
-	block, _ := json.Marshal(acpContent{Type: "text", Text: text})
-	rec, _ := json.Marshal(PromptRecord{TurnID: turnID, Prompt: []json.RawMessage{block}})
+	rec := promptEntry(turnID, text)
 	ch := make(chan TurnResult, 1)
 	s.mu.Lock()
 	s.waiters[turnID] = ch
@@ -719,7 +721,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		delete(s.waiters, turnID)
 		s.mu.Unlock()
 	}
-	if _, err := s.journal.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindPrompt, Payload: rec}); err != nil {
+	if _, err := s.journal.Append(ctx, rec); err != nil {
 		forget()
 		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
 	}
@@ -743,8 +745,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 	if err != nil {
 		forget()
 		// The journal already holds the prompt: record that it never ran.
-		stop, _ := json.Marshal(StopRecord{TurnID: turnID, StopReason: "failed", Error: "not dispatched: " + err.Error()})
-		_, _ = s.journal.Append(context.WithoutCancel(ctx), leasestore.EntryInput{Kind: leasestore.KindStop, Payload: stop})
+		_, _ = s.journal.Append(context.WithoutCancel(ctx), notDispatchedEntry(turnID, err))
 		if cerr := ctx.Err(); cerr != nil {
 			// gRPC reports the caller's own deadline as a status; let
 			// callers match it as the context error it is.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
 )
@@ -95,18 +96,15 @@ func TestSessionLifecycleWithLeases(t *testing.T) {
 			kinds = append(kinds, string(e.Kind))
 		case leasestore.KindUpdate:
 			kinds = append(kinds, "update")
-			var ur UpdateRecord
-			if err := json.Unmarshal(e.Payload, &ur); err != nil {
+			rec, err := journal.Decode(e)
+			if err != nil {
 				t.Fatal(err)
 			}
-			var u struct {
-				SessionUpdate string `json:"sessionUpdate"`
-				Content       struct{ Text string }
+			u, ok := rec.(*journal.Update).Update.(*journal.Chunk)
+			if !ok || u.Kind != journal.KindAgentMessageChunk {
+				t.Fatalf("update %s", e.Payload)
 			}
-			if err := json.Unmarshal(ur.Update, &u); err != nil || u.SessionUpdate != "agent_message_chunk" {
-				t.Fatalf("update %s: %v", ur.Update, err)
-			}
-			texts = append(texts, u.Content.Text)
+			texts = append(texts, u.Content.Text())
 		}
 	}
 	if strings.Join(kinds, ",") != "prompt,update,update,update,stop" || strings.Join(texts, ",") != "1,2,3" {
@@ -293,14 +291,14 @@ func TestStopMidTurnJournalsTheTurnsEnd(t *testing.T) {
 	if err := s.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var stops []StopRecord
+	var stops []journal.Stop
 	for _, e := range journalOf(t, h, "mid-turn") {
 		if e.Kind == leasestore.KindStop {
-			var r StopRecord
-			if err := json.Unmarshal(e.Payload, &r); err != nil {
+			r, err := journal.Decode(e)
+			if err != nil {
 				t.Fatal(err)
 			}
-			stops = append(stops, r)
+			stops = append(stops, *r.(*journal.Stop))
 		}
 	}
 	if len(stops) != 1 || stops[0].StopReason != "cancelled" {

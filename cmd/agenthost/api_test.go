@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/logtest"
-
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
+	"github.com/agenthost/agenthost/internal/logtest"
 )
 
 // collector keeps a client's notifications.
@@ -239,7 +239,7 @@ func TestBadAPIInputKeepsTheHostUp(t *testing.T) {
 		t.Fatalf("answers to bad lines: %v (got %v)", err, nullIDErrors)
 	}
 	mu.Lock()
-	if codes := nullIDErrors; codes[0] != apiclient.CodeParseError || codes[2] != apiclient.CodeInvalidRequest || codes[3] != apiclient.CodeInvalidRequest {
+	if codes := nullIDErrors; codes[0] != api.CodeParseError || codes[2] != api.CodeInvalidRequest || codes[3] != api.CodeInvalidRequest {
 		t.Errorf("error codes %v: want parse error, …, invalid request for a non-JSON-RPC object and for an oversized line", codes)
 	}
 	mu.Unlock()
@@ -248,13 +248,13 @@ func TestBadAPIInputKeepsTheHostUp(t *testing.T) {
 		params any
 		code   int
 	}{
-		{"no/such/method", map[string]any{}, apiclient.CodeMethodNotFound},
-		{"session/prompt", map[string]any{"sessionId": 42}, apiclient.CodeInvalidParams},
-		{"session/prompt", map[string]any{"sessionId": "nope", "prompt": prompt("hi")}, apiclient.CodeNotFound},
-		{"session/new", map[string]any{"cwd": "/", "mcpServers": []any{}}, apiclient.CodeInvalidParams},
-		{"session/new", map[string]any{"cwd": "relative", "mcpServers": []any{}, "_meta": map[string]any{"agenthost": map[string]any{"agent": "scripted"}}}, apiclient.CodeServerError},
-		{"_agenthost/subscribe", map[string]any{"sessionId": []int{1}}, apiclient.CodeInvalidParams},
-		{"_agenthost/stop", map[string]any{"sessionId": "nope"}, apiclient.CodeNotFound},
+		{"no/such/method", map[string]any{}, api.CodeMethodNotFound},
+		{"session/prompt", map[string]any{"sessionId": 42}, api.CodeInvalidParams},
+		{"session/prompt", map[string]any{"sessionId": "nope", "prompt": prompt("hi")}, api.CodeNotFound},
+		{"session/new", map[string]any{"cwd": "/", "mcpServers": []any{}}, api.CodeInvalidParams},
+		{"session/new", map[string]any{"cwd": "relative", "mcpServers": []any{}, "_meta": map[string]any{"agenthost": map[string]any{"agent": "scripted"}}}, api.CodeServerError},
+		{"_agenthost/subscribe", map[string]any{"sessionId": []int{1}}, api.CodeInvalidParams},
+		{"_agenthost/stop", map[string]any{"sessionId": "nope"}, api.CodeNotFound},
 	} {
 		err := c.Call(ctx, tc.method, tc.params, nil)
 		if apiclient.ErrorCode(err) != tc.code {

@@ -22,6 +22,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/apiclient"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 const (
@@ -140,27 +145,13 @@ func (d *demo) run() error {
 	fmt.Print("   streaming:")
 	seen, lastSeq, pluginPID := 0, uint64(0), 0
 	for seen < killAt && sc.Scan() {
-		var m struct {
-			Params struct {
-				Update struct {
-					SessionUpdate string `json:"sessionUpdate"`
-					Content       struct {
-						Text string `json:"text"`
-					} `json:"content"`
-				} `json:"update"`
-				Meta struct {
-					Agenthost struct {
-						Seq uint64 `json:"seq"`
-					} `json:"agenthost"`
-				} `json:"_meta"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Params.Update.SessionUpdate != "agent_message_chunk" {
+		text, seq, isChunk := messageChunk(sc.Bytes())
+		if !isChunk {
 			continue
 		}
 		seen++
-		lastSeq = m.Params.Meta.Agenthost.Seq
-		fmt.Print(" " + m.Params.Update.Content.Text)
+		lastSeq = seq
+		fmt.Print(" " + text)
 		if pluginPID == 0 {
 			if pluginPID, err = d.pluginPID(); err != nil {
 				return err
@@ -229,9 +220,9 @@ func (d *demo) run() error {
 	fsc := bufio.NewScanner(fout)
 	caught, next, ended := 0, lastSeq+1, ""
 	for fsc.Scan() {
-		var e entry
-		if err := json.Unmarshal(fsc.Bytes(), &e); err != nil {
-			return fmt.Errorf("journal --json printed %q: %v", fsc.Text(), err)
+		e, err := readEntry(fsc.Bytes())
+		if err != nil {
+			return err
 		}
 		if e.Seq != next {
 			_ = follow.Process.Kill()
@@ -239,8 +230,8 @@ func (d *demo) run() error {
 		}
 		next++
 		caught++
-		if e.Kind == "stop" {
-			ended = e.Payload.StopReason
+		if stop, isStop := e.rec.(*journal.Stop); isStop {
+			ended = stop.StopReason
 			break
 		}
 	}
@@ -281,21 +272,43 @@ func (d *demo) run() error {
 	return nil
 }
 
-// entry is one line of agenthost journal --json.
+// entry is one line of agenthost journal --json, its payload decoded.
 type entry struct {
-	Seq     uint64 `json:"seq"`
-	Kind    string `json:"kind"`
-	Payload struct {
-		PluginSeq  uint64 `json:"pluginSeq"`
-		Event      string `json:"event"`
-		StopReason string `json:"stopReason"`
-		Update     struct {
-			SessionUpdate string `json:"sessionUpdate"`
-			Content       struct {
-				Text string `json:"text"`
-			} `json:"content"`
-		} `json:"update"`
-	} `json:"payload"`
+	api.JournalEntry
+	rec journal.Record
+}
+
+func readEntry(line []byte) (entry, error) {
+	var e entry
+	if err := json.Unmarshal(line, &e.JournalEntry); err != nil {
+		return e, fmt.Errorf("journal --json printed %q: %v", line, err)
+	}
+	rec, err := journal.DecodePayload(leasestore.EntryKind(e.Kind), e.Payload)
+	if err != nil {
+		return e, fmt.Errorf("journal --json printed %q: %v", line, err)
+	}
+	e.rec = rec
+	return e, nil
+}
+
+func isEndTurn(r journal.Record) bool {
+	stop, ok := r.(*journal.Stop)
+	return ok && stop.StopReason == "end_turn"
+}
+
+// messageChunk reads a line of agenthost run --json: the text and journal
+// seq of an agent message chunk, or false for any other line.
+func messageChunk(line []byte) (text string, seq uint64, ok bool) {
+	var m apiclient.Message
+	var p api.SessionUpdateParams
+	if json.Unmarshal(line, &m) != nil || m.Method != api.MethodSessionUpdate || json.Unmarshal(m.Params, &p) != nil {
+		return "", 0, false
+	}
+	u, err := journal.DecodeUpdate(p.Update)
+	if c, isChunk := u.(*journal.Chunk); err == nil && isChunk && c.Kind == journal.KindAgentMessageChunk {
+		return c.Content.Text(), p.Meta.Agenthost.Seq, true
+	}
+	return "", 0, false
 }
 
 func (d *demo) check() error {
@@ -305,9 +318,9 @@ func (d *demo) check() error {
 	}
 	var entries []entry
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var e entry
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			return fmt.Errorf("journal --json printed %q: %v", line, err)
+		e, err := readEntry([]byte(line))
+		if err != nil {
+			return err
 		}
 		entries = append(entries, e)
 	}
@@ -318,14 +331,16 @@ func (d *demo) check() error {
 		if e.Seq != uint64(i+1) {
 			return fmt.Errorf("journal entry %d has seq %d: a gap", i+1, e.Seq)
 		}
-		switch e.Kind {
-		case "update", "stop":
-			pluginSeqs = append(pluginSeqs, e.Payload.PluginSeq)
-			if e.Payload.Update.SessionUpdate == "agent_message_chunk" {
-				texts = append(texts, e.Payload.Update.Content.Text)
+		switch r := e.rec.(type) {
+		case *journal.Update:
+			pluginSeqs = append(pluginSeqs, r.PluginSeq)
+			if c, isChunk := r.Update.(*journal.Chunk); isChunk && c.Kind == journal.KindAgentMessageChunk {
+				texts = append(texts, c.Content.Text())
 			}
-		case "lifecycle":
-			readopted = readopted || e.Payload.Event == "readopted"
+		case *journal.Stop:
+			pluginSeqs = append(pluginSeqs, r.PluginSeq)
+		case *journal.Lifecycle:
+			readopted = readopted || (r.EntryKind() == leasestore.KindLifecycle && r.Event == "readopted")
 		}
 	}
 	ok("entries 1 to %d, each once, no gap.", len(entries))
@@ -349,8 +364,8 @@ func (d *demo) check() error {
 		return errors.New("no readoption is recorded in the journal")
 	}
 	ok("the readoption is recorded between them.")
-	if last := entries[len(entries)-1]; last.Kind != "stop" || last.Payload.StopReason != "end_turn" {
-		return fmt.Errorf("the journal ends with %+v, not the turn's end", last)
+	if last := entries[len(entries)-1]; !isEndTurn(last.rec) {
+		return fmt.Errorf("the journal ends with %s %s, not the turn's end", last.Kind, last.Payload)
 	}
 	ok("the turn ended normally (end_turn).")
 	return nil
@@ -381,15 +396,7 @@ func (d *demo) pluginPID() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sessions show: %v %s", err, e)
 	}
-	var info struct {
-		Session struct {
-			Lease struct {
-				Owner *struct {
-					PID int `json:"pid"`
-				} `json:"owner"`
-			} `json:"lease"`
-		} `json:"session"`
-	}
+	var info api.SessionResult
 	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Session.Lease.Owner == nil {
 		return 0, fmt.Errorf("sessions show --json: %q %v", out, err)
 	}

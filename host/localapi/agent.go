@@ -11,30 +11,11 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
-
-// Extension methods, under the _agenthost/ prefix.
-const (
-	MethodSubscribe = "_agenthost/subscribe" // {sessionId, fromSeq} → {lastSeq}; then _agenthost/journal notifications
-	MethodJournal   = "_agenthost/journal"   // notification: one journal entry
-	MethodStop      = "_agenthost/stop"      // {sessionId} → {}
-	MethodStatus    = "_agenthost/status"    // {} → host.Status
-	MethodAgents    = "_agenthost/agents"    // {} → {agents}
-	MethodSession   = "_agenthost/session"   // {sessionId} → the session record
-)
-
-// JournalEntry is the params of a _agenthost/journal notification: one
-// journal entry as stored, with its payload as JSON (ACP-shaped updates).
-type JournalEntry struct {
-	SessionID string          `json:"sessionId"`
-	Seq       uint64          `json:"seq"`
-	Fence     uint64          `json:"fence"`
-	Time      time.Time       `json:"time"`
-	Kind      string          `json:"kind"`
-	Payload   json.RawMessage `json:"payload"`
-}
 
 // agent serves one connection. ACP methods map onto the host: session/new
 // starts a session, session/load replays its journal and follows it,
@@ -67,9 +48,9 @@ func apiError(err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
-	code := -32000
+	code := api.CodeServerError
 	if errors.Is(err, leasestore.ErrNotFound) {
-		code = -32002
+		code = api.CodeNotFound
 	}
 	return &acp.RequestError{Code: code, Message: err.Error()}
 }
@@ -92,34 +73,16 @@ func (a *agent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.Auth
 	return acp.AuthenticateResponse{}, nil
 }
 
-// agentOf reads the agent a request names in _meta.agenthost.agent.
-func agentOf(meta map[string]any) string {
-	if m, ok := meta["agenthost"].(map[string]any); ok {
-		if s, ok := m["agent"].(string); ok {
-			return s
-		}
-	}
-	return ""
-}
-
-func metaString(meta map[string]any, key string) string {
-	if m, ok := meta["agenthost"].(map[string]any); ok {
-		if s, ok := m[key].(string); ok {
-			return s
-		}
-	}
-	return ""
-}
-
 func (a *agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
-	name := agentOf(p.Meta)
+	meta := api.ReadNewSessionMeta(p.Meta)
+	name := meta.Agent
 	if name == "" {
 		name = a.srv.DefaultAgent
 	}
 	if name == "" {
 		return acp.NewSessionResponse{}, errf("name the agent in _meta.agenthost.agent; configured agents: %q", a.srv.Host.Agents())
 	}
-	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: metaString(p.Meta, "sessionId"), Agent: name, Workspace: p.Cwd})
+	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: meta.SessionID, Agent: name, Workspace: p.Cwd})
 	if err != nil {
 		return acp.NewSessionResponse{}, apiError(err)
 	}
@@ -158,7 +121,11 @@ func (a *agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 		if e.Seq > last {
 			return errReplayed
 		}
-		if n, ok := notification(id, e); ok {
+		rec, err := journal.Decode(e)
+		if err != nil {
+			return nil
+		}
+		if n, ok := notification(id, e.Seq, rec); ok {
 			return a.conn.SessionUpdate(ctx, n)
 		}
 		return nil
@@ -193,7 +160,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	id := string(p.SessionId)
 	s, ok := a.srv.Host.Session(id)
 	if !ok {
-		return acp.PromptResponse{}, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
+		return acp.PromptResponse{}, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 	}
 	var text strings.Builder
 	for _, b := range p.Prompt {
@@ -215,7 +182,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		f.waitTurn(pctx, res.TurnID)
 	}
 	if res.StopReason == "failed" {
-		return acp.PromptResponse{}, &acp.RequestError{Code: -32000, Message: "the turn failed: " + res.Error}
+		return acp.PromptResponse{}, &acp.RequestError{Code: api.CodeServerError, Message: "the turn failed: " + res.Error}
 	}
 	return acp.PromptResponse{StopReason: acp.StopReason(res.StopReason)}, nil
 }
@@ -249,10 +216,7 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 		updated := s.UpdatedAt.Format(time.RFC3339Nano)
 		title := s.Agent
 		out.Sessions = append(out.Sessions, acp.SessionInfo{
-			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: &title, UpdatedAt: &updated,
-			Meta: map[string]any{"agenthost": map[string]any{
-				"agent": s.Agent, "claim": s.Lease.Claim, "stage": s.Lease.Stage, "fence": s.Lease.Fence, "handle": s.Handle(),
-			}},
+			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: &title, UpdatedAt: &updated, Meta: listedMeta(s),
 		})
 	}
 	return out, nil
@@ -268,10 +232,7 @@ func (a *agent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOpti
 
 // HandleExtensionMethod serves the _agenthost/ methods.
 func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params json.RawMessage) (any, error) {
-	var p struct {
-		SessionID string `json:"sessionId"`
-		FromSeq   uint64 `json:"fromSeq"`
-	}
+	var p api.Params
 	if len(params) > 0 && string(params) != "null" {
 		if err := json.Unmarshal(params, &p); err != nil {
 			return nil, acp.NewInvalidParams(map[string]any{"error": err.Error()})
@@ -279,38 +240,38 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 	}
 	h := a.srv.Host
 	switch method {
-	case MethodStatus:
+	case api.MethodStatus:
 		st, err := h.Status(ctx)
 		if err != nil {
 			return nil, apiError(err)
 		}
-		return map[string]any{"host": st, "version": a.srv.Version}, nil
-	case MethodAgents:
-		return map[string]any{"agents": h.Agents()}, nil
-	case MethodSession:
+		return api.StatusResult{Host: apiStatus(st), Version: a.srv.Version}, nil
+	case api.MethodAgents:
+		return api.AgentsResult{Agents: h.Agents()}, nil
+	case api.MethodSession:
 		rec, err := h.Store().Get(ctx, p.SessionID)
 		if err != nil {
 			return nil, apiError(err)
 		}
 		last, _ := h.Store().LastSeq(ctx, p.SessionID)
 		_, running := h.Session(p.SessionID)
-		return map[string]any{"session": rec, "lastSeq": last, "running": running}, nil
-	case MethodStop:
+		return api.SessionResult{LastSeq: last, Running: running, Session: apiSession(rec)}, nil
+	case api.MethodStop:
 		s, ok := h.Session(p.SessionID)
 		if !ok {
-			return nil, &acp.RequestError{Code: -32002, Message: fmt.Sprintf("session %q is not running", p.SessionID)}
+			return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running", p.SessionID)}
 		}
 		if err := s.Stop(ctx); err != nil {
 			return nil, apiError(err)
 		}
-		return map[string]any{}, nil
-	case MethodSubscribe:
+		return api.StopResult{}, nil
+	case api.MethodSubscribe:
 		last, err := h.Store().LastSeq(ctx, p.SessionID)
 		if err != nil {
 			return nil, apiError(err)
 		}
 		a.subscribe(p.SessionID, p.FromSeq)
-		return map[string]any{"lastSeq": last}, nil
+		return api.SubscribeResult{LastSeq: last}, nil
 	}
 	return nil, acp.NewMethodNotFound(method)
 }
@@ -325,7 +286,7 @@ func (a *agent) subscribe(id string, from uint64) {
 	a.mu.Unlock()
 	a.subWG.Go(func() {
 		err := a.srv.Host.Store().Tail(ctx, id, from, func(e leasestore.Entry) error {
-			return a.conn.NotifyExtension(ctx, MethodJournal, journalEntry(id, e))
+			return a.conn.NotifyExtension(ctx, api.MethodJournal, journalEntry(id, e))
 		})
 		if err != nil && ctx.Err() == nil {
 			a.srv.log().Debug("subscription ended", "session", id, "error", err)
@@ -333,13 +294,16 @@ func (a *agent) subscribe(id string, from uint64) {
 	})
 }
 
-func journalEntry(id string, e leasestore.Entry) JournalEntry {
+// journalEntry is the params of the _agenthost/journal notification of e:
+// the payload as stored, or a JSON string holding a payload that is not
+// JSON.
+func journalEntry(id string, e leasestore.Entry) api.JournalEntry {
 	payload := json.RawMessage(e.Payload)
 	if !json.Valid(payload) {
 		b, _ := json.Marshal(string(e.Payload))
 		payload = b
 	}
-	return JournalEntry{SessionID: id, Seq: e.Seq, Fence: e.Fence, Time: e.Time, Kind: string(e.Kind), Payload: payload}
+	return api.JournalEntry{SessionID: id, Seq: e.Seq, Fence: e.Fence, Time: e.Time, Kind: string(e.Kind), Payload: payload}
 }
 
 func (a *agent) stopFollowers() {

@@ -17,7 +17,10 @@
 // session's journal from a sequence number (entries arrive as
 // _agenthost/journal notifications; a client that reconnects with the last
 // seq it saw misses nothing), stop a session, read one session's record,
-// the host's status, and the configured agents.
+// the host's status, and the configured agents. Package api owns this
+// contract (method names, params, results, error codes, the journal entry
+// shape); this package serves it, converting the host's and the store's
+// types to the API's, and reads journal payloads with package journal.
 //
 // Every request line passes a filter first: a line that is not JSON gets a
 // parse error, one that is not a JSON-RPC 2.0 object an invalid-request

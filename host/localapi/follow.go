@@ -2,12 +2,11 @@ package localapi
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -53,19 +52,22 @@ func (f *follower) stop() {
 func (f *follower) run(ctx context.Context, from uint64) {
 	defer close(f.done)
 	_ = f.a.srv.Host.Store().Tail(ctx, f.id, from, func(e leasestore.Entry) error {
-		if n, ok := notification(f.id, e); ok {
+		rec, err := journal.Decode(e)
+		if err != nil {
+			return nil // nothing a client could be told
+		}
+		if n, ok := notification(f.id, e.Seq, rec); ok {
 			if err := f.a.conn.SessionUpdate(ctx, n); err != nil {
 				return err
 			}
 		}
-		if e.Kind == leasestore.KindUpdate {
-			f.maybeAsk(ctx, e)
-		}
-		if e.Kind == leasestore.KindStop {
-			var r host.StopRecord
-			if json.Unmarshal(e.Payload, &r) == nil {
-				f.turnEnded(r.TurnID)
+		switch r := rec.(type) {
+		case *journal.Update:
+			if q, ok := r.Update.(*journal.PermissionRequest); ok {
+				f.ask(ctx, q)
 			}
+		case *journal.Stop:
+			f.turnEnded(r.TurnID)
 		}
 		return nil
 	})
@@ -103,40 +105,20 @@ func (f *follower) waitTurn(ctx context.Context, turnID string) {
 	}
 }
 
-// maybeAsk forwards a plugin's permission request to the client and sends
-// the answer back to the plugin.
-func (f *follower) maybeAsk(ctx context.Context, e leasestore.Entry) {
-	var rec host.UpdateRecord
-	if json.Unmarshal(e.Payload, &rec) != nil {
-		return
-	}
-	var u struct {
-		SessionUpdate string `json:"sessionUpdate"`
-		RequestID     string `json:"requestId"`
-		ToolCall      struct {
-			ToolCallID string `json:"toolCallId"`
-			Title      string `json:"title"`
-		} `json:"toolCall"`
-		Options []struct {
-			OptionID string `json:"optionId"`
-			Name     string `json:"name"`
-			Kind     string `json:"kind"`
-		} `json:"options"`
-	}
-	if json.Unmarshal(rec.Update, &u) != nil || u.SessionUpdate != "_agenthost/permission_request" {
-		return
-	}
+// ask forwards a plugin's permission request to the client and sends the
+// answer back to the plugin.
+func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 	s, ok := f.a.srv.Host.Session(f.id)
 	if !ok {
 		return
 	}
-	req := acp.RequestPermissionRequest{SessionId: acp.SessionId(f.id), ToolCall: acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(u.ToolCall.ToolCallID)}}
-	if u.ToolCall.Title != "" {
-		title := u.ToolCall.Title
+	req := acp.RequestPermissionRequest{SessionId: acp.SessionId(f.id), ToolCall: acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(q.ToolCall.ToolCallID)}}
+	if q.ToolCall.Title != "" {
+		title := q.ToolCall.Title
 		req.ToolCall.Title = &title
 	}
-	for _, o := range u.Options {
-		req.Options = append(req.Options, acp.PermissionOption{OptionId: acp.PermissionOptionId(o.OptionID), Name: o.Name, Kind: acp.PermissionOptionKind(o.Kind)})
+	for _, o := range q.Options {
+		req.Options = append(req.Options, acp.PermissionOption{OptionId: o.OptionId, Name: o.Name, Kind: o.Kind})
 	}
 	// Ask without holding up the journal: the plugin's turn waits, not
 	// the stream of updates.
@@ -146,43 +128,31 @@ func (f *follower) maybeAsk(ctx context.Context, e leasestore.Entry) {
 		if err == nil && resp.Outcome.Selected != nil {
 			option = string(resp.Outcome.Selected.OptionId)
 		}
-		_ = s.AnswerPermission(context.WithoutCancel(ctx), u.RequestID, option)
+		_ = s.AnswerPermission(context.WithoutCancel(ctx), q.RequestID, option)
 	}()
 }
 
-// notification renders a journal entry as a session/update notification:
-// agent updates in their ACP shape, prompts as user message chunks. Host
-// lifecycle entries and agenthost-specific updates have no ACP form.
-func notification(id string, e leasestore.Entry) (acp.SessionNotification, bool) {
+// notification renders the record of journal entry seq as a session/update
+// notification: agent updates in their ACP shape, prompts as user message
+// chunks. Host lifecycle entries and agenthost-specific updates have no ACP
+// form.
+func notification(id string, seq uint64, rec journal.Record) (acp.SessionNotification, bool) {
 	n := acp.SessionNotification{SessionId: acp.SessionId(id)}
-	switch e.Kind {
-	case leasestore.KindUpdate:
-		var rec host.UpdateRecord
-		if json.Unmarshal(e.Payload, &rec) != nil {
+	switch r := rec.(type) {
+	case *journal.Update:
+		u, ok := journal.ACP(r.Update)
+		if !ok {
 			return n, false
 		}
-		var kind struct {
-			SessionUpdate string `json:"sessionUpdate"`
-		}
-		if json.Unmarshal(rec.Update, &kind) != nil || len(kind.SessionUpdate) == 0 || kind.SessionUpdate[0] == '_' {
-			return n, false
-		}
-		if err := json.Unmarshal(rec.Update, &n.Update); err != nil {
-			return n, false
-		}
-		n.Meta = map[string]any{"agenthost": map[string]any{"seq": e.Seq, "turnId": rec.TurnID}}
+		n.Update = u
+		n.Meta = updateMeta(seq, r.TurnID)
 		return n, true
-	case leasestore.KindPrompt:
-		var rec host.PromptRecord
-		if json.Unmarshal(e.Payload, &rec) != nil || len(rec.Prompt) == 0 {
+	case *journal.Prompt:
+		if len(r.Prompt) == 0 {
 			return n, false
 		}
-		var text struct {
-			Text string `json:"text"`
-		}
-		_ = json.Unmarshal(rec.Prompt[0], &text)
-		n.Update = acp.UpdateUserMessageText(text.Text)
-		n.Meta = map[string]any{"agenthost": map[string]any{"seq": e.Seq, "turnId": rec.TurnID}}
+		n.Update = acp.UpdateUserMessageText(r.Prompt[0].Text())
+		n.Meta = updateMeta(seq, r.TurnID)
 		return n, true
 	}
 	return n, false

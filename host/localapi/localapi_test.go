@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	acp "github.com/coder/acp-go-sdk"
 	"go.uber.org/goleak"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
 	"github.com/agenthost/agenthost/internal/logtest"
@@ -335,6 +337,40 @@ func TestACPSessionPromptAndLoad(t *testing.T) {
 	}
 }
 
+// The usage an agent reports reaches an ACP client as ACP's usage_update,
+// with real numbers: the scripted plugin process reports it, the host
+// journals it, the follower sends it over the socket.
+func TestUsageReachesTheClient(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	c.mustCall("session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}, &created)
+	c.mustCall("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "usage 53000 200000"}}}, nil)
+	var got []acp.SessionUsageUpdate
+	for _, n := range c.notesOf("session/update") {
+		var p acp.SessionNotification
+		if err := json.Unmarshal(n.Params, &p); err != nil {
+			t.Fatalf("session/update %s: %v", n.Params, err)
+		}
+		if u := p.Update.UsageUpdate; u != nil {
+			got = append(got, *u)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d usage_update notifications, want 1", len(got))
+	}
+	u := got[0]
+	if u.Used != 53000 || u.Size != 200000 || u.Cost != nil {
+		t.Errorf("usage_update used %d of %d, cost %v; want 53000 of 200000, no cost", u.Used, u.Size, u.Cost)
+	}
+	if tokens, _ := u.Meta["agenthost"].(map[string]any); tokens["inputTokens"] != float64(53000) || tokens["outputTokens"] != float64(0) {
+		t.Errorf("usage_update _meta %v, want the provider's counts under agenthost", u.Meta)
+	}
+}
+
 // A client that subscribes from the last seq it saw misses nothing and sees
 // nothing twice, across a reconnect.
 func TestSubscribeResumesFromAnySeq(t *testing.T) {
@@ -344,24 +380,24 @@ func TestSubscribeResumesFromAnySeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dial(t, sock)
-	c.mustCall(localapi.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": 1}, nil)
+	c.mustCall(api.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": 1}, nil)
 	if _, err := s.Prompt(context.Background(), "count 10"); err != nil {
 		t.Fatal(err)
 	}
 	last, _ := h.Store().LastSeq(context.Background(), "sub")
-	got := c.waitNotes(localapi.MethodJournal, int(last))
+	got := c.waitNotes(api.MethodJournal, int(last))
 	var seen uint64
 	for _, n := range got[:5] {
-		var e localapi.JournalEntry
+		var e api.JournalEntry
 		_ = json.Unmarshal(n.Params, &e)
 		seen = e.Seq
 	}
 	// Reconnect and ask from the entry after the fifth.
 	c2 := dial(t, sock)
-	c2.mustCall(localapi.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": seen + 1}, nil)
-	rest := c2.waitNotes(localapi.MethodJournal, int(last-seen))
+	c2.mustCall(api.MethodSubscribe, map[string]any{"sessionId": "sub", "fromSeq": seen + 1}, nil)
+	rest := c2.waitNotes(api.MethodJournal, int(last-seen))
 	for i, n := range rest {
-		var e localapi.JournalEntry
+		var e api.JournalEntry
 		_ = json.Unmarshal(n.Params, &e)
 		if e.Seq != seen+1+uint64(i) {
 			t.Fatalf("after reconnecting, entry %d has seq %d, want %d", i, e.Seq, seen+1+uint64(i))
@@ -441,7 +477,7 @@ func TestBadRequestsGetErrors(t *testing.T) {
 	var st struct {
 		Host host.Status `json:"host"`
 	}
-	c.mustCall(localapi.MethodStatus, map[string]any{}, &st)
+	c.mustCall(api.MethodStatus, map[string]any{}, &st)
 	if st.Host.PID != os.Getpid() || len(st.Host.Agents) != 1 {
 		t.Errorf("status %+v", st)
 	}

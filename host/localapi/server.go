@@ -16,6 +16,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 )
 
@@ -184,7 +185,7 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 	for {
 		line, tooLong, err := readLine(br, max)
 		if tooLong {
-			writeError(out, nil, -32600, fmt.Sprintf("request too large: the limit is %d bytes", max))
+			writeError(out, nil, api.CodeInvalidRequest, fmt.Sprintf("request too large: the limit is %d bytes", max))
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			// The probe decodes every member the SDK's envelope types:
 			// a line the SDK cannot decode (an "error" of the wrong shape,
@@ -197,9 +198,9 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 			}
 			switch {
 			case !json.Valid(line):
-				writeError(out, nil, -32700, "parse error: the request is not valid JSON")
+				writeError(out, nil, api.CodeParseError, "parse error: the request is not valid JSON")
 			case json.Unmarshal(line, &probe) != nil || probe.JSONRPC != "2.0":
-				writeError(out, probe.ID, -32600, `invalid request: expected a JSON-RPC 2.0 object with "jsonrpc":"2.0"`)
+				writeError(out, probe.ID, api.CodeInvalidRequest, `invalid request: expected a JSON-RPC 2.0 object with "jsonrpc":"2.0"`)
 			default:
 				if _, werr := dst.Write(append(bytes.TrimRight(line, "\r\n"), '\n')); werr != nil {
 					return werr

@@ -5,7 +5,8 @@
 // client takes in any language: write one JSON object per line, read one
 // per line, match responses to requests by id, handle notifications
 // (session/update, _agenthost/journal) as they come, and answer the
-// server's own requests (session/request_permission).
+// server's own requests (session/request_permission). Package api names
+// the methods, their params and results, and the error codes.
 package apiclient
 
 import (
@@ -19,6 +20,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/agenthost/agenthost/api"
 )
 
 // Message is one JSON-RPC message: a request, a notification or a
@@ -37,22 +40,13 @@ type Message struct {
 // IsNotification reports whether m is a notification (a method, no id).
 func (m *Message) IsNotification() bool { return m.Method != "" && len(m.ID) == 0 }
 
-// Error is a JSON-RPC error answered by the server.
+// Error is a JSON-RPC error answered by the server; package api names the
+// codes the local API answers with.
 type Error struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
 }
-
-// Error codes the local API answers with.
-const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeServerError    = -32000
-	CodeNotFound       = -32002
-)
 
 func (e *Error) Error() string {
 	msg := e.Message
@@ -205,11 +199,11 @@ func trimNewline(b []byte) []byte {
 func (c *Client) answer(m *Message) {
 	reply := map[string]any{"jsonrpc": "2.0", "id": m.ID}
 	if c.opts.OnRequest == nil {
-		reply["error"] = Error{Code: CodeMethodNotFound, Message: "method not found: " + m.Method}
+		reply["error"] = Error{Code: api.CodeMethodNotFound, Message: "method not found: " + m.Method}
 	} else if result, err := c.opts.OnRequest(m.Method, m.Params); err != nil {
 		var e *Error
 		if !errors.As(err, &e) {
-			e = &Error{Code: CodeServerError, Message: err.Error()}
+			e = &Error{Code: api.CodeServerError, Message: err.Error()}
 		}
 		reply["error"] = e
 	} else {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agenthost/agenthost/api"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -120,7 +122,7 @@ func TestCallsNotificationsAndRequests(t *testing.T) {
 		}
 	}
 	err := c.Call(ctx, "bad", map[string]any{}, nil)
-	if ErrorCode(err) != CodeInvalidParams || err.Error() != "Invalid params: cwd is required" {
+	if ErrorCode(err) != api.CodeInvalidParams || err.Error() != "Invalid params: cwd is required" {
 		t.Errorf("bad: %v (code %d)", err, ErrorCode(err))
 	}
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)

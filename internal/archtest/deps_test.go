@@ -82,6 +82,22 @@ var rules = []depRule{
 		reason:            "only the binary's wiring, tests and examples name the Badger backend; the host and everything else take a leasestore.Store",
 	},
 	{
+		from: "./journal/...",
+		deny: []string{
+			"./host/...", "./leasestore/badgerstore/...", "./internal/agentpb/...",
+			"github.com/dgraph-io/badger/v4/...", "google.golang.org/grpc/...", "github.com/hashicorp/go-plugin/...",
+		},
+		reason: "the journal record knows the store's model only, no backend, no plugin protocol and no host",
+	},
+	{
+		from: "./api/...",
+		deny: []string{
+			"./host/...", "./leasestore/...", "./journal/...", "./internal/agentpb/...",
+			"github.com/dgraph-io/badger/v4/...", "google.golang.org/grpc/...", "github.com/hashicorp/go-plugin/...",
+		},
+		reason: "the API contract is imported by clients of the socket; it pulls in neither the host nor the store",
+	},
+	{
 		from:   "./probe/...",
 		deny:   []string{"./host/...", "github.com/hashicorp/go-plugin/...", "./plugin/..."},
 		reason: "the process probe sits below the host and knows nothing of plugins",

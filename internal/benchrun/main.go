@@ -38,10 +38,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/probe"
@@ -599,7 +601,7 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 	}
 	defer conn.Close()
 	from, _ := h.Store().LastSeq(context.Background(), "lat")
-	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": localapi.MethodSubscribe, "params": map[string]any{"sessionId": "lat", "fromSeq": from + 1}})
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": api.MethodSubscribe, "params": api.Params{SessionID: "lat", FromSeq: from + 1}})
 	if _, err := conn.Write(append(req, '\n')); err != nil {
 		return nil, err
 	}
@@ -614,14 +616,18 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 			for sc.Scan() {
 				now := time.Now()
 				var m struct {
-					Method string                `json:"method"`
-					Params localapi.JournalEntry `json:"params"`
+					Method string           `json:"method"`
+					Params api.JournalEntry `json:"params"`
 				}
-				if json.Unmarshal(sc.Bytes(), &m) != nil || m.Method != localapi.MethodJournal || m.Params.Kind != "update" {
+				if json.Unmarshal(sc.Bytes(), &m) != nil || m.Method != api.MethodJournal || m.Params.Kind != string(leasestore.KindUpdate) {
 					continue
 				}
-				var rec host.UpdateRecord
-				if json.Unmarshal(m.Params.Payload, &rec) != nil || rec.PluginTime == 0 {
+				r, err := journal.DecodePayload(leasestore.KindUpdate, m.Params.Payload)
+				if err != nil {
+					continue
+				}
+				rec := r.(*journal.Update)
+				if rec.PluginTime == 0 {
 					continue
 				}
 				if seen == 0 {

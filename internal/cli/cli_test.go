@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/host/localapi"
+	"github.com/agenthost/agenthost/api"
 )
 
 func write(t *testing.T, path, content string, mode os.FileMode) {
@@ -99,7 +99,7 @@ func TestRenderer(t *testing.T) {
 
 func TestJournalSummaries(t *testing.T) {
 	var out bytes.Buffer
-	for _, e := range []localapi.JournalEntry{
+	for _, e := range []api.JournalEntry{
 		{Seq: 1, Kind: "lifecycle", Payload: json.RawMessage(`{"event":"owner-committed","fence":1,"claim":"reserved","stage":"proving","pid":42}`)},
 		{Seq: 2, Kind: "prompt", Payload: json.RawMessage(`{"turnId":"t","prompt":[{"type":"text","text":"count 3\nmore"}]}`)},
 		{Seq: 3, Kind: "update", Payload: json.RawMessage(`{"pluginSeq":1,"update":{"sessionUpdate":"tool_call","toolCallId":"t1","title":"ls","status":"pending"}}`)},

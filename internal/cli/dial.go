@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
 )
 
@@ -95,12 +98,10 @@ func (a *App) connect(ctx context.Context, opts apiclient.Options) (*apiclient.C
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Call(ctx, "initialize", map[string]any{
-		"protocolVersion": 1,
-		"clientInfo":      map[string]any{"name": "agenthost-cli", "version": a.version()},
-		"clientCapabilities": map[string]any{
-			"fs": map[string]any{"readTextFile": false, "writeTextFile": false}, "terminal": false,
-		},
+	if err := c.Call(ctx, api.MethodInitialize, acp.InitializeRequest{
+		ProtocolVersion: 1,
+		ClientInfo:      &acp.Implementation{Name: "agenthost-cli", Version: a.version()},
+		// No file system and no terminal: the zero capabilities.
 	}, nil); err != nil {
 		c.Close()
 		if errors.Is(err, apiclient.ErrClosed) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {

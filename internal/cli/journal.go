@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/host"
-	"github.com/agenthost/agenthost/host/localapi"
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -60,7 +60,7 @@ func (a *App) journal(ctx context.Context, id string, from uint64, follow, asJSO
 	var queue []json.RawMessage
 	wake := make(chan struct{}, 1)
 	onNote := func(m *apiclient.Message) {
-		if m.Method != localapi.MethodJournal {
+		if m.Method != api.MethodJournal {
 			return
 		}
 		mu.Lock()
@@ -76,10 +76,8 @@ func (a *App) journal(ctx context.Context, id string, from uint64, follow, asJSO
 		return err
 	}
 	defer c.Close()
-	var sub struct {
-		LastSeq uint64 `json:"lastSeq"`
-	}
-	if err := c.Call(ctx, localapi.MethodSubscribe, map[string]any{"sessionId": id, "fromSeq": from}, &sub); err != nil {
+	var sub api.SubscribeResult
+	if err := c.Call(ctx, api.MethodSubscribe, api.Params{SessionID: id, FromSeq: from}, &sub); err != nil {
 		return sessionError(id, err)
 	}
 	if !follow && sub.LastSeq < from {
@@ -98,7 +96,7 @@ func (a *App) journal(ctx context.Context, id string, from uint64, follow, asJSO
 		queue = nil
 		mu.Unlock()
 		for _, raw := range batch {
-			var e localapi.JournalEntry
+			var e api.JournalEntry
 			if json.Unmarshal(raw, &e) != nil {
 				continue
 			}
@@ -134,7 +132,7 @@ func (a *App) journal(ctx context.Context, id string, from uint64, follow, asJSO
 }
 
 // printEntry prints one journal entry on a line.
-func printEntry(w io.Writer, st style, e localapi.JournalEntry) {
+func printEntry(w io.Writer, st style, e api.JournalEntry) {
 	kind := fmt.Sprintf("%-9s", e.Kind)
 	switch leasestore.EntryKind(e.Kind) {
 	case leasestore.KindLifecycle:
@@ -148,70 +146,59 @@ func printEntry(w io.Writer, st style, e localapi.JournalEntry) {
 }
 
 // summarize describes an entry's payload in a few words.
-func summarize(st style, e localapi.JournalEntry) string {
-	switch leasestore.EntryKind(e.Kind) {
-	case leasestore.KindLifecycle:
-		var ev leasestore.LifecycleEvent
-		if json.Unmarshal(e.Payload, &ev) != nil {
-			break
+func summarize(st style, e api.JournalEntry) string {
+	rec, err := journal.DecodePayload(leasestore.EntryKind(e.Kind), e.Payload)
+	if err != nil {
+		return firstLine(string(e.Payload), 100)
+	}
+	switch r := rec.(type) {
+	case *journal.Lifecycle:
+		if r.EntryKind() == leasestore.KindHandle {
+			break // a handle entry shows its payload
 		}
-		parts := []string{ev.Event, fmt.Sprintf("fence %d, %s", ev.Fence, ev.Claim)}
-		if ev.Stage != "" {
-			parts[1] += "/" + string(ev.Stage)
+		parts := []string{r.Event, fmt.Sprintf("fence %d, %s", r.Fence, r.Claim)}
+		if r.Stage != "" {
+			parts[1] += "/" + string(r.Stage)
 		}
-		if ev.PID != 0 {
-			parts = append(parts, fmt.Sprintf("pid %d", ev.PID))
+		if r.PID != 0 {
+			parts = append(parts, fmt.Sprintf("pid %d", r.PID))
 		}
-		if ev.Handle != "" {
-			parts = append(parts, "handle "+ev.Handle)
+		if r.Handle != "" {
+			parts = append(parts, "handle "+r.Handle)
 		}
-		if ev.Evidence != nil {
-			parts = append(parts, string(ev.Evidence.Kind)+": "+firstLine(ev.Evidence.Detail, 80))
+		if r.Evidence != nil {
+			parts = append(parts, string(r.Evidence.Kind)+": "+firstLine(r.Evidence.Detail, 80))
 		}
-		if ev.Reason != "" {
-			parts = append(parts, firstLine(ev.Reason, 80))
+		if r.Reason != "" {
+			parts = append(parts, firstLine(r.Reason, 80))
 		}
 		return strings.Join(parts, " · ")
-	case leasestore.KindPrompt:
-		var p host.PromptRecord
-		if json.Unmarshal(e.Payload, &p) != nil {
-			break
-		}
+	case *journal.Prompt:
 		var text []string
-		for _, b := range p.Prompt {
+		for _, b := range r.Prompt {
 			text = append(text, contentText(b))
 		}
 		return "> " + firstLine(strings.Join(text, " "), 100)
-	case leasestore.KindUpdate:
-		var u host.UpdateRecord
-		if json.Unmarshal(e.Payload, &u) != nil {
-			break
+	case *journal.Update:
+		desc := string(r.Update.UpdateKind())
+		switch u := r.Update.(type) {
+		case *journal.Chunk:
+			desc += fmt.Sprintf(" %q", firstLine(contentText(u.Content), 80))
+		case *journal.ToolCall:
+			desc += fmt.Sprintf(" %s %q %s", u.ToolCallID, u.Title, u.Status)
+		case *journal.ToolCallUpdate:
+			desc += fmt.Sprintf(" %s %s", u.ToolCallID, u.Status)
+		case *journal.Plan:
+			desc += fmt.Sprintf(" (%d entries)", len(u.Entries))
 		}
-		var up acpUpdate
-		_ = json.Unmarshal(u.Update, &up)
-		desc := up.SessionUpdate
-		switch up.SessionUpdate {
-		case "agent_message_chunk", "agent_thought_chunk", "user_message_chunk":
-			desc += fmt.Sprintf(" %q", firstLine(contentText(up.Content), 80))
-		case "tool_call":
-			desc += fmt.Sprintf(" %s %q %s", up.ToolCallID, up.Title, up.Status)
-		case "tool_call_update":
-			desc += fmt.Sprintf(" %s %s", up.ToolCallID, up.Status)
-		case "plan":
-			desc += fmt.Sprintf(" (%d entries)", len(up.Entries))
+		return desc + st.dim(fmt.Sprintf("  [plugin #%d]", r.PluginSeq))
+	case *journal.Stop:
+		desc := r.StopReason
+		if r.Error != "" {
+			desc += ": " + firstLine(r.Error, 100)
 		}
-		return desc + st.dim(fmt.Sprintf("  [plugin #%d]", u.PluginSeq))
-	case leasestore.KindStop:
-		var s host.StopRecord
-		if json.Unmarshal(e.Payload, &s) != nil {
-			break
-		}
-		desc := s.StopReason
-		if s.Error != "" {
-			desc += ": " + firstLine(s.Error, 100)
-		}
-		if s.PluginSeq > 0 {
-			desc += st.dim(fmt.Sprintf("  [plugin #%d]", s.PluginSeq))
+		if r.PluginSeq > 0 {
+			desc += st.dim(fmt.Sprintf("  [plugin #%d]", r.PluginSeq))
 		}
 		return desc
 	}

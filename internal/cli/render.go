@@ -8,6 +8,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/journal"
 )
 
 // style colours terminal output; the zero value prints plain text.
@@ -31,58 +35,27 @@ func (s style) green(t string) string  { return s.wrap("32", t) }
 func (s style) yellow(t string) string { return s.wrap("33", t) }
 func (s style) cyan(t string) string   { return s.wrap("36", t) }
 
-// acpUpdate is the union of the ACP session/update shapes the renderer
-// reads.
-type acpUpdate struct {
-	SessionUpdate string `json:"sessionUpdate"`
-	Content       json.RawMessage
-	ToolCallID    string `json:"toolCallId"`
-	Title         string `json:"title"`
-	Kind          string `json:"kind"`
-	Status        string `json:"status"`
-	Entries       []struct {
-		Content  string `json:"content"`
-		Priority string `json:"priority"`
-		Status   string `json:"status"`
-	} `json:"entries"`
-	InputTokens  int64 `json:"inputTokens"`
-	OutputTokens int64 `json:"outputTokens"`
-}
-
-// contentText returns the text of an ACP content block, or of the first
-// text in a tool call's content list.
-func contentText(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return ""
+// contentText returns the text of an ACP content block, or "[type]" for a
+// block of another type without text.
+func contentText(c journal.Content) string {
+	if t := c.Text(); t != "" {
+		return t
 	}
-	var block struct {
-		Type    string          `json:"type"`
-		Text    string          `json:"text"`
-		Content json.RawMessage `json:"content"`
-	}
-	if json.Unmarshal(raw, &block) == nil {
-		if block.Text != "" {
-			return block.Text
-		}
-		if len(block.Content) > 0 {
-			return contentText(block.Content)
-		}
-		if block.Type != "" && block.Type != "text" {
-			return "[" + block.Type + "]"
-		}
-		return ""
-	}
-	var list []json.RawMessage
-	if json.Unmarshal(raw, &list) == nil {
-		var parts []string
-		for _, c := range list {
-			if t := contentText(c); t != "" {
-				parts = append(parts, t)
-			}
-		}
-		return strings.Join(parts, " ")
+	if typ := c.Type(); typ != "" && typ != "text" {
+		return "[" + typ + "]"
 	}
 	return ""
+}
+
+// contentsText joins the texts of a tool call's content blocks.
+func contentsText(cs []journal.Content) string {
+	var parts []string
+	for _, c := range cs {
+		if t := contentText(c); t != "" {
+			parts = append(parts, t)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // firstLine shortens s to its first line, at most n runes.
@@ -148,47 +121,50 @@ func (r *renderer) finish() {
 
 // update renders one ACP update object.
 func (r *renderer) update(raw json.RawMessage) {
-	var u acpUpdate
-	if json.Unmarshal(raw, &u) != nil {
+	up, err := journal.DecodeUpdate(raw)
+	if err != nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.st
-	switch u.SessionUpdate {
-	case "agent_message_chunk":
-		r.write(contentText(u.Content))
-	case "agent_thought_chunk":
-		if r.thoughts {
-			r.write(st.dim(contentText(u.Content)))
+	switch u := up.(type) {
+	case *journal.Chunk:
+		switch u.Kind {
+		case journal.KindAgentMessageChunk:
+			r.write(contentText(u.Content))
+		case journal.KindAgentThoughtChunk:
+			if r.thoughts {
+				r.write(st.dim(contentText(u.Content)))
+			}
+		case journal.KindUserMessageChunk:
+			// The prompt, echoed from the journal: the user just typed it.
 		}
-	case "user_message_chunk":
-		// The prompt, echoed from the journal: the user just typed it.
-	case "tool_call":
+	case *journal.ToolCall:
 		r.titles[u.ToolCallID] = u.Title
 		kind := ""
 		if u.Kind != "" {
 			kind = " " + st.dim("["+u.Kind+"]")
 		}
 		r.line(st.cyan("⚙ "+u.Title) + kind + " " + st.dim(statusWord(u.Status)))
-	case "tool_call_update":
+	case *journal.ToolCallUpdate:
 		title := r.titles[u.ToolCallID]
 		if title == "" {
 			title = u.ToolCallID
 		}
-		text := firstLine(contentText(u.Content), 80)
+		text := firstLine(contentsText(u.Content), 80)
 		if text != "" {
 			text = ": " + text
 		}
 		r.line(st.dim("  ↳ "+title+" "+statusWord(u.Status)) + text)
-	case "plan":
+	case *journal.Plan:
 		r.line(st.bold("Plan:"))
 		for _, e := range u.Entries {
 			mark := "○"
 			switch e.Status {
-			case "completed":
+			case acp.PlanEntryStatusCompleted:
 				mark = "●"
-			case "in_progress":
+			case acp.PlanEntryStatusInProgress:
 				mark = "◐"
 			}
 			r.line("  " + mark + " " + e.Content)

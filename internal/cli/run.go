@@ -16,8 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	acp "github.com/coder/acp-go-sdk"
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
 )
 
@@ -100,12 +102,6 @@ func (a *App) runCommand() *cobra.Command {
 	return cmd
 }
 
-// sessionUpdate is the params of a session/update notification.
-type sessionUpdate struct {
-	SessionID string          `json:"sessionId"`
-	Update    json.RawMessage `json:"update"`
-}
-
 func (a *App) runTurn(ctx context.Context, o runOptions, prompt string) error {
 	var spin *spinner
 	if !o.json {
@@ -130,10 +126,10 @@ func (a *App) runTurn(ctx context.Context, o runOptions, prompt string) error {
 	var mu sync.Mutex
 	var sessionID string
 	onNote := func(m *apiclient.Message) {
-		if m.Method != "session/update" {
+		if m.Method != api.MethodSessionUpdate {
 			return
 		}
-		var p sessionUpdate
+		var p api.SessionUpdateParams
 		if json.Unmarshal(m.Params, &p) != nil {
 			return
 		}
@@ -172,8 +168,8 @@ func (a *App) runTurn(ctx context.Context, o runOptions, prompt string) error {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		m, err := c.CallRaw(ctx, "session/prompt", map[string]any{
-			"sessionId": id, "prompt": []any{map[string]any{"type": "text", "text": prompt}},
+		m, err := c.CallRaw(ctx, api.MethodSessionPrompt, acp.PromptRequest{
+			SessionId: acp.SessionId(id), Prompt: []acp.ContentBlock{acp.TextBlock(prompt)},
 		})
 		done <- answer{m, err}
 	}()
@@ -188,12 +184,12 @@ func (a *App) runTurn(ctx context.Context, o runOptions, prompt string) error {
 	for {
 		select {
 		case <-recancel:
-			_ = c.Notify("session/cancel", map[string]any{"sessionId": id})
+			_ = c.Notify(api.MethodSessionCancel, acp.CancelNotification{SessionId: acp.SessionId(id)})
 			continue
 		case <-sigs:
 			if !cancelled {
 				cancelled = true
-				_ = c.Notify("session/cancel", map[string]any{"sessionId": id})
+				_ = c.Notify(api.MethodSessionCancel, acp.CancelNotification{SessionId: acp.SessionId(id)})
 				notef("cancelling the turn… (Ctrl-C again to leave it running)")
 				t := time.NewTicker(time.Second)
 				defer t.Stop()
@@ -237,12 +233,10 @@ func (a *App) turnEnded(m *apiclient.Message, err error, o runOptions, id string
 	case err != nil:
 		return err
 	}
-	var res struct {
-		StopReason string `json:"stopReason"`
-	}
+	var res acp.PromptResponse
 	_ = json.Unmarshal(m.Result, &res)
 	if !o.json {
-		word := res.StopReason
+		word := string(res.StopReason)
 		switch word {
 		case "end_turn":
 			word = st.green(word)
@@ -276,48 +270,36 @@ func (a *App) stateDirArg() string { return stateDirFlag(a.stateDirOrDefault()) 
 func openSession(ctx context.Context, c *apiclient.Client, o runOptions) (id, agent, how string, err error) {
 	wd, _ := os.Getwd()
 	if o.session != "" {
-		var info struct {
-			Session struct {
-				Agent     string `json:"agent"`
-				Workspace string `json:"workspace"`
-			} `json:"session"`
-		}
-		err := c.Call(ctx, "_agenthost/session", map[string]any{"sessionId": o.session}, &info)
+		var info api.SessionResult
+		err := c.Call(ctx, api.MethodSession, api.Params{SessionID: o.session}, &info)
 		switch {
 		case err == nil:
 			if o.agent != "" && o.agent != info.Session.Agent {
 				return "", "", "", fmt.Errorf("session %s runs agent %s, not %s", o.session, info.Session.Agent, o.agent)
 			}
 			cwd := firstNonEmpty(o.cwd, info.Session.Workspace, wd)
-			if err := c.Call(ctx, "session/resume", map[string]any{"sessionId": o.session, "cwd": cwd}, nil); err != nil {
+			if err := c.Call(ctx, api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: acp.SessionId(o.session), Cwd: cwd}, nil); err != nil {
 				return "", "", "", fmt.Errorf("resume session %s: %w", o.session, err)
 			}
 			return o.session, info.Session.Agent, "resumed", nil
-		case apiclient.ErrorCode(err) != apiclient.CodeNotFound:
+		case apiclient.ErrorCode(err) != api.CodeNotFound:
 			return "", "", "", err
 		case o.agent == "":
 			return "", "", "", fmt.Errorf("there is no session %s: name an --agent to start one under this id", o.session)
 		}
 	}
 	if o.agent == "" {
-		var agents struct {
-			Agents []string `json:"agents"`
-		}
-		_ = c.Call(ctx, "_agenthost/agents", nil, &agents)
+		var agents api.AgentsResult
+		_ = c.Call(ctx, api.MethodAgents, nil, &agents)
 		return "", "", "", usageErrorf("name the agent to run with --agent NAME; this host runs %s", strings.Join(agents.Agents, ", "))
 	}
-	meta := map[string]any{"agent": o.agent}
-	if o.session != "" {
-		meta["sessionId"] = o.session
-	}
-	var res struct {
-		SessionID string `json:"sessionId"`
-	}
-	params := map[string]any{"cwd": firstNonEmpty(o.cwd, wd), "mcpServers": []any{}, "_meta": map[string]any{"agenthost": meta}}
-	if err := c.Call(ctx, "session/new", params, &res); err != nil {
+	var res acp.NewSessionResponse
+	params := acp.NewSessionRequest{Cwd: firstNonEmpty(o.cwd, wd), McpServers: []acp.McpServer{},
+		Meta: map[string]any{api.MetaKey: api.NewSessionMeta{Agent: o.agent, SessionID: o.session}}}
+	if err := c.Call(ctx, api.MethodSessionNew, params, &res); err != nil {
 		return "", "", "", fmt.Errorf("start a session of %s: %w", o.agent, err)
 	}
-	return res.SessionID, o.agent, "new", nil
+	return string(res.SessionId), o.agent, "new", nil
 }
 
 func firstNonEmpty(s ...string) string {
@@ -329,50 +311,41 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// permissionRequest is the params of session/request_permission.
-type permissionRequest struct {
-	ToolCall struct {
-		ToolCallID string `json:"toolCallId"`
-		Title      string `json:"title"`
-	} `json:"toolCall"`
-	Options []struct {
-		OptionID string `json:"optionId"`
-		Name     string `json:"name"`
-		Kind     string `json:"kind"`
-	} `json:"options"`
-}
-
 // permissionAnswerer answers the agent's permission requests by mode: ask
 // on the terminal, allow or reject.
 func (a *App) permissionAnswerer(mode string, notef func(string, ...any)) func(string, json.RawMessage) (any, error) {
 	var askMu sync.Mutex
 	in := bufio.NewReader(a.Stdin)
 	return func(method string, params json.RawMessage) (any, error) {
-		if method != "session/request_permission" {
-			return nil, &apiclient.Error{Code: apiclient.CodeMethodNotFound, Message: "method not found: " + method}
+		if method != api.MethodRequestPermission {
+			return nil, &apiclient.Error{Code: api.CodeMethodNotFound, Message: "method not found: " + method}
 		}
-		var p permissionRequest
+		var p acp.RequestPermissionRequest
 		if err := json.Unmarshal(params, &p); err != nil {
-			return nil, &apiclient.Error{Code: apiclient.CodeInvalidParams, Message: err.Error()}
+			return nil, &apiclient.Error{Code: api.CodeInvalidParams, Message: err.Error()}
 		}
-		pick := func(kinds ...string) string {
+		pick := func(kinds ...acp.PermissionOptionKind) acp.PermissionOptionId {
 			for _, k := range kinds {
 				for _, o := range p.Options {
 					if o.Kind == k {
-						return o.OptionID
+						return o.OptionId
 					}
 				}
 			}
 			return ""
 		}
-		title := firstNonEmpty(p.ToolCall.Title, p.ToolCall.ToolCallID, "a tool call")
-		choice := ""
+		title := ""
+		if p.ToolCall.Title != nil {
+			title = *p.ToolCall.Title
+		}
+		title = firstNonEmpty(title, string(p.ToolCall.ToolCallId), "a tool call")
+		var choice acp.PermissionOptionId
 		switch mode {
 		case "allow":
-			choice = pick("allow_once", "allow_always")
+			choice = pick(acp.PermissionOptionKindAllowOnce, acp.PermissionOptionKindAllowAlways)
 			notef("allowed %q (--permissions allow)", title)
 		case "reject":
-			choice = pick("reject_once", "reject_always")
+			choice = pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways)
 			notef("rejected %q (--permissions reject)", title)
 		default:
 			if !isTerminal(a.Stdin) {
@@ -383,17 +356,17 @@ func (a *App) permissionAnswerer(mode string, notef func(string, ...any)) func(s
 			defer askMu.Unlock()
 			notef("the agent asks permission for %q:", title)
 			for i, o := range p.Options {
-				notef("  %d) %s", i+1, firstNonEmpty(o.Name, o.OptionID))
+				notef("  %d) %s", i+1, firstNonEmpty(o.Name, string(o.OptionId)))
 			}
 			fmt.Fprint(a.Stderr, "choose 1-"+strconv.Itoa(len(p.Options))+" (anything else refuses): ")
 			line, _ := in.ReadString('\n')
 			if n, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && n >= 1 && n <= len(p.Options) {
-				choice = p.Options[n-1].OptionID
+				choice = p.Options[n-1].OptionId
 			}
 		}
 		if choice == "" {
-			return map[string]any{"outcome": map[string]any{"outcome": "cancelled"}}, nil
+			return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
 		}
-		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": choice}}, nil
+		return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(choice)}, nil
 	}
 }

@@ -15,9 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
-	"github.com/agenthost/agenthost/leasestore"
 )
 
 func (a *App) sessionsCommand() *cobra.Command {
@@ -71,12 +70,6 @@ func ago(t time.Time) string {
 	return t.Local().Format("2006-01-02")
 }
 
-// hostStatus is the result of _agenthost/status.
-type hostStatus struct {
-	Host    host.Status `json:"host"`
-	Version string      `json:"version"`
-}
-
 func (a *App) sessionsListCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -89,21 +82,19 @@ changed, and its workspace.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var list struct {
-				Sessions []listedSession `json:"sessions"`
-			}
-			c, done, err := a.query(ctx, "session/list", nil, asJSON, &list)
+			var list api.ListSessionsResult
+			c, done, err := a.query(ctx, api.MethodSessionList, nil, asJSON, &list)
 			if err != nil || done {
 				return err
 			}
 			defer c.Close()
-			var st hostStatus
-			_ = c.Call(ctx, "_agenthost/status", nil, &st)
+			var st api.StatusResult
+			_ = c.Call(ctx, api.MethodStatus, nil, &st)
 			if len(list.Sessions) == 0 {
 				fmt.Fprintln(a.Stdout, "no sessions yet: start one with agenthost run --agent NAME PROMPT")
 				return nil
 			}
-			slices.SortStableFunc(list.Sessions, func(x, y listedSession) int {
+			slices.SortStableFunc(list.Sessions, func(x, y api.ListedSession) int {
 				return strings.Compare(deref(y.UpdatedAt), deref(x.UpdatedAt))
 			})
 			tw := tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
@@ -132,33 +123,11 @@ changed, and its workspace.`,
 	return cmd
 }
 
-// listedSession is one session of a session/list result.
-type listedSession struct {
-	SessionID string  `json:"sessionId"`
-	Cwd       string  `json:"cwd"`
-	UpdatedAt *string `json:"updatedAt"`
-	Meta      struct {
-		Agenthost struct {
-			Agent string           `json:"agent"`
-			Claim leasestore.Claim `json:"claim"`
-			Stage leasestore.Stage `json:"stage"`
-			Fence uint64           `json:"fence"`
-		} `json:"agenthost"`
-	} `json:"_meta"`
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return ""
 	}
 	return *s
-}
-
-// sessionInfo is the result of _agenthost/session.
-type sessionInfo struct {
-	Session leasestore.Session `json:"session"`
-	LastSeq uint64             `json:"lastSeq"`
-	Running bool               `json:"running"`
 }
 
 func (a *App) sessionsShowCommand() *cobra.Command {
@@ -169,8 +138,8 @@ func (a *App) sessionsShowCommand() *cobra.Command {
 		Args:              exactArgs("SESSION"),
 		ValidArgsFunction: a.completeSessionArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var info sessionInfo
-			c, done, err := a.query(cmd.Context(), "_agenthost/session", map[string]any{"sessionId": args[0]}, asJSON, &info)
+			var info api.SessionResult
+			c, done, err := a.query(cmd.Context(), api.MethodSession, api.Params{SessionID: args[0]}, asJSON, &info)
 			if err != nil || done {
 				return sessionError(args[0], err)
 			}
@@ -211,13 +180,13 @@ func (a *App) query(ctx context.Context, method string, params any, asJSON bool,
 // sessionError words a not-found error for a session id; other errors
 // (nil included) pass through.
 func sessionError(id string, err error) error {
-	if err != nil && apiclient.ErrorCode(err) == apiclient.CodeNotFound {
+	if err != nil && apiclient.ErrorCode(err) == api.CodeNotFound {
 		return fmt.Errorf("no session %s in this state directory (agenthost sessions list shows them): %w", displayID(id), err)
 	}
 	return err
 }
 
-func printSession(w io.Writer, info sessionInfo) {
+func printSession(w io.Writer, info api.SessionResult) {
 	s := info.Session
 	l := s.Lease
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -291,8 +260,8 @@ The session stays resumable with 'agenthost run --session SESSION'.`,
 				return err
 			}
 			defer c.Close()
-			if err := c.Call(ctx, "_agenthost/stop", map[string]any{"sessionId": args[0]}, nil); err != nil {
-				if apiclient.ErrorCode(err) == apiclient.CodeNotFound {
+			if err := c.Call(ctx, api.MethodStop, api.Params{SessionID: args[0]}, nil); err != nil {
+				if apiclient.ErrorCode(err) == api.CodeNotFound {
 					return fmt.Errorf("%w; agenthost sessions list shows every session and its state", err)
 				}
 				return err
@@ -317,8 +286,8 @@ resumable; latched: the evidence was incomplete, the session waits).
 Exits with status 1 when no host serves the state directory.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var st hostStatus
-			c, done, err := a.query(cmd.Context(), "_agenthost/status", nil, asJSON, &st)
+			var st api.StatusResult
+			c, done, err := a.query(cmd.Context(), api.MethodStatus, nil, asJSON, &st)
 			if err != nil || done {
 				return err
 			}
@@ -331,7 +300,7 @@ Exits with status 1 when no host serves the state directory.`,
 	return cmd
 }
 
-func printStatus(w io.Writer, st hostStatus) {
+func printStatus(w io.Writer, st api.StatusResult) {
 	h := st.Host
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
@@ -348,7 +317,7 @@ func printStatus(w io.Writer, st hostStatus) {
 		row(k, "%s", displayID(id))
 	}
 	var decided []string
-	for _, act := range []host.Action{host.ActionReadopted, host.ActionEvicted, host.ActionLatched, host.ActionFree} {
+	for _, act := range []string{api.ActionReadopted, api.ActionEvicted, api.ActionLatched, api.ActionFree} {
 		if n := h.Decided[act]; n > 0 {
 			decided = append(decided, fmt.Sprintf("%s %d", act, n))
 		}
@@ -396,17 +365,8 @@ func (a *App) completeSessions(*cobra.Command, []string, string) ([]string, cobr
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	defer c.Close()
-	var list struct {
-		Sessions []struct {
-			SessionID string `json:"sessionId"`
-			Meta      struct {
-				Agenthost struct {
-					Agent string `json:"agent"`
-				} `json:"agenthost"`
-			} `json:"_meta"`
-		} `json:"sessions"`
-	}
-	if c.Call(ctx, "session/list", nil, &list) != nil {
+	var list api.ListSessionsResult
+	if c.Call(ctx, api.MethodSessionList, nil, &list) != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	var out []string

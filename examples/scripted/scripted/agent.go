@@ -105,6 +105,11 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 		return sdk.StopEndTurn, nil
 	case opAsk:
 		return a.ask(ctx, turn)
+	case opUsage:
+		// The provider's own count is the context itself: a one-shot
+		// prompt of USED tokens.
+		turn.Usage(sdk.Usage{InputTokens: cmd.used, ContextTokens: cmd.used, ContextWindow: cmd.size})
+		return sdk.StopEndTurn, nil
 	default:
 		turn.Message(cmd.text)
 		return sdk.StopEndTurn, nil

@@ -18,9 +18,10 @@ const (
 	opFail
 	opTool
 	opAsk
+	opUsage
 )
 
-var opNames = [...]string{opEcho: "echo", opCount: "count", opSleep: "sleep", opFail: "fail", opTool: "tool", opAsk: "ask"}
+var opNames = [...]string{opEcho: "echo", opCount: "count", opSleep: "sleep", opFail: "fail", opTool: "tool", opAsk: "ask", opUsage: "usage"}
 
 func (o op) String() string { return opNames[o] }
 
@@ -34,6 +35,9 @@ type command struct {
 	d time.Duration
 	// text is the reply of an echo, or the message of a fail.
 	text string
+	// used and size are the context tokens and the context window usage
+	// reports.
+	used, size int64
 }
 
 // Usage lines, quoted by the errors of malformed commands.
@@ -43,6 +47,7 @@ const (
 	usageFail  = `fail MESSAGE, e.g. "fail out of tokens"`
 	usageTool  = `tool, with no arguments`
 	usageAsk   = `ask, with no arguments`
+	usageUsage = `usage USED SIZE, with USED and SIZE whole numbers of tokens, e.g. "usage 53000 200000"`
 )
 
 // parse reads the command in a prompt's text. Text whose first word is not
@@ -96,6 +101,16 @@ func parse(text string) (command, error) {
 			return command{}, malformed(text, usageAsk)
 		}
 		return command{op: opAsk}, nil
+	case "usage":
+		if len(args) != 2 {
+			return command{}, malformed(text, usageUsage)
+		}
+		used, err1 := strconv.ParseInt(args[0], 10, 64)
+		size, err2 := strconv.ParseInt(args[1], 10, 64)
+		if err1 != nil || err2 != nil || used < 0 || size < 0 {
+			return command{}, malformed(text, usageUsage)
+		}
+		return command{op: opUsage, used: used, size: size}, nil
 	}
 	return command{op: opEcho, text: text}, nil
 }

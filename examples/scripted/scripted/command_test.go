@@ -21,6 +21,8 @@ func TestParse(t *testing.T) {
 		{"fail  two  blanks ", command{op: opFail, text: "two  blanks"}},
 		{"tool", command{op: opTool}},
 		{"ask", command{op: opAsk}},
+		{"usage 53000 200000", command{op: opUsage, used: 53000, size: 200000}},
+		{"usage 0 0", command{op: opUsage}},
 		{"hello", command{op: opEcho, text: "hello"}},
 		{"  hello world  ", command{op: opEcho, text: "hello world"}},
 		{"", command{op: opEcho}},
@@ -60,6 +62,11 @@ func TestParseMalformed(t *testing.T) {
 		{"fail   ", "fail MESSAGE"},
 		{"tool ls", "tool, with no arguments"},
 		{"ask now", "ask, with no arguments"},
+		{"usage", "usage USED SIZE"},
+		{"usage 5", "usage USED SIZE"},
+		{"usage 5 x", "usage USED SIZE"},
+		{"usage -1 10", "usage USED SIZE"},
+		{"usage 1 2 3", "usage USED SIZE"},
 	} {
 		_, err := parse(tt.text)
 		if err == nil {

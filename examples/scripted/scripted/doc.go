@@ -15,6 +15,8 @@
 //	ask                 ask the user for permission (allow or reject) and
 //	                    report the answer as a message chunk,
 //	                    "permission: selected allow" or "permission: cancelled"
+//	usage USED SIZE     report usage: USED tokens in context of a SIZE-token
+//	                    window (and USED input tokens), then end the turn
 //
 // Any other prompt is echoed back as one message chunk. A command with
 // malformed arguments ("count x") fails the turn with a message that gives

@@ -1,0 +1,77 @@
+package api
+
+import "encoding/json"
+
+// What agenthost puts under _meta.agenthost of ACP messages. The ACP
+// library carries _meta as map[string]any; the server puts these types in
+// it and a client decodes them from the message's JSON.
+
+// NewSessionMeta is _meta.agenthost of a session/new request.
+type NewSessionMeta struct {
+	// Agent names the agent to start; empty starts the server's default.
+	Agent string `json:"agent"`
+	// SessionID is the new session's id; empty generates one.
+	SessionID string `json:"sessionId,omitempty"`
+}
+
+// ReadNewSessionMeta reads NewSessionMeta from the _meta of a session/new
+// request as the ACP library decodes it. Member names match exactly, and
+// a member that is not a string reads as empty.
+func ReadNewSessionMeta(meta map[string]any) NewSessionMeta {
+	m, _ := meta[MetaKey].(map[string]any)
+	agent, _ := m["agent"].(string)
+	id, _ := m["sessionId"].(string)
+	return NewSessionMeta{Agent: agent, SessionID: id}
+}
+
+// MetaKey is the member of an ACP _meta object that holds agenthost's own.
+const MetaKey = "agenthost"
+
+// UpdateMeta is _meta.agenthost of a session/update notification the host
+// sends: where the update sits in the session's journal.
+type UpdateMeta struct {
+	Seq    uint64 `json:"seq"`
+	TurnID string `json:"turnId"`
+}
+
+// ListedSessionMeta is _meta.agenthost of a session in a session/list
+// result.
+type ListedSessionMeta struct {
+	Agent  string `json:"agent"`
+	Claim  string `json:"claim"`
+	Fence  uint64 `json:"fence"`
+	Handle string `json:"handle"`
+	Stage  string `json:"stage"`
+}
+
+// Meta is the _meta member of an ACP message as a client decodes it, with
+// agenthost's own under MetaKey.
+type Meta[T any] struct {
+	Agenthost T `json:"agenthost"`
+}
+
+// SessionUpdateParams are the params of a session/update notification as
+// a client reads them: the update is left as JSON, for
+// journal.DecodeUpdate.
+type SessionUpdateParams struct {
+	SessionID string           `json:"sessionId"`
+	Update    json.RawMessage  `json:"update"`
+	Meta      Meta[UpdateMeta] `json:"_meta"`
+}
+
+// ListSessionsResult is a session/list result as a client reads it, with
+// agenthost's _meta of each session.
+type ListSessionsResult struct {
+	Sessions []ListedSession `json:"sessions"`
+}
+
+// ListedSession is one session of a session/list result.
+type ListedSession struct {
+	SessionID string `json:"sessionId"`
+	Cwd       string `json:"cwd"`
+	// Title is the session's agent.
+	Title *string `json:"title,omitempty"`
+	// UpdatedAt is when the record last changed (RFC 3339).
+	UpdatedAt *string                 `json:"updatedAt,omitempty"`
+	Meta      Meta[ListedSessionMeta] `json:"_meta"`
+}

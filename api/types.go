@@ -1,0 +1,171 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Params are the params of agenthost's own methods: subscribe reads
+// SessionID and FromSeq, session and stop SessionID, status and agents
+// none. The server decodes every call's params as Params before it looks
+// at the method, so a member of the wrong type is an invalid-params error
+// in any method, and an unknown member is ignored.
+//
+// Params is an alias of an unnamed struct type: a decoding error then
+// names the member alone (".sessionId"), as the API always has.
+type Params = struct {
+	FromSeq   uint64 `json:"fromSeq,omitempty"`
+	SessionID string `json:"sessionId"`
+}
+
+// SubscribeResult is the result of MethodSubscribe.
+type SubscribeResult struct {
+	// LastSeq is the session's newest entry when the subscription began.
+	LastSeq uint64 `json:"lastSeq"`
+}
+
+// StopResult is the result of MethodStop: {}.
+type StopResult struct{}
+
+// AgentsResult is the result of MethodAgents.
+type AgentsResult struct {
+	// Agents are the agents the host is configured with.
+	Agents []string `json:"agents"`
+}
+
+// StatusResult is the result of MethodStatus.
+type StatusResult struct {
+	Host    Status `json:"host"`
+	Version string `json:"version"`
+}
+
+// SessionResult is the result of MethodSession.
+type SessionResult struct {
+	// LastSeq is the session's newest journal entry.
+	LastSeq uint64 `json:"lastSeq"`
+	// Running is whether the session runs in this host.
+	Running bool    `json:"running"`
+	Session Session `json:"session"`
+}
+
+// JournalEntry is the params of a MethodJournal notification: one journal
+// entry as stored. Payload is the entry's JSON payload (decode it with
+// journal.DecodePayload), or a JSON string holding a payload that is not
+// JSON.
+type JournalEntry struct {
+	SessionID string          `json:"sessionId"`
+	Seq       uint64          `json:"seq"`
+	Fence     uint64          `json:"fence"`
+	Time      time.Time       `json:"time"`
+	Kind      string          `json:"kind"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// Status is what a host runs and what it decided for the sessions it
+// found when it opened.
+type Status struct {
+	PID      int      `json:"pid"`
+	StateDir string   `json:"stateDir"`
+	HostID   string   `json:"hostId"`
+	Agents   []string `json:"agents"`
+	// Running are the sessions that run in the host, sorted.
+	Running []string `json:"running"`
+	// Sessions is how many sessions the state directory records.
+	Sessions int `json:"sessions"`
+	// Decided counts the restart decisions by action: readopted, evicted,
+	// latched, free.
+	Decided map[string]int `json:"decided"`
+	// Recovery says how the store recovered when it opened, if it had to.
+	Recovery *string `json:"recovery,omitempty"`
+	// Latched names the latched sessions and why they are.
+	Latched map[string]string `json:"latched,omitempty"`
+}
+
+// The restart decisions Status.Decided counts.
+const (
+	ActionReadopted = "readopted"
+	ActionEvicted   = "evicted"
+	ActionLatched   = "latched"
+	ActionFree      = "free"
+)
+
+// Session is one session's record: the conversation's identity, the
+// provider handles it went by, and its lease.
+type Session struct {
+	ID        string            `json:"id"`
+	Agent     string            `json:"agent"`
+	Workspace string            `json:"workspace,omitempty"`
+	Options   map[string]string `json:"options,omitempty"`
+	// Handles is the provider handle chain, oldest first.
+	Handles     []HandleLink `json:"handles,omitempty"`
+	Lease       Lease        `json:"lease"`
+	Incarnation string       `json:"incarnation,omitempty"`
+	// Deleting is set while the session is being deleted.
+	Deleting  bool      `json:"deleting,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Handle returns the newest provider handle, or "" when none was proven.
+func (s Session) Handle() string {
+	if len(s.Handles) == 0 {
+		return ""
+	}
+	return s.Handles[len(s.Handles)-1].Handle
+}
+
+// HandleLink is one provider handle of a session.
+type HandleLink struct {
+	Handle string `json:"handle"`
+	// Origin: created, resumed, forked, adopted.
+	Origin     string    `json:"origin"`
+	Fence      uint64    `json:"fence"`
+	ObservedAt time.Time `json:"observedAt"`
+}
+
+// Lease says which process may write to a session.
+type Lease struct {
+	Fence uint64 `json:"fence"`
+	// Claim: released, reserved, live, conflicted.
+	Claim string `json:"claim"`
+	// Stage: "", proving, recovering, manual-recovery.
+	Stage              string           `json:"stage,omitempty"`
+	Owner              *ProcessIdentity `json:"owner,omitempty"`
+	ReservedSpawnToken string           `json:"reservedSpawnToken,omitempty"`
+	ProcesslessAt      time.Time        `json:"processlessAt,omitzero"`
+	Reattach           *Reattach        `json:"reattach,omitempty"`
+	DeathEvidence      *DeathEvidence   `json:"deathEvidence,omitempty"`
+	MinNextFence       uint64           `json:"minNextFence,omitempty"`
+	ClaimKeyID         string           `json:"claimKeyId,omitempty"`
+	Unreconciled       bool             `json:"unreconciled,omitempty"`
+	LatchReason        string           `json:"latchReason,omitempty"`
+}
+
+// ProcessIdentity identifies a lease's owner process.
+type ProcessIdentity struct {
+	HostID     string    `json:"hostId"`
+	PID        int       `json:"pid"`
+	StartTicks uint64    `json:"startTicks,omitempty"`
+	BootID     string    `json:"bootId,omitempty"`
+	StartTime  time.Time `json:"startTime,omitzero"`
+	SpawnToken string    `json:"spawnToken"`
+	InstanceID string    `json:"instanceId,omitempty"`
+}
+
+// Reattach is where the owner's plugin listens, and its log.
+type Reattach struct {
+	Network         string `json:"network"`
+	Address         string `json:"address"`
+	ProtocolVersion int    `json:"protocolVersion"`
+	PluginPath      string `json:"pluginPath,omitempty"`
+	LogPath         string `json:"logPath,omitempty"`
+}
+
+// DeathEvidence is what proved the previous owner gone.
+type DeathEvidence struct {
+	// Kind: exit-observed, pid-absent, identity-mismatch,
+	// operator-confirmed.
+	Kind       string    `json:"kind"`
+	Detail     string    `json:"detail,omitempty"`
+	ObservedAt time.Time `json:"observedAt"`
+}

@@ -1,0 +1,116 @@
+package pluginclient
+
+import (
+	"encoding/json"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/journal"
+)
+
+// JournalUpdate converts one plugin update to the journal record of it: a
+// *journal.Stop for turn_stopped, a *journal.Update for every other kind.
+// An update of a kind this host does not know (or none) becomes
+// journal.Unknown, so the plugin's sequence stays without gaps in the
+// journal.
+//
+// What the plugin sends as JSON (a content block of another type than
+// text, a tool's raw input or output) is kept only when it is valid JSON;
+// a block whose JSON is not falls back to its text, and invalid raw input
+// or output is dropped. The record therefore always encodes.
+func JournalUpdate(u *agentpb.Update) journal.Record {
+	if ts, ok := u.GetKind().(*agentpb.Update_TurnStopped); ok {
+		return &journal.Stop{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(),
+			StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()}
+	}
+	return &journal.Update{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(), PluginTime: u.GetTimeUnixNano(), Update: sessionUpdate(u)}
+}
+
+func sessionUpdate(u *agentpb.Update) journal.SessionUpdate {
+	switch k := u.GetKind().(type) {
+	case *agentpb.Update_AgentMessageChunk:
+		return &journal.Chunk{Kind: journal.KindAgentMessageChunk, Content: content(k.AgentMessageChunk.GetContent())}
+	case *agentpb.Update_AgentThoughtChunk:
+		return &journal.Chunk{Kind: journal.KindAgentThoughtChunk, Content: content(k.AgentThoughtChunk.GetContent())}
+	case *agentpb.Update_UserMessageChunk:
+		return &journal.Chunk{Kind: journal.KindUserMessageChunk, Content: content(k.UserMessageChunk.GetContent())}
+	case *agentpb.Update_ToolCall:
+		tc := toolCall(k.ToolCall)
+		return &tc
+	case *agentpb.Update_ToolCallUpdate:
+		c := k.ToolCallUpdate
+		out := &journal.ToolCallUpdate{ToolCallID: c.GetToolCallId(), Status: c.GetStatus(), RawOutput: validJSON(c.GetRawOutputJson())}
+		for _, b := range c.GetContent() {
+			out.Content = append(out.Content, content(b))
+		}
+		return out
+	case *agentpb.Update_Plan:
+		out := &journal.Plan{Entries: []acp.PlanEntry{}}
+		for _, e := range k.Plan.GetEntries() {
+			out.Entries = append(out.Entries, acp.PlanEntry{Content: e.GetContent(),
+				Priority: acp.PlanEntryPriority(e.GetPriority()), Status: acp.PlanEntryStatus(e.GetStatus())})
+		}
+		return out
+	case *agentpb.Update_Usage:
+		return usage(k.Usage)
+	case *agentpb.Update_HandleChanged:
+		return &journal.HandleChanged{Handle: k.HandleChanged.GetHandle(), Origin: k.HandleChanged.GetOrigin()}
+	case *agentpb.Update_PermissionRequest:
+		r := k.PermissionRequest
+		out := &journal.PermissionRequest{RequestID: r.GetRequestId(), ToolCall: toolCall(r.GetToolCall())}
+		for _, o := range r.GetOptions() {
+			out.Options = append(out.Options, acp.PermissionOption{OptionId: acp.PermissionOptionId(o.GetOptionId()),
+				Name: o.GetName(), Kind: acp.PermissionOptionKind(o.GetKind())})
+		}
+		return out
+	case *agentpb.Update_PermissionResolved:
+		r := k.PermissionResolved
+		return &journal.PermissionResolved{RequestID: r.GetRequestId(),
+			Outcome: journal.PermissionOutcome{Outcome: r.GetOutcome().GetOutcome(), OptionID: r.GetOutcome().GetOptionId()}}
+	}
+	return &journal.Unknown{}
+}
+
+// emptyText is the block journaled for a chunk without content: unlike
+// journal.TextContent("") it spells out the empty text, as the host always
+// has.
+const emptyText = `{"type":"text","text":""}`
+
+// content is a block's ACP JSON: the plugin's own for a typed non-text
+// block whose JSON is valid, else a text block of its text.
+func content(b *agentpb.ContentBlock) journal.Content {
+	if b == nil {
+		return journal.Content(emptyText)
+	}
+	if b.GetType() != "text" && b.GetType() != "" && b.GetJson() != "" && json.Valid([]byte(b.GetJson())) {
+		return journal.Content(b.GetJson())
+	}
+	return journal.TextContent(b.GetText())
+}
+
+func toolCall(c *agentpb.ToolCall) journal.ToolCall {
+	return journal.ToolCall{ToolCallID: c.GetToolCallId(), Title: c.GetTitle(), Kind: c.GetKind(), Status: c.GetStatus(),
+		RawInput: validJSON(c.GetRawInputJson())}
+}
+
+// usage is ACP's usage_update: the context's tokens used of its window,
+// the cost when the agent reported one, and the provider's counts.
+func usage(x *agentpb.Usage) *journal.Usage {
+	out := &journal.Usage{Used: x.GetContextTokens(), Size: x.GetContextWindow(), Tokens: journal.Tokens{
+		InputTokens: x.GetInputTokens(), OutputTokens: x.GetOutputTokens(),
+		CachedInputTokens: x.GetCachedInputTokens(), ReasoningTokens: x.GetReasoningTokens(),
+	}}
+	if c := x.GetCostUsd(); c > 0 {
+		out.Cost = &acp.Cost{Amount: c, Currency: "USD"}
+	}
+	return out
+}
+
+// validJSON is s as raw JSON, or nil when s is empty or not JSON.
+func validJSON(s string) json.RawMessage {
+	if s == "" || !json.Valid([]byte(s)) {
+		return nil
+	}
+	return json.RawMessage(s)
+}

@@ -1,0 +1,119 @@
+package pluginclient
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// goldenUpdates are the plugin updates whose journal bytes
+// journal/testdata/golden fixes. API clients receive the stored bytes raw,
+// so each must journal exactly as the host has always journaled it; only
+// usage_update changed, to ACP's shape.
+var goldenUpdates = map[string]*agentpb.Update{
+	"update-agent-message-chunk": {Seq: 7, TurnId: "turn-1", TimeUnixNano: 1700000000123456789,
+		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "text", Text: "Hello <world> & \"you\"\n"}}}},
+	"update-agent-thought-chunk": {Seq: 8, TurnId: "turn-1", TimeUnixNano: 5,
+		Kind: &agentpb.Update_AgentThoughtChunk{AgentThoughtChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "text", Text: "hmm"}}}},
+	"update-user-message-chunk": {Seq: 1,
+		Kind: &agentpb.Update_UserMessageChunk{UserMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Text: "typed, no type"}}}},
+	"update-chunk-nil-content": {Seq: 2, TurnId: "t",
+		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{}}},
+	"update-chunk-empty-text": {Seq: 3, TurnId: "t",
+		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "text"}}}},
+	"update-chunk-image-json": {Seq: 4, TurnId: "t",
+		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "image", Text: "ignored",
+			Json: "{ \"type\": \"image\", \"mimeType\": \"image/png\",\n \"data\": \"iVBO<>&\", \"_meta\": {\"z\": 1, \"a\": [1, 2]} }"}}}},
+	"update-chunk-invalid-json": {Seq: 5, TurnId: "t",
+		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "image", Text: "fallback", Json: "{not json"}}}},
+	"update-chunk-nontext-no-json": {Seq: 6, TurnId: "t",
+		Kind: &agentpb.Update_AgentThoughtChunk{AgentThoughtChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Type: "resource_link", Text: "only text"}}}},
+	"update-chunk-untyped-json": {Seq: 7, TurnId: "t",
+		Kind: &agentpb.Update_AgentMessageChunk{AgentMessageChunk: &agentpb.ContentChunk{Content: &agentpb.ContentBlock{Text: "x", Json: `{"type":"image"}`}}}},
+	"update-tool-call": {Seq: 9, TurnId: "turn-2", TimeUnixNano: 42,
+		Kind: &agentpb.Update_ToolCall{ToolCall: &agentpb.ToolCall{ToolCallId: "tool-1", Title: "list files", Kind: "execute", Status: "pending",
+			RawInputJson: "{\"command\": \"ls -l\", \"env\": {\"B\": \"2\", \"A\": \"1\"}}"}}},
+	"update-tool-call-minimal": {Seq: 10, TurnId: "turn-2",
+		Kind: &agentpb.Update_ToolCall{ToolCall: &agentpb.ToolCall{ToolCallId: "tool-2"}}},
+	"update-tool-call-invalid-input": {Seq: 11, TurnId: "turn-2",
+		Kind: &agentpb.Update_ToolCall{ToolCall: &agentpb.ToolCall{ToolCallId: "tool-3", Title: "t", Status: "in_progress", RawInputJson: "{oops"}}},
+	"update-tool-call-update": {Seq: 12, TurnId: "turn-2",
+		Kind: &agentpb.Update_ToolCallUpdate{ToolCallUpdate: &agentpb.ToolCallUpdate{ToolCallId: "tool-1", Status: "completed",
+			Content:       []*agentpb.ContentBlock{{Type: "text", Text: "README.md\nmain.go\n"}, nil, {Type: "image", Json: `{"type":"image","data":"AA=="}`}},
+			RawOutputJson: `{"exit": 0, "stdout": "a<b"}`}}},
+	"update-tool-call-update-bare": {Seq: 13, TurnId: "turn-2",
+		Kind: &agentpb.Update_ToolCallUpdate{ToolCallUpdate: &agentpb.ToolCallUpdate{ToolCallId: "tool-1", Status: "in_progress", RawOutputJson: "not json"}}},
+	"update-plan": {Seq: 14, TurnId: "turn-3",
+		Kind: &agentpb.Update_Plan{Plan: &agentpb.Plan{Entries: []*agentpb.PlanEntry{
+			{Content: "read", Priority: "high", Status: "completed"}, {Content: "write", Status: "pending"}}}}},
+	"update-plan-empty": {Seq: 15, TurnId: "turn-3",
+		Kind: &agentpb.Update_Plan{Plan: &agentpb.Plan{}}},
+	"update-handle-changed": {Seq: 16,
+		Kind: &agentpb.Update_HandleChanged{HandleChanged: &agentpb.HandleChanged{Handle: "claude-abc", Origin: "forked"}}},
+	"update-permission-request": {Seq: 17, TurnId: "turn-4",
+		Kind: &agentpb.Update_PermissionRequest{PermissionRequest: &agentpb.PermissionRequest{RequestId: "req-1",
+			ToolCall: &agentpb.ToolCall{ToolCallId: "tool-5", Title: "write notes.txt", Kind: "edit", Status: "pending", RawInputJson: `{"path":"notes.txt"}`},
+			Options:  []*agentpb.PermissionOption{{OptionId: "allow", Name: "Allow", Kind: "allow_once"}, {OptionId: "reject", Name: "Reject", Kind: "reject_once"}}}}},
+	"update-permission-request-bare": {Seq: 18, TurnId: "turn-4",
+		Kind: &agentpb.Update_PermissionRequest{PermissionRequest: &agentpb.PermissionRequest{RequestId: "req-2"}}},
+	"update-permission-resolved": {Seq: 19, TurnId: "turn-4",
+		Kind: &agentpb.Update_PermissionResolved{PermissionResolved: &agentpb.PermissionResolved{RequestId: "req-1",
+			Outcome: &agentpb.PermissionOutcome{Outcome: "selected", OptionId: "allow"}}}},
+	"update-permission-resolved-bare": {Seq: 20, TurnId: "turn-4",
+		Kind: &agentpb.Update_PermissionResolved{PermissionResolved: &agentpb.PermissionResolved{RequestId: "req-2"}}},
+	"update-usage": {Seq: 25, TurnId: "turn-6",
+		Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{InputTokens: 1200, OutputTokens: 300, CachedInputTokens: 1000, ReasoningTokens: 50,
+			CostUsd: 0.0125, ContextTokens: 53000, ContextWindow: 200000}}},
+	"update-usage-unknown-window": {Seq: 26, TurnId: "turn-6",
+		Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{InputTokens: 7}}},
+	"update-unknown": {Seq: 21, TurnId: "turn-4"},
+	"stop-plugin": {Seq: 22, TurnId: "turn-4",
+		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{StopReason: "end_turn"}}},
+	"stop-plugin-error": {Seq: 23, TurnId: "turn-5",
+		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{StopReason: "failed", Error: "out of <tokens>"}}},
+	"stop-plugin-empty": {Seq: 24,
+		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{}}},
+}
+
+func TestJournalUpdateKeepsTheJournalsBytes(t *testing.T) {
+	for name, u := range goldenUpdates {
+		want, err := os.ReadFile(filepath.Join("..", "..", "journal", "testdata", "golden", name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := journal.Encode(JournalUpdate(u))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		kind, _, _ := strings.Cut(name, "-")
+		if e.Kind != leasestore.EntryKind(kind) {
+			t.Errorf("%s: journaled as a %s entry", name, e.Kind)
+		}
+		if !bytes.Equal(e.Payload, want) {
+			t.Errorf("%s: journaled\n%s\nwant\n%s", name, e.Payload, want)
+		}
+	}
+}
+
+// The usage an agent reports reaches ACP's usage_update: the context's
+// tokens used of its window, and the cost only when there is one.
+func TestUsageTakesACPsShape(t *testing.T) {
+	u := JournalUpdate(goldenUpdates["update-usage"]).(*journal.Update).Update.(*journal.Usage)
+	if u.Used != 53000 || u.Size != 200000 || u.Cost == nil || u.Cost.Amount != 0.0125 || u.Cost.Currency != "USD" {
+		t.Errorf("usage %+v", u)
+	}
+	if want := (journal.Tokens{InputTokens: 1200, OutputTokens: 300, CachedInputTokens: 1000, ReasoningTokens: 50}); u.Tokens != want {
+		t.Errorf("provider tokens %+v, want %+v", u.Tokens, want)
+	}
+	free := JournalUpdate(&agentpb.Update{Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{CostUsd: -1}}}).(*journal.Update).Update.(*journal.Usage)
+	if free.Cost != nil {
+		t.Errorf("a cost of %v was journaled", free.Cost)
+	}
+}
