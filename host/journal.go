@@ -8,8 +8,8 @@ import (
 )
 
 // The host's writes to a session's journal. Package journal owns every
-// record's shape and bytes, and pluginclient.JournalUpdate converts a
-// plugin's update to its record; what stays here is which records the
+// record's shape and bytes, and the plugin client hands the pump each
+// plugin update as its record; what stays here is which records the
 // host writes of its own.
 
 // recordEntry is the journal entry of a record the pump converted from a

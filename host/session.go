@@ -16,6 +16,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -553,16 +554,16 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 		if u.Seq < s.journaled()+1 {
 			continue
 		}
-		if hc := u.GetHandleChanged(); hc != nil {
-			origin := leasestore.HandleOrigin(hc.GetOrigin())
+		if hc, ok := u.SessionUpdate().(*journal.HandleChanged); ok {
+			origin := leasestore.HandleOrigin(hc.Origin)
 			if origin == "" {
 				origin = leasestore.HandleResumed
 			}
-			if _, err := s.h.store.Apply(wctx, s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.GetHandle(), Origin: origin}); err != nil {
+			if _, err := s.h.store.Apply(wctx, s.id, leasestore.RecordHandle{Fence: s.fence, Handle: hc.Handle, Origin: origin}); err != nil {
 				return fmt.Errorf("record provider handle change: %w", err)
 			}
 			s.mu.Lock()
-			s.handle = hc.GetHandle()
+			s.handle = hc.Handle
 			s.mu.Unlock()
 		}
 	}
@@ -572,7 +573,7 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 	first := s.journaled() + 1
 	for _, u := range batch {
 		if u.Seq >= first {
-			e, err := recordEntry(pluginclient.JournalUpdate(u))
+			e, err := recordEntry(u.Record)
 			if err != nil {
 				return err
 			}
@@ -592,8 +593,8 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
 	}
 	for _, u := range batch {
-		if ts := u.GetTurnStopped(); ts != nil && u.Seq >= first {
-			s.finishTurn(TurnResult{TurnID: u.TurnId, StopReason: ts.GetStopReason(), Error: ts.GetError()})
+		if ts := u.Stop(); ts != nil && u.Seq >= first {
+			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error})
 		}
 	}
 	return violation
@@ -611,7 +612,7 @@ var ErrProtocol = errors.New("plugin broke the update protocol")
 // stopped it there, if any.
 func checkUpdates(next uint64, batch []*pluginclient.Update) (int, error) {
 	for i, u := range batch {
-		if u.Kind == nil {
+		if u.Record == nil {
 			return i, fmt.Errorf("%w: update %d has no kind", ErrProtocol, u.Seq)
 		}
 		switch {

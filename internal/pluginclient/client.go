@@ -217,12 +217,6 @@ func (a *Attachment) Close(ctx context.Context) error {
 	return classify(ctx, err)
 }
 
-// Update is one update of a plugin's stream. For now it is the protocol's
-// own message, read with its getters (GetTurnStopped, …); the
-// journal-record types will replace it, with Recv the only other place that
-// changes.
-type Update = agentpb.Update
-
 // UpdateStream is one Updates stream: it replays the unacknowledged updates
 // from the seq asked for, then follows live ones.
 type UpdateStream struct {
@@ -247,5 +241,5 @@ func (s *UpdateStream) Recv() (*Update, error) {
 	if err != nil {
 		return nil, classify(s.ctx, err)
 	}
-	return u, nil
+	return updateFromProto(u), nil
 }

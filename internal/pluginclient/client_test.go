@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
@@ -144,7 +145,7 @@ func TestSDKRefusalsMatchTheirSentinels(t *testing.T) {
 	if err != nil || turn != "t1" {
 		t.Fatalf("Prompt: %q, %v", turn, err)
 	}
-	if u, err := stream.Recv(); err != nil || u.GetAgentMessageChunk().GetContent().GetText() != "held" || u.Seq != 1 || u.TurnId != "t1" {
+	if u, err := stream.Recv(); err != nil || u.Kind != "agent_message_chunk" || chunkText(u) != "held" || u.Seq != 1 || u.TurnID != "t1" {
 		t.Fatalf("first update: %v, %v", u, err)
 	}
 	_, err = a1.Prompt(ctx, PromptRequest{Prompt: Text("again")})
@@ -179,7 +180,7 @@ func TestSDKRefusalsMatchTheirSentinels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := s2.Recv(); err != nil || u.GetTurnStopped().GetStopReason() != "cancelled" {
+	if u, err := s2.Recv(); err != nil || u.Stop() == nil || u.Stop().StopReason != "cancelled" {
 		t.Fatalf("after Close: %v, %v", u, err)
 	}
 }
@@ -248,4 +249,12 @@ func TestClassify(t *testing.T) {
 	if classify(ctx, plain) != plain || classify(ctx, io.EOF) != io.EOF || classify(ctx, nil) != nil {
 		t.Error("classify changed an error that is no status")
 	}
+}
+
+// chunkText is the text of a message chunk update, "" for another kind.
+func chunkText(u *Update) string {
+	if c, ok := u.SessionUpdate().(*journal.Chunk); ok {
+		return c.Content.Text()
+	}
+	return ""
 }

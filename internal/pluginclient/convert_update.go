@@ -9,22 +9,63 @@ import (
 	"github.com/agenthost/agenthost/journal"
 )
 
-// JournalUpdate converts one plugin update to the journal record of it: a
-// *journal.Stop for turn_stopped, a *journal.Update for every other kind.
-// An update of a kind this host does not know (or none) becomes
-// journal.Unknown, so the plugin's sequence stays without gaps in the
-// journal.
+// Update is one update of a plugin's stream, converted to the journal's
+// record of it.
+type Update struct {
+	// Seq is the plugin's sequence number of the update.
+	Seq uint64
+	// TurnID is the turn the update belongs to.
+	TurnID string
+	// Kind names the update's kind as the protocol does
+	// (agent_message_chunk, usage, turn_stopped, …); "none" when the
+	// plugin set none.
+	Kind string
+	// Record is the journal's record of the update: a *journal.Stop for
+	// turn_stopped, a *journal.Update for every other kind. It is nil when
+	// the plugin set no kind, which breaks the protocol: a caller refuses
+	// such an update rather than journal it.
+	Record journal.Record
+}
+
+// Stop returns how the turn ended when the update is its turn_stopped,
+// else nil.
+func (u *Update) Stop() *journal.Stop {
+	s, _ := u.Record.(*journal.Stop)
+	return s
+}
+
+// SessionUpdate returns the agent update the record carries, nil for a
+// turn_stopped or an update without a kind.
+func (u *Update) SessionUpdate() journal.SessionUpdate {
+	if r, ok := u.Record.(*journal.Update); ok {
+		return r.Update
+	}
+	return nil
+}
+
+// updateFromProto converts one plugin update to the journal record of it.
+// An update of a kind this host does not know becomes journal.Unknown, so
+// the plugin's sequence stays without gaps in the journal.
 //
 // What the plugin sends as JSON (a content block of another type than
 // text, a tool's raw input or output) is kept only when it is valid JSON;
 // a block whose JSON is not falls back to its text, and invalid raw input
 // or output is dropped. The record therefore always encodes.
-func JournalUpdate(u *agentpb.Update) journal.Record {
-	if ts, ok := u.GetKind().(*agentpb.Update_TurnStopped); ok {
-		return &journal.Stop{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(),
-			StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()}
+func updateFromProto(u *agentpb.Update) *Update {
+	out := &Update{Seq: u.GetSeq(), TurnID: u.GetTurnId(), Kind: "none"}
+	m := u.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind"))
+	if fd == nil {
+		return out
 	}
-	return &journal.Update{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(), PluginTime: u.GetTimeUnixNano(), Update: sessionUpdate(u)}
+	out.Kind = string(fd.Name())
+	if ts, ok := u.GetKind().(*agentpb.Update_TurnStopped); ok {
+		out.Record = &journal.Stop{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(),
+			StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()}
+		return out
+	}
+	out.Record = &journal.Update{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(), PluginTime: u.GetTimeUnixNano(), Update: sessionUpdate(u)}
+	return out
 }
 
 func sessionUpdate(u *agentpb.Update) journal.SessionUpdate {

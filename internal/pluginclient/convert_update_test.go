@@ -72,7 +72,6 @@ var goldenUpdates = map[string]*agentpb.Update{
 			CostUsd: 0.0125, ContextTokens: 53000, ContextWindow: 200000}}},
 	"update-usage-unknown-window": {Seq: 26, TurnId: "turn-6",
 		Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{InputTokens: 7}}},
-	"update-unknown": {Seq: 21, TurnId: "turn-4"},
 	"stop-plugin": {Seq: 22, TurnId: "turn-4",
 		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{StopReason: "end_turn"}}},
 	"stop-plugin-error": {Seq: 23, TurnId: "turn-5",
@@ -81,13 +80,13 @@ var goldenUpdates = map[string]*agentpb.Update{
 		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{}}},
 }
 
-func TestJournalUpdateKeepsTheJournalsBytes(t *testing.T) {
+func TestUpdateRecordKeepsTheJournalsBytes(t *testing.T) {
 	for name, u := range goldenUpdates {
 		want, err := os.ReadFile(filepath.Join("..", "..", "journal", "testdata", "golden", name+".json"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := journal.Encode(JournalUpdate(u))
+		e, err := journal.Encode(updateFromProto(u).Record)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -102,17 +101,26 @@ func TestJournalUpdateKeepsTheJournalsBytes(t *testing.T) {
 	}
 }
 
+// An update without a kind has no record: the host refuses it as a breach
+// of the protocol instead of journaling it.
+func TestUpdateWithoutAKindHasNoRecord(t *testing.T) {
+	u := updateFromProto(&agentpb.Update{Seq: 21, TurnId: "turn-4"})
+	if u.Record != nil || u.Kind != "none" || u.Seq != 21 || u.TurnID != "turn-4" || u.Stop() != nil || u.SessionUpdate() != nil {
+		t.Errorf("kindless update: %+v", u)
+	}
+}
+
 // The usage an agent reports reaches ACP's usage_update: the context's
 // tokens used of its window, and the cost only when there is one.
 func TestUsageTakesACPsShape(t *testing.T) {
-	u := JournalUpdate(goldenUpdates["update-usage"]).(*journal.Update).Update.(*journal.Usage)
+	u := updateFromProto(goldenUpdates["update-usage"]).Record.(*journal.Update).Update.(*journal.Usage)
 	if u.Used != 53000 || u.Size != 200000 || u.Cost == nil || u.Cost.Amount != 0.0125 || u.Cost.Currency != "USD" {
 		t.Errorf("usage %+v", u)
 	}
 	if want := (journal.Tokens{InputTokens: 1200, OutputTokens: 300, CachedInputTokens: 1000, ReasoningTokens: 50}); u.Tokens != want {
 		t.Errorf("provider tokens %+v, want %+v", u.Tokens, want)
 	}
-	free := JournalUpdate(&agentpb.Update{Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{CostUsd: -1}}}).(*journal.Update).Update.(*journal.Usage)
+	free := updateFromProto(&agentpb.Update{Kind: &agentpb.Update_Usage{Usage: &agentpb.Usage{CostUsd: -1}}}).Record.(*journal.Update).Update.(*journal.Usage)
 	if free.Cost != nil {
 		t.Errorf("a cost of %v was journaled", free.Cost)
 	}

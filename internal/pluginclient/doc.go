@@ -29,8 +29,8 @@
 //
 // # Updates
 //
-// Updates returns an UpdateStream whose elements are, for now, the
-// protocol's own update messages (Update); the journal-record types will
-// replace them, and that change is confined to Update and
-// UpdateStream.Recv.
+// Updates returns an UpdateStream whose elements are already the
+// journal's records (package journal): the host journals them as they
+// are, and the conformance kit and sdktest's harness read the same values,
+// so the protocol's update messages are converted in one place.
 package pluginclient

@@ -710,7 +710,7 @@ func (f *follower) next(d time.Duration) (*pluginclient.Update, error) {
 			} else {
 				what = "a duplicate or out-of-order update"
 			}
-			return nil, fmt.Errorf("expected seq %d next, got seq %d (%s, kind %s)", f.want, u.Seq, what, kind(u))
+			return nil, fmt.Errorf("expected seq %d next, got seq %d (%s, kind %s)", f.want, u.Seq, what, u.Kind)
 		}
 		f.want = u.Seq + 1
 		return u, nil
@@ -740,8 +740,8 @@ func (f *follower) readTurn(turn string, d time.Duration) ([]*pluginclient.Updat
 		}
 		ups = append(ups, u)
 		if isStop(u, turn) {
-			ts := u.GetTurnStopped()
-			return ups, &turnStop{reason: ts.GetStopReason(), err: ts.GetError()}, nil
+			ts := u.Stop()
+			return ups, &turnStop{reason: ts.StopReason, err: ts.Error}, nil
 		}
 	}
 }
@@ -750,7 +750,7 @@ func (f *follower) readTurn(turn string, d time.Duration) ([]*pluginclient.Updat
 type turnStop struct{ reason, err string }
 
 func isStop(u *pluginclient.Update, turn string) bool {
-	return u.GetTurnStopped() != nil && u.TurnId == turn
+	return u.Stop() != nil && u.TurnID == turn
 }
 
 func expectStop(stop *turnStop, want, prompt string) error {
@@ -774,20 +774,11 @@ func stopString(stop *turnStop) string {
 func countKind(ups []*pluginclient.Update, turn, k string) int {
 	n := 0
 	for _, u := range ups {
-		if u.TurnId == turn && kind(u) == k {
+		if u.TurnID == turn && u.Kind == k {
 			n++
 		}
 	}
 	return n
-}
-
-// kind names the update's kind as the protocol does (agent_message_chunk…).
-func kind(u *pluginclient.Update) string {
-	m := u.ProtoReflect()
-	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind")); fd != nil {
-		return string(fd.Name())
-	}
-	return "none"
 }
 
 // describe summarises updates for an error message.
@@ -802,7 +793,7 @@ func describe(ups []*pluginclient.Update) string {
 			parts = append(parts, fmt.Sprintf("… %d more", len(ups)-most))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%d:%s", u.Seq, kind(u)))
+		parts = append(parts, fmt.Sprintf("%d:%s", u.Seq, u.Kind))
 	}
 	return fmt.Sprintf("%d updates [%s]", len(ups), strings.Join(parts, " "))
 }

@@ -7,8 +7,9 @@
 // NewHarness serves the agent a Factory creates inside the test process,
 // over real gRPC on an in-memory connection, and drives it with the host's
 // own plugin client, attached at fence 1: the test opens a session,
-// prompts, reads the turn's updates (in the SDK's own types, as the agent
-// emitted them), answers permission requests, cancels and closes, and sees
+// prompts, reads the turn's updates (as the host receives them: each with
+// its protocol kind and the journal's record of it, the shape an API client
+// is sent), answers permission requests, cancels and closes, and sees
 // every failure as agenthost would (match ErrAgent, ErrBusy, … with
 // errors.Is):
 //
@@ -19,7 +20,7 @@
 //			t.Fatal(err)
 //		}
 //		ups, stop := h.Run("say hello", 10*time.Second)
-//		if stop.StopReason != sdk.StopEndTurn || sdktest.Messages(ups) != "hello" {
+//		if stop.StopReason != string(sdk.StopEndTurn) || sdktest.Messages(ups) != "hello" {
 //			t.Fatalf("%s: %s", stop.StopReason, sdktest.Describe(ups))
 //		}
 //	}

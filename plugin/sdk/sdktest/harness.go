@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
@@ -34,6 +35,13 @@ var (
 	// ErrNotImplemented: the agent does not implement the call.
 	ErrNotImplemented = pluginclient.ErrNotImplemented
 )
+
+// Update is one update the agent emitted, as the host receives it: its
+// plugin sequence number, turn, protocol kind name (agent_message_chunk,
+// tool_call, turn_stopped, …) and the journal's record of it, the shape an
+// API client is sent (see package journal). Stop and SessionUpdate read
+// the record.
+type Update = pluginclient.Update
 
 // HarnessOption configures NewHarness.
 type HarnessOption func(*harnessConfig)
@@ -67,7 +75,7 @@ type Harness struct {
 
 	mu      sync.Mutex
 	att     *pluginclient.Attachment
-	updates []sdk.Update
+	updates []Update
 	read    int    // updates handed out by Next
 	last    uint64 // seq of the newest update received
 	wake    chan struct{}
@@ -158,7 +166,7 @@ func (h *Harness) follow(att *pluginclient.Attachment, from uint64) error {
 			case err != nil && sctx.Err() == nil:
 				h.ended = err
 			case err == nil && u.Seq > h.last:
-				h.updates = append(h.updates, updateFromProto(u))
+				h.updates = append(h.updates, *u)
 				h.last = u.Seq
 			}
 			h.mu.Unlock()
@@ -280,7 +288,7 @@ func (h *Harness) Close(ctx context.Context) error { return h.attachment().Close
 
 // Next returns the next update not yet returned, waiting up to d; false
 // when none arrived in time or the stream ended.
-func (h *Harness) Next(d time.Duration) (sdk.Update, bool) {
+func (h *Harness) Next(d time.Duration) (Update, bool) {
 	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	for {
@@ -294,12 +302,12 @@ func (h *Harness) Next(d time.Duration) (sdk.Update, bool) {
 		ended := h.ended != nil
 		h.mu.Unlock()
 		if ended {
-			return sdk.Update{}, false
+			return Update{}, false
 		}
 		select {
 		case <-h.wake:
 		case <-t.C:
-			return sdk.Update{}, false
+			return Update{}, false
 		}
 	}
 }
@@ -307,10 +315,10 @@ func (h *Harness) Next(d time.Duration) (sdk.Update, bool) {
 // Until reads updates until one satisfies pred and returns them, that one
 // last. It fails the test if none does within d; what names the awaited
 // update in that message.
-func (h *Harness) Until(d time.Duration, what string, pred func(sdk.Update) bool) []sdk.Update {
+func (h *Harness) Until(d time.Duration, what string, pred func(Update) bool) []Update {
 	h.t.Helper()
 	deadline := time.Now().Add(d)
-	var got []sdk.Update
+	var got []Update
 	for {
 		u, ok := h.Next(time.Until(deadline))
 		if !ok {
@@ -331,17 +339,17 @@ func (h *Harness) Until(d time.Duration, what string, pred func(sdk.Update) bool
 
 // Turn reads updates until the turn_stopped of turnID, within d, and
 // returns them (the turn_stopped last) with how the turn ended.
-func (h *Harness) Turn(turnID string, d time.Duration) ([]sdk.Update, sdk.TurnStopped) {
+func (h *Harness) Turn(turnID string, d time.Duration) ([]Update, journal.Stop) {
 	h.t.Helper()
-	ups := h.Until(d, "turn_stopped of turn "+turnID, func(u sdk.Update) bool {
-		return u.TurnStopped != nil && u.TurnID == turnID
+	ups := h.Until(d, "turn_stopped of turn "+turnID, func(u Update) bool {
+		return u.Stop() != nil && u.TurnID == turnID
 	})
-	return ups, *ups[len(ups)-1].TurnStopped
+	return ups, *ups[len(ups)-1].Stop()
 }
 
 // Run prompts with text and waits up to d for the turn to end, failing the
 // test otherwise.
-func (h *Harness) Run(text string, d time.Duration) ([]sdk.Update, sdk.TurnStopped) {
+func (h *Harness) Run(text string, d time.Duration) ([]Update, journal.Stop) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, d)
 	defer cancel()
@@ -353,57 +361,26 @@ func (h *Harness) Run(text string, d time.Duration) ([]sdk.Update, sdk.TurnStopp
 	return h.Turn(id, time.Until(deadline))
 }
 
-// Kind names an update's kind as the protocol does: agent_message_chunk,
-// tool_call, turn_stopped, …; "none" when it sets none.
-func Kind(u sdk.Update) string {
-	switch {
-	case u.AgentMessage != nil:
-		return "agent_message_chunk"
-	case u.AgentThought != nil:
-		return "agent_thought_chunk"
-	case u.UserMessage != nil:
-		return "user_message_chunk"
-	case u.ToolCall != nil:
-		return "tool_call"
-	case u.ToolCallUpdate != nil:
-		return "tool_call_update"
-	case u.Plan != nil:
-		return "plan"
-	case u.Usage != nil:
-		return "usage"
-	case u.HandleChanged != nil:
-		return "handle_changed"
-	case u.PermissionRequest != nil:
-		return "permission_request"
-	case u.PermissionResolved != nil:
-		return "permission_resolved"
-	case u.TurnStopped != nil:
-		return "turn_stopped"
-	}
-	return "none"
-}
-
 // Messages concatenates the text of the agent message chunks of ups.
-func Messages(ups []sdk.Update) string {
+func Messages(ups []Update) string {
 	var b strings.Builder
 	for _, u := range ups {
-		if u.AgentMessage != nil {
-			b.WriteString(u.AgentMessage.Text)
+		if c, ok := u.SessionUpdate().(*journal.Chunk); ok && c.Kind == journal.KindAgentMessageChunk {
+			b.WriteString(c.Content.Text())
 		}
 	}
 	return b.String()
 }
 
 // Describe summarises updates for a failure message.
-func Describe(ups []sdk.Update) string {
+func Describe(ups []Update) string {
 	parts := make([]string, 0, len(ups))
 	for _, u := range ups {
-		s := fmt.Sprintf("%d:%s", u.Seq, Kind(u))
-		switch {
-		case u.AgentMessage != nil:
-			s += fmt.Sprintf("(%q)", clip(u.AgentMessage.Text, 40))
-		case u.TurnStopped != nil:
-			s += fmt.Sprintf("(%s %q)", u.TurnStopped.StopReason, u.TurnStopped.Error)
+		s := fmt.Sprintf("%d:%s", u.Seq, u.Kind)
+		if c, ok := u.SessionUpdate().(*journal.Chunk); ok && c.Kind == journal.KindAgentMessageChunk {
+			s += fmt.Sprintf("(%q)", clip(c.Content.Text(), 40))
+		} else if st := u.Stop(); st != nil {
+			s += fmt.Sprintf("(%s %q)", st.StopReason, st.Error)
 		}
 		parts = append(parts, s)
 	}

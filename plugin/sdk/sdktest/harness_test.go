@@ -4,23 +4,34 @@ import (
 	"context"
 	"errors"
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/examples/scripted/scripted"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
 const wait = 20 * time.Second
 
-func kinds(ups []sdk.Update) string {
+func kinds(ups []Update) string {
 	var out []string
 	for _, u := range ups {
-		out = append(out, Kind(u))
+		out = append(out, u.Kind)
 	}
 	return strings.Join(out, ",")
+}
+
+// as returns the agent update u carries as a T, failing the test when it
+// carries another.
+func as[T journal.SessionUpdate](t *testing.T, u Update) T {
+	t.Helper()
+	v, ok := u.SessionUpdate().(T)
+	if !ok {
+		t.Fatalf("update %d is a %s (%T), not a %T", u.Seq, u.Kind, u.SessionUpdate(), v)
+	}
+	return v
 }
 
 // The scripted example agent, driven through every method of the harness.
@@ -51,20 +62,20 @@ func TestHarnessDrivesTheScriptedAgent(t *testing.T) {
 	}
 
 	ups, stop := h.Run("count 3", wait)
-	if stop.StopReason != sdk.StopEndTurn || Messages(ups) != "123" || kinds(ups) != "agent_message_chunk,agent_message_chunk,agent_message_chunk,turn_stopped" {
+	if stop.StopReason != string(sdk.StopEndTurn) || Messages(ups) != "123" || kinds(ups) != "agent_message_chunk,agent_message_chunk,agent_message_chunk,turn_stopped" {
 		t.Errorf("count 3: %s, %s", stop.StopReason, Describe(ups))
 	}
 
 	ups, _ = h.Run("tool", wait)
 	if got := kinds(ups); got != "tool_call,tool_call_update,tool_call_update,agent_message_chunk,turn_stopped" {
 		t.Errorf("tool: %s", Describe(ups))
-	} else if c := ups[0].ToolCall; c.Title != "list files" || c.RawInputJSON != `{"command":"ls"}` ||
-		ups[2].ToolCallUpdate.Content[0].Text != "README.md\nmain.go\n" {
-		t.Errorf("tool call %+v, update %+v", *c, *ups[2].ToolCallUpdate)
+	} else if c, cu := as[*journal.ToolCall](t, ups[0]), as[*journal.ToolCallUpdate](t, ups[2]); c.Title != "list files" ||
+		string(c.RawInput) != `{"command":"ls"}` || cu.Content[0].Text() != "README.md\nmain.go\n" {
+		t.Errorf("tool call %+v, update %+v", *c, *cu)
 	}
 
 	ups, stop = h.Run("fail broken on purpose", wait)
-	if stop.StopReason != sdk.StopFailed || stop.Error != "broken on purpose" {
+	if stop.StopReason != string(sdk.StopFailed) || stop.Error != "broken on purpose" {
 		t.Errorf("fail: %+v after %s", stop, Describe(ups))
 	}
 
@@ -74,8 +85,8 @@ func TestHarnessDrivesTheScriptedAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ups = h.Until(wait, "permission request", func(u sdk.Update) bool { return u.PermissionRequest != nil })
-	req := ups[len(ups)-1].PermissionRequest
+	ups = h.Until(wait, "permission request", func(u Update) bool { return u.Kind == "permission_request" })
+	req := as[*journal.PermissionRequest](t, ups[len(ups)-1])
 	if len(req.Options) != 2 || req.ToolCall.Title != "write notes.txt" {
 		t.Errorf("permission request %+v", *req)
 	}
@@ -84,7 +95,7 @@ func TestHarnessDrivesTheScriptedAgent(t *testing.T) {
 	}
 	ups, stop = h.Turn(turn, wait)
 	if kinds(ups) != "permission_resolved,agent_message_chunk,turn_stopped" || Messages(ups) != "permission: selected allow" ||
-		ups[0].PermissionResolved.Outcome.OptionID != "allow" || stop.StopReason != sdk.StopEndTurn {
+		as[*journal.PermissionResolved](t, ups[0]).Outcome.OptionID != "allow" || stop.StopReason != string(sdk.StopEndTurn) {
 		t.Errorf("after the answer: %s", Describe(ups))
 	}
 
@@ -99,7 +110,7 @@ func TestHarnessDrivesTheScriptedAgent(t *testing.T) {
 	if err := h.Cancel(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, stop := h.Turn(turn, wait); stop.StopReason != sdk.StopCancelled {
+	if _, stop := h.Turn(turn, wait); stop.StopReason != string(sdk.StopCancelled) {
 		t.Errorf("cancelled turn: %+v", stop)
 	}
 
@@ -109,12 +120,12 @@ func TestHarnessDrivesTheScriptedAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Until(wait, "the first chunk", func(u sdk.Update) bool { return u.AgentMessage != nil })
+	h.Until(wait, "the first chunk", func(u Update) bool { return u.Kind == "agent_message_chunk" })
 	if err := h.Attach(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ups, stop = h.Turn(turn, wait)
-	if stop.StopReason != sdk.StopEndTurn || len(ups) != 20 { // chunks 2…20 and the stop
+	if stop.StopReason != string(sdk.StopEndTurn) || len(ups) != 20 { // chunks 2…20 and the stop
 		t.Errorf("the turn across Attach: %s", Describe(ups))
 	}
 	for i := 1; i < len(ups); i++ {
@@ -233,31 +244,49 @@ func TestHarnessUpdatesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ups := h.Until(wait, "permission request", func(u sdk.Update) bool { return u.PermissionRequest != nil })
+	ups := h.Until(wait, "permission request", func(u Update) bool { return u.Kind == "permission_request" })
 	if err := h.AnswerPermission(ctx, "p1", "yes"); err != nil {
 		t.Fatal(err)
 	}
 	rest, _ := h.Turn(turn, wait)
 	ups = append(ups, rest...)
 
-	want := append([]sdk.Update(nil), emitted...)
-	want = append(want,
-		sdk.Update{PermissionRequest: &sdk.PermissionRequest{RequestID: "p1",
-			ToolCall: sdk.ToolCall{ToolCallID: "t2", Title: "write", Kind: "edit", Status: "pending"},
-			Options:  []sdk.PermissionOption{{OptionID: "yes", Name: "Yes", Kind: "allow_once"}}}},
-		sdk.Update{PermissionResolved: &sdk.PermissionResolved{RequestID: "p1", Outcome: sdk.PermissionOutcome{Outcome: "selected", OptionID: "yes"}}},
-		sdk.Update{TurnStopped: &sdk.TurnStopped{StopReason: sdk.StopMaxTokens}},
-	)
+	// The journal's payload of each, as API clients receive it.
+	want := []string{
+		`{"pluginSeq":1,"turnId":"T","update":{"content":{"type":"text","text":"hi"},"sessionUpdate":"agent_message_chunk"}}`,
+		`{"pluginSeq":2,"turnId":"T","update":{"content":{"type":"text","text":"hmm"},"sessionUpdate":"agent_thought_chunk"}}`,
+		`{"pluginSeq":3,"turnId":"T","update":{"content":{"type":"image","data":"AA=="},"sessionUpdate":"user_message_chunk"}}`,
+		`{"pluginSeq":4,"turnId":"T","update":{"kind":"read","rawInput":{"path":"a"},"sessionUpdate":"tool_call","status":"pending","title":"read","toolCallId":"t1"}}`,
+		`{"pluginSeq":5,"turnId":"T","update":{"content":[{"content":{"type":"text","text":"done"},"type":"content"}],"rawOutput":{"ok":true},"sessionUpdate":"tool_call_update","status":"completed","toolCallId":"t1"}}`,
+		`{"pluginSeq":6,"turnId":"T","update":{"entries":[{"content":"step","priority":"high","status":"pending"}],"sessionUpdate":"plan"}}`,
+		`{"pluginSeq":7,"turnId":"T","update":{"entries":[],"sessionUpdate":"plan"}}`,
+		`{"pluginSeq":8,"turnId":"T","update":{"_meta":{"agenthost":{"cachedInputTokens":3,"inputTokens":1,"outputTokens":2,"reasoningTokens":4}},"cost":{"amount":0.5,"currency":"USD"},"sessionUpdate":"usage_update","size":7,"used":6}}`,
+		`{"pluginSeq":9,"turnId":"T","update":{"handle":"h2","origin":"forked","sessionUpdate":"_agenthost/handle_changed"}}`,
+		`{"pluginSeq":10,"turnId":"T","update":{"options":[{"kind":"allow_once","name":"Yes","optionId":"yes"}],"requestId":"p1","sessionUpdate":"_agenthost/permission_request","toolCall":{"kind":"edit","status":"pending","title":"write","toolCallId":"t2"}}}`,
+		`{"pluginSeq":11,"turnId":"T","update":{"outcome":{"optionId":"yes","outcome":"selected"},"requestId":"p1","sessionUpdate":"_agenthost/permission_resolved"}}`,
+		`{"pluginSeq":12,"turnId":"T","stopReason":"max_tokens"}`,
+	}
 	if len(ups) != len(want) {
 		t.Fatalf("got %s, want %d updates", Describe(ups), len(want))
 	}
 	for i, u := range ups {
-		if u.Seq != uint64(i+1) || u.TurnID != turn || u.Time.Before(start.Add(-time.Second)) || time.Since(u.Time) > time.Minute {
-			t.Errorf("update %d: seq %d, turn %q, time %v", i, u.Seq, u.TurnID, u.Time)
+		r, ok := u.Record.(*journal.Update)
+		if ok {
+			pt := time.Unix(0, r.PluginTime)
+			if pt.Before(start.Add(-time.Second)) || time.Since(pt) > time.Minute {
+				t.Errorf("update %d: plugin time %v", i, pt)
+			}
+			r.PluginTime = 0
 		}
-		u.Seq, u.TurnID, u.Time = 0, "", time.Time{}
-		if !reflect.DeepEqual(u, want[i]) {
-			t.Errorf("update %d (%s):\n got %#v\nwant %#v", i, Kind(u), u, want[i])
+		if u.Seq != uint64(i+1) || u.TurnID != turn {
+			t.Errorf("update %d: seq %d, turn %q", i, u.Seq, u.TurnID)
+		}
+		e, err := journal.Encode(u.Record)
+		if err != nil {
+			t.Fatalf("update %d (%s): %v", i, u.Kind, err)
+		}
+		if got := strings.ReplaceAll(string(e.Payload), turn, "T"); got != want[i] {
+			t.Errorf("update %d (%s):\n got %s\nwant %s", i, u.Kind, got, want[i])
 		}
 	}
 }
