@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
@@ -90,13 +91,20 @@ func run(stateDir, logLevel string) error {
 	if err != nil {
 		return err
 	}
-	turn := []leasestore.EntryInput{
-		{Kind: leasestore.KindPrompt, Payload: []byte(`{"text":"list the files"}`)},
-		{Kind: leasestore.KindUpdate, Payload: []byte(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Looking…"}}`)},
-		{Kind: leasestore.KindUpdate, Payload: []byte(`{"sessionUpdate":"tool_call","toolCallId":"t1","title":"ls","status":"completed"}`)},
-		{Kind: leasestore.KindStop, Payload: []byte(`{"stopReason":"end_turn"}`)},
+	// The records of one turn, in the shapes package journal owns.
+	turn := []journal.Record{
+		&journal.Prompt{TurnID: "turn-1", Prompt: []journal.Content{journal.TextContent("list the files")}},
+		&journal.Update{PluginSeq: 1, TurnID: "turn-1",
+			Update: &journal.Chunk{Kind: journal.KindAgentMessageChunk, Content: journal.TextContent("Looking…")}},
+		&journal.Update{PluginSeq: 2, TurnID: "turn-1",
+			Update: &journal.ToolCall{ToolCallID: "t1", Title: "ls", Status: "completed"}},
+		&journal.Stop{PluginSeq: 3, TurnID: "turn-1", StopReason: "end_turn"},
 	}
-	for _, e := range turn {
+	for _, r := range turn {
+		e, err := journal.Encode(r)
+		if err != nil {
+			return err
+		}
 		if _, err := j.Append(ctx, e); err != nil {
 			return err
 		}
@@ -108,7 +116,11 @@ func run(stateDir, logLevel string) error {
 		return err
 	}
 	say("released the lease after the owner exited: fence %d, %s", sess.Lease.Fence, sess.Lease.Claim)
-	if _, err := j.Append(ctx, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte(`{"late":true}`)}); err != nil {
+	late, err := journal.Encode(&journal.Stop{PluginSeq: 4, TurnID: "turn-1", StopReason: "end_turn"})
+	if err != nil {
+		return err
+	}
+	if _, err := j.Append(ctx, late); err != nil {
 		say("the old writer, still holding fence %d, is refused: %v", fence, err)
 	}
 	if err := store.Close(ctx); err != nil {
