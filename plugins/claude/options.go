@@ -189,6 +189,15 @@ func (c config) cliArgs(s start) []string {
 	return args
 }
 
+// grace is the session's stop grace as cliproc takes it: zero means no
+// wait there, not its default.
+func (c config) grace() time.Duration {
+	if c.stopGrace == 0 {
+		return -1
+	}
+	return c.stopGrace
+}
+
 // start says which conversation a CLI process opens: a new one under id, or
 // the existing one named id.
 type start struct {

@@ -387,7 +387,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestBinaryMissing(t *testing.T) {
 	for _, p := range fallbackPaths {
-		if filepath.IsAbs(p) && isExecutable(p) {
+		if _, err := os.Stat(p); filepath.IsAbs(p) && err == nil {
 			t.Skipf("%s exists on this machine", p)
 		}
 	}

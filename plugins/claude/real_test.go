@@ -52,7 +52,7 @@ var noLogin = map[string]string{OptSkipAuthCheck: "true"}
 
 func TestRealVersion(t *testing.T) {
 	f, env := realFixture(t)
-	v, err := probeVersion(context.Background(), strings.TrimPrefix(env[0], EnvCLIPath+"="), os.Environ())
+	v, err := checkVersion(context.Background(), strings.TrimPrefix(env[0], EnvCLIPath+"="), os.Environ())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -347,3 +347,90 @@ func (r *turnRun) respond(id string, resp any) {
 		r.log.Warn("could not answer claude's permission request", "request_id", id, "error", err)
 	}
 }
+
+// toolKind maps a Claude Code tool to its ACP tool kind.
+func toolKind(name string) string {
+	switch name {
+	case "Bash", "BashOutput", "KillShell", "KillBash", "Monitor":
+		return "execute"
+	case "Read", "NotebookRead":
+		return "read"
+	case "Edit", "MultiEdit", "Write", "NotebookEdit":
+		return "edit"
+	case "Glob", "Grep", "LS", "ToolSearch":
+		return "search"
+	case "WebFetch", "WebSearch":
+		return "fetch"
+	case "Task", "Agent", "TodoWrite", "EnterPlanMode", "ExitPlanMode":
+		return "think"
+	}
+	return "other"
+}
+
+// toolSubjects name, per tool, the input field that says what a call is
+// about.
+var toolSubjects = map[string]string{
+	"Bash": "command", "Read": "file_path", "Edit": "file_path", "MultiEdit": "file_path",
+	"Write": "file_path", "NotebookEdit": "notebook_path", "Grep": "pattern", "Glob": "pattern",
+	"WebFetch": "url", "WebSearch": "query", "Task": "description", "Agent": "description",
+}
+
+// toolTitle is a short human title for a tool call: the tool's name and
+// what it is about ("Bash ls -la", "Read /etc/hosts").
+func toolTitle(name string, input json.RawMessage) string {
+	if name == "" {
+		name = "tool"
+	}
+	key, ok := toolSubjects[name]
+	if !ok {
+		return name
+	}
+	var in map[string]any
+	if json.Unmarshal(input, &in) != nil {
+		return name
+	}
+	s, _ := in[key].(string)
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return name
+	}
+	if r := []rune(s); len(r) > 100 {
+		s = string(r[:100]) + "…"
+	}
+	return name + " " + s
+}
+
+// rawJSON returns input as a JSON string, "{}" when empty.
+func rawJSON(input json.RawMessage) string {
+	if len(strings.TrimSpace(string(input))) == 0 {
+		return "{}"
+	}
+	return string(input)
+}
+
+// todoPlan reads a TodoWrite call's todos as a plan; ok is false for
+// another tool or a malformed input.
+func todoPlan(name string, input json.RawMessage) ([]sdk.PlanEntry, bool) {
+	if name != "TodoWrite" {
+		return nil, false
+	}
+	var in struct {
+		Todos []struct {
+			Content  string `json:"content"`
+			Status   string `json:"status"`
+			Priority string `json:"priority"`
+		} `json:"todos"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil && !isTypeError(err) {
+		return nil, false
+	}
+	plan := make([]sdk.PlanEntry, 0, len(in.Todos))
+	for _, t := range in.Todos {
+		p := t.Priority
+		if p == "" {
+			p = "medium"
+		}
+		plan = append(plan, sdk.PlanEntry{Content: t.Content, Priority: p, Status: t.Status})
+	}
+	return plan, true
+}

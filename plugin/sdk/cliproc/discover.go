@@ -105,7 +105,7 @@ func (l Lookup) Find() (string, error) {
 			p = filepath.Join(home, p)
 		}
 		looked = append(looked, p)
-		if checkExecutable(p) == nil {
+		if CheckExecutable(p) == nil {
 			return p, nil
 		}
 	}
@@ -124,7 +124,7 @@ func override(o Override, pathVar string) (string, error) {
 	if abs, err := filepath.Abs(p); err == nil {
 		p = abs
 	}
-	if err := checkExecutable(p); err != nil {
+	if err := CheckExecutable(p); err != nil {
 		return "", &UnusableError{Path: p, From: o.From, Err: err}
 	}
 	return p, nil
@@ -137,14 +137,16 @@ func onPath(name, pathVar string) (string, bool) {
 			continue
 		}
 		p, err := filepath.Abs(filepath.Join(dir, name))
-		if err == nil && checkExecutable(p) == nil {
+		if err == nil && CheckExecutable(p) == nil {
 			return p, true
 		}
 	}
 	return "", false
 }
 
-func checkExecutable(p string) error {
+// CheckExecutable returns nil when p is an executable file, else
+// ErrIsDirectory, ErrNotExecutable or os.Stat's error.
+func CheckExecutable(p string) error {
 	st, err := os.Stat(p)
 	switch {
 	case err != nil:

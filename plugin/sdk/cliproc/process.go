@@ -49,7 +49,8 @@ type Config struct {
 	Logger hclog.Logger
 	// Grace is the longest Stop waits after closing stdin, and again
 	// after SIGTERM, before the next phase; the deadline of Stop's context
-	// shortens it (see the package doc). Default: DefaultGrace.
+	// shortens it (see the package doc). Default: DefaultGrace; negative:
+	// no wait, SIGTERM and SIGKILL right away.
 	Grace time.Duration
 	// WriteTimeout bounds one Write to the child's stdin; a child that
 	// has not read for that long fails the write with an error wrapping
@@ -98,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cfg.Grace <= 0 {
+	if cfg.Grace == 0 {
 		cfg.Grace = DefaultGrace
 	}
 	log := cfg.Logger
@@ -339,11 +340,11 @@ func (p *Process) stop(ctx context.Context) error {
 // share is the wait of a stop phase: Grace, or less, an even share of
 // what is left of ctx's deadline among the phases still to come.
 func (p *Process) share(ctx context.Context, phases int) time.Duration {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return p.cfg.Grace
+	d := max(0, p.cfg.Grace)
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(0, min(d, time.Until(dl)/time.Duration(phases)))
 	}
-	return max(0, min(p.cfg.Grace, time.Until(dl)/time.Duration(phases)))
+	return d
 }
 
 // waitExit waits up to d, and no longer than ctx, for the reap.

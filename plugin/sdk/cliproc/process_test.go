@@ -93,6 +93,10 @@ func TestStopSharesTheDeadline(t *testing.T) {
 	if d := short.share(ctx, 3); d != 200*time.Millisecond {
 		t.Errorf("a grace shorter than the share: %s", d)
 	}
+	none := &Process{cfg: Config{Grace: -1}}
+	if d := none.share(context.Background(), 3); d != 0 {
+		t.Errorf("a negative grace: %s", d)
+	}
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	dl, cancel := context.WithDeadline(done, time.Now().Add(-time.Second))
