@@ -109,7 +109,7 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	for _, e := range agents {
 		log.Debug("agent", "name", e.Name, "source", e.Source, "path", e.Plugin.Path, "sha256", e.Plugin.SHA256 != "")
 	}
-	h, err := host.Open(ctx, host.Config{StateDir: dir, Agents: hostAgents(agents), Logger: log.Named("host")})
+	h, err := host.Open(ctx, host.Config{StateDir: dir, Agents: hostAgents(agents), Credentials: a.Credentials, Logger: log.Named("host")})
 	if err != nil {
 		return nil, err
 	}
