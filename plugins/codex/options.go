@@ -9,17 +9,43 @@ import (
 	"time"
 )
 
-// Session options the plugin reads; others are ignored.
+// Session options the plugin reads; others are ignored. Malformed values
+// fail the session's opening with the option's name and what it accepts.
 const (
-	OptCLIPath           = "cli_path"
-	OptModel             = "model"
-	OptApprovalPolicy    = "approval_policy"
-	OptSandbox           = "sandbox"
-	OptConfig            = "config"
-	OptEphemeral         = "ephemeral"
-	OptAllowCredentials  = "allow_credentials"
-	OptSkipAuthCheck     = "skip_auth_check"
-	OptMaxMessageBytes   = "max_message_bytes"
+	// OptCLIPath is the codex binary to run. It wins over EnvCodexPath,
+	// PATH and the usual install locations; an npm launcher is replaced by
+	// the native binary beside it.
+	OptCLIPath = "cli_path"
+	// OptModel is thread/start's (and thread/resume's) model; the session
+	// reports the model codex chose.
+	OptModel = "model"
+	// OptApprovalPolicy is when codex asks before acting: "untrusted",
+	// "on-request" or "never". Unset: codex's configured default.
+	OptApprovalPolicy = "approval_policy"
+	// OptSandbox is codex's sandbox: "read-only", "workspace-write" or
+	// "danger-full-access". Unset: codex's configured default.
+	OptSandbox = "sandbox"
+	// OptConfig is a JSON object of config.toml overrides passed to the
+	// thread, e.g. {"model_reasoning_effort":"high"}.
+	OptConfig = "config"
+	// OptEphemeral, when "true", opens a thread codex never saves: it
+	// cannot be resumed, so its handle is never reported as resumable.
+	OptEphemeral = "ephemeral"
+	// OptAllowCredentials, when "true", passes the provider credential
+	// variables of the plugin's environment (CredentialVariables and the
+	// env_key of configured model providers) on to codex. By default they
+	// are removed.
+	OptAllowCredentials = "allow_credentials"
+	// OptSkipAuthCheck, when "true", skips the readiness check that looks
+	// for auth.json or a key variable, for a codex configured another way.
+	OptSkipAuthCheck = "skip_auth_check"
+	// OptMaxMessageBytes caps one line the app-server writes (a whole
+	// number of bytes, at least 1024; default DefaultMaxMessageBytes). A
+	// longer line ends the session's app-server with an error saying so.
+	OptMaxMessageBytes = "max_message_bytes"
+	// OptModelRetryTimeout is how long a turn may make no progress while
+	// codex retries its model (a Go duration). Default 0: as long as codex
+	// retries, which offline is forever.
 	OptModelRetryTimeout = "model_retry_timeout"
 )
 
