@@ -2,7 +2,6 @@ package claude
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
@@ -54,11 +54,7 @@ var (
 // New is the plugin's sdk.Factory. It starts nothing: the CLI is found,
 // checked and started when the host opens the session.
 func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-	log := env.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	return &agent{log: log}, nil
+	return &agent{log: env.Log()}, nil
 }
 
 // AgentVersion implements sdk.Describer: the Claude Code version, once a
@@ -318,11 +314,6 @@ func transcriptExists(id string) bool {
 	return len(m) > 0
 }
 
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+// newUUID returns a random (version 4) UUID, the form Claude Code takes
+// for --session-id.
+func newUUID() string { return uuid.NewString() }

@@ -12,13 +12,6 @@ import (
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
-// CredentialVariables are the environment variables that carry Claude Code
-// credentials or decide where they are sent (credentialVars). The
-// agenthost binary strips them from the environment it hands a claude
-// plugin unless the session allows credentials, and the plugin strips them
-// from the CLI's environment again.
-func CredentialVariables() []string { return slices.Clone(credentialVars) }
-
 // credentialVars are the provider credential variables Claude Code 2.1.332
 // reads (agent-clis.md §1.8): credentials proper, the cloud credentials used
 // when Bedrock or Vertex is selected, and the provider selection and routing
@@ -61,6 +54,13 @@ var credentialVars = []string{
 	"ANTHROPIC_ORGANIZATION_ID",
 	"ANTHROPIC_WORKSPACE_ID",
 }
+
+// CredentialVariables are the environment variables that carry Claude Code
+// credentials or decide where they are sent (credentialVars). The
+// agenthost binary strips them from the environment it hands a claude
+// plugin unless the session allows credentials, and the plugin strips them
+// from the CLI's environment again.
+func CredentialVariables() []string { return slices.Clone(credentialVars) }
 
 // droppedVars never reach the CLI: CLAUDECODE makes it believe it runs
 // nested inside another Claude Code (the official SDKs drop it too), and

@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
@@ -185,19 +183,16 @@ type controlRequest struct {
 	DecisionReason        string          `json:"decision_reason"`
 }
 
-// errNotJSON reports a stdout line that is not a JSON object; such lines
-// (e.g. "[SandboxDebug] …") are skipped.
-var errNotJSON = errors.New("not a JSON object")
-
-// decodeLine decodes one stdout line. It returns errNotJSON for a line that
-// does not start with '{' (blank lines included), and a syntax error for a
-// line that starts like an object but is not valid JSON. A field whose JSON
-// type does not match what the plugin expects is left empty: newer CLIs may
+// decodeLine decodes one stdout line. It returns cliproc.ErrNotJSONObject
+// for a line that does not start with '{' (blank lines and "[SandboxDebug]
+// …" included), which the reader skips, and a syntax error for a line that
+// starts like an object but is not valid JSON. A field whose JSON type
+// does not match what the plugin expects is left empty: newer CLIs may
 // change shapes the plugin does not depend on.
 func decodeLine(line []byte) (*message, error) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' {
-		return nil, errNotJSON
+	line, err := cliproc.JSONObject(line)
+	if err != nil {
+		return nil, err
 	}
 	var m message
 	if err := json.Unmarshal(line, &m); err != nil && !isTypeError(err) {
@@ -334,7 +329,7 @@ func (c *cli) readStdout(maxLine int) {
 func (c *cli) handleLine(line []byte) {
 	m, err := decodeLine(line)
 	if err != nil {
-		if !errors.Is(err, errNotJSON) || len(bytes.TrimSpace(line)) > 0 {
+		if !errors.Is(err, cliproc.ErrNotJSONObject) || len(bytes.TrimSpace(line)) > 0 {
 			c.log.Debug("skipping a stdout line that is not a JSON object", "line", cliproc.Clip(string(line), 200), "error", err)
 		}
 		return
@@ -388,7 +383,7 @@ func (c *cli) write(v any) error {
 		return nil
 	case errors.Is(err, cliproc.ErrStdinClosed):
 		return errors.New("claude's stdin is closed")
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, cliproc.ErrWriteTimeout):
 		return fmt.Errorf("claude has not read its stdin for %s", writeTimeout)
 	}
 	return fmt.Errorf("write to claude's stdin: %w", err)
@@ -557,85 +552,4 @@ type permissionDeny struct {
 	Behavior  string `json:"behavior"` // "deny"
 	Message   string `json:"message"`
 	Interrupt bool   `json:"interrupt,omitempty"`
-}
-
-// promptContent turns a prompt into the content of a user line: a string
-// when it is all text (as the official SDKs send it), otherwise an array of
-// Anthropic content blocks.
-func promptContent(blocks []sdk.ContentBlock) (any, error) {
-	allText := true
-	for _, b := range blocks {
-		if b.Type != "text" && b.Type != "" {
-			allText = false
-		}
-	}
-	if allText {
-		var s strings.Builder
-		for _, b := range blocks {
-			s.WriteString(b.Text)
-		}
-		return s.String(), nil
-	}
-	out := make([]map[string]any, 0, len(blocks))
-	for _, b := range blocks {
-		blk, err := anthropicBlock(b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, blk)
-	}
-	return out, nil
-}
-
-// anthropicBlock converts one ACP content block.
-func anthropicBlock(b sdk.ContentBlock) (map[string]any, error) {
-	text := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
-	var acp struct {
-		Data     string `json:"data"`
-		MimeType string `json:"mimeType"`
-		URI      string `json:"uri"`
-		Name     string `json:"name"`
-		Resource struct {
-			URI      string `json:"uri"`
-			Text     string `json:"text"`
-			Blob     string `json:"blob"`
-			MimeType string `json:"mimeType"`
-		} `json:"resource"`
-	}
-	if b.Type != "text" && b.Type != "" {
-		if err := json.Unmarshal([]byte(b.JSON), &acp); err != nil {
-			return nil, fmt.Errorf("claude: prompt content block of type %q has malformed JSON: %v", b.Type, err)
-		}
-	}
-	image := func(data, mime, uri string) (map[string]any, error) {
-		switch {
-		case data != "":
-			return map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": mime, "data": data}}, nil
-		case uri != "":
-			return map[string]any{"type": "image", "source": map[string]any{"type": "url", "url": uri}}, nil
-		}
-		return nil, fmt.Errorf("claude: prompt image block has neither data nor uri")
-	}
-	switch b.Type {
-	case "text", "":
-		return text(b.Text), nil
-	case "image":
-		return image(acp.Data, acp.MimeType, acp.URI)
-	case "resource_link":
-		name := acp.Name
-		if name == "" {
-			name = acp.URI
-		}
-		return text(fmt.Sprintf("[%s](%s)", name, acp.URI)), nil
-	case "resource":
-		r := acp.Resource
-		switch {
-		case r.Text != "":
-			return text(fmt.Sprintf("<context ref=%q>\n%s\n</context>", r.URI, r.Text)), nil
-		case r.Blob != "" && strings.HasPrefix(r.MimeType, "image/"):
-			return image(r.Blob, r.MimeType, "")
-		}
-		return nil, fmt.Errorf("claude: cannot send embedded resource %q of type %q (only text and images)", r.URI, r.MimeType)
-	}
-	return nil, fmt.Errorf("claude: cannot send a prompt content block of type %q (supported: text, image, resource, resource_link)", b.Type)
 }

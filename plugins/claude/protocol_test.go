@@ -88,7 +88,7 @@ func boolStr(b bool) string {
 func TestDecodeLenient(t *testing.T) {
 	for _, tt := range []struct {
 		line string
-		want string // type, or "skip" for errNotJSON, "error" for a syntax error
+		want string // type, or "skip" for a line that is not a JSON object, "error" for a syntax error
 	}{
 		{"", "skip"},
 		{"   ", "skip"},
@@ -104,7 +104,7 @@ func TestDecodeLenient(t *testing.T) {
 		m, err := decodeLine([]byte(tt.line))
 		got := ""
 		switch {
-		case errors.Is(err, errNotJSON):
+		case errors.Is(err, cliproc.ErrNotJSONObject):
 			got = "skip"
 		case err != nil:
 			got = "error"

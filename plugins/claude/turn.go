@@ -434,3 +434,84 @@ func todoPlan(name string, input json.RawMessage) ([]sdk.PlanEntry, bool) {
 	}
 	return plan, true
 }
+
+// promptContent turns a prompt into the content of a user line: a string
+// when it is all text (as the official SDKs send it), otherwise an array of
+// Anthropic content blocks.
+func promptContent(blocks []sdk.ContentBlock) (any, error) {
+	allText := true
+	for _, b := range blocks {
+		if b.Type != "text" && b.Type != "" {
+			allText = false
+		}
+	}
+	if allText {
+		var s strings.Builder
+		for _, b := range blocks {
+			s.WriteString(b.Text)
+		}
+		return s.String(), nil
+	}
+	out := make([]map[string]any, 0, len(blocks))
+	for _, b := range blocks {
+		blk, err := anthropicBlock(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, blk)
+	}
+	return out, nil
+}
+
+// anthropicBlock converts one ACP content block.
+func anthropicBlock(b sdk.ContentBlock) (map[string]any, error) {
+	text := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
+	var acp struct {
+		Data     string `json:"data"`
+		MimeType string `json:"mimeType"`
+		URI      string `json:"uri"`
+		Name     string `json:"name"`
+		Resource struct {
+			URI      string `json:"uri"`
+			Text     string `json:"text"`
+			Blob     string `json:"blob"`
+			MimeType string `json:"mimeType"`
+		} `json:"resource"`
+	}
+	if b.Type != "text" && b.Type != "" {
+		if err := json.Unmarshal([]byte(b.JSON), &acp); err != nil {
+			return nil, fmt.Errorf("claude: prompt content block of type %q has malformed JSON: %v", b.Type, err)
+		}
+	}
+	image := func(data, mime, uri string) (map[string]any, error) {
+		switch {
+		case data != "":
+			return map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": mime, "data": data}}, nil
+		case uri != "":
+			return map[string]any{"type": "image", "source": map[string]any{"type": "url", "url": uri}}, nil
+		}
+		return nil, fmt.Errorf("claude: prompt image block has neither data nor uri")
+	}
+	switch b.Type {
+	case "text", "":
+		return text(b.Text), nil
+	case "image":
+		return image(acp.Data, acp.MimeType, acp.URI)
+	case "resource_link":
+		name := acp.Name
+		if name == "" {
+			name = acp.URI
+		}
+		return text(fmt.Sprintf("[%s](%s)", name, acp.URI)), nil
+	case "resource":
+		r := acp.Resource
+		switch {
+		case r.Text != "":
+			return text(fmt.Sprintf("<context ref=%q>\n%s\n</context>", r.URI, r.Text)), nil
+		case r.Blob != "" && strings.HasPrefix(r.MimeType, "image/"):
+			return image(r.Blob, r.MimeType, "")
+		}
+		return nil, fmt.Errorf("claude: cannot send embedded resource %q of type %q (only text and images)", r.URI, r.MimeType)
+	}
+	return nil, fmt.Errorf("claude: cannot send a prompt content block of type %q (supported: text, image, resource, resource_link)", b.Type)
+}

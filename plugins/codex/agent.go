@@ -58,29 +58,18 @@ type agent struct {
 	closed    bool
 }
 
+// New is the plugin's sdk.Factory. It only records the environment: the
+// CLI is found, checked and started when the session opens, so that its
+// errors are the session's readiness failure.
+func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+	return &agent{log: env.Log(), env: os.Environ()}, nil
+}
+
 var (
 	_ sdk.Agent     = (*agent)(nil)
 	_ sdk.Closer    = (*agent)(nil)
 	_ sdk.Describer = (*agent)(nil)
 )
-
-// New is the plugin's sdk.Factory. It only records the environment: the
-// CLI is found, checked and started when the session opens, so that its
-// errors are the session's readiness failure.
-func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-	log := env.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	return &agent{log: log, env: os.Environ()}, nil
-}
-
-// AgentVersion reports the codex CLI's version once a session is open.
-func (a *agent) AgentVersion() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.version
-}
 
 // NewSession starts the app-server in the workspace and a thread in it.
 // The thread id is the handle. Codex saves a thread only once its first
@@ -357,4 +346,11 @@ func (a *agent) Close(ctx context.Context) error {
 	<-done
 	a.log.Info("codex app-server stopped", "pid", p.Pid(), "status", p.Status())
 	return err
+}
+
+// AgentVersion reports the codex CLI's version once a session is open.
+func (a *agent) AgentVersion() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.version
 }

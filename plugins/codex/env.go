@@ -10,19 +10,19 @@ import (
 	"strings"
 )
 
-// CredentialVariables are the environment variables that carry codex's
-// provider credentials or route them (credentialVars). The agenthost
-// binary strips them from the environment it hands a codex plugin unless
-// the session allows credentials; the plugin strips them, and the env_key
-// of every model provider configured in config.toml, from the CLI's.
-func CredentialVariables() []string { return slices.Clone(credentialVars) }
-
 // credentialVars are the provider credential variables stripped from the
 // CLI's environment unless the session allows credentials (agent-clis.md
 // §2.7); the env_key of every model provider in config.toml is added.
 var credentialVars = []string{
 	"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", "OPENAI_BASE_URL", "OPENAI_ORGANIZATION", "AZURE_OPENAI_API_KEY",
 }
+
+// CredentialVariables are the environment variables that carry codex's
+// provider credentials or route them (credentialVars). The agenthost
+// binary strips them from the environment it hands a codex plugin unless
+// the session allows credentials; the plugin strips them, and the env_key
+// of every model provider configured in config.toml, from the CLI's.
+func CredentialVariables() []string { return slices.Clone(credentialVars) }
 
 // authVars are the variables codex accepts as a credential.
 var authVars = []string{"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN"}

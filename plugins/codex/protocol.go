@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"sync"
 
-	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
@@ -93,8 +91,8 @@ type turnInterruptParams struct {
 
 type turnError struct {
 	Message           string          `json:"message"`
-	CodexErrorInfo    json.RawMessage `json:"codexErrorInfo"`
 	AdditionalDetails *string         `json:"additionalDetails"`
+	CodexErrorInfo    json.RawMessage `json:"codexErrorInfo"`
 }
 
 type turnInfo struct {
@@ -211,11 +209,11 @@ type approvalParams struct {
 	ThreadID    string          `json:"threadId"`
 	TurnID      string          `json:"turnId"`
 	ItemID      string          `json:"itemId"`
+	Permissions json.RawMessage `json:"permissions"`
 	Reason      *string         `json:"reason"`
 	Command     *string         `json:"command"`
 	Cwd         *string         `json:"cwd"`
 	GrantRoot   *string         `json:"grantRoot"`
-	Permissions json.RawMessage `json:"permissions"`
 }
 
 // legacyApprovalParams covers execCommandApproval and applyPatchApproval,
@@ -271,16 +269,13 @@ type rpcError struct {
 
 func (e *rpcError) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
 
-// errNotJSON marks a line that is not a JSON object; the reader skips it.
-var errNotJSON = errors.New("not a JSON object")
-
 // decodeMessage parses one line. Lines that do not start with '{' (after
-// blanks) are errNotJSON; a line that is a JSON object but none of the
-// three message kinds is an error too.
+// blanks) are cliproc.ErrNotJSONObject, which the reader skips; a line that
+// is a JSON object but none of the three message kinds is an error too.
 func decodeMessage(line []byte) (*message, error) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' {
-		return nil, errNotJSON
+	line, err := cliproc.JSONObject(line)
+	if err != nil {
+		return nil, err
 	}
 	var m message
 	if err := json.Unmarshal(line, &m); err != nil {
@@ -355,7 +350,7 @@ func (c *conn) readLoop(r io.Reader, max int, describeEnd func(error) error) {
 		}
 		m, err := decodeMessage(line)
 		if err != nil {
-			if !errors.Is(err, errNotJSON) && c.onIdle != nil {
+			if !errors.Is(err, cliproc.ErrNotJSONObject) && c.onIdle != nil {
 				c.onIdle(&message{Method: methodUndecodable, Error: &rpcError{Message: err.Error()}})
 			}
 			continue
@@ -587,49 +582,4 @@ func (c *conn) next() (event, bool) {
 	c.events[0] = event{}
 	c.events = c.events[1:]
 	return e, true
-}
-
-// toInput converts a prompt to codex user input: text as text, ACP image
-// blocks as images, resource links as their URI in the text.
-func toInput(blocks []sdk.ContentBlock) ([]userInput, error) {
-	var out []userInput
-	for _, b := range blocks {
-		switch b.Type {
-		case "", "text":
-			out = append(out, userInput{"type": "text", "text": b.Text, "text_elements": []any{}})
-		case "image":
-			var img struct {
-				Data     string `json:"data"`
-				MimeType string `json:"mimeType"`
-				URI      string `json:"uri"`
-			}
-			if err := json.Unmarshal([]byte(b.JSON), &img); err != nil {
-				return nil, fmt.Errorf("codex: the prompt's image block is not valid ACP JSON: %w", err)
-			}
-			switch {
-			case strings.HasPrefix(img.URI, "file://"):
-				out = append(out, userInput{"type": "localImage", "path": strings.TrimPrefix(img.URI, "file://")})
-			case img.Data != "":
-				out = append(out, userInput{"type": "image", "url": "data:" + img.MimeType + ";base64," + img.Data})
-			case img.URI != "":
-				out = append(out, userInput{"type": "image", "url": img.URI})
-			default:
-				return nil, errors.New("codex: the prompt's image block has neither data nor a URI")
-			}
-		case "resource_link":
-			var link struct {
-				URI string `json:"uri"`
-			}
-			if err := json.Unmarshal([]byte(b.JSON), &link); err != nil || link.URI == "" {
-				return nil, errors.New("codex: the prompt's resource_link block has no URI")
-			}
-			out = append(out, userInput{"type": "text", "text": link.URI, "text_elements": []any{}})
-		default:
-			return nil, fmt.Errorf("codex: cannot send a prompt block of type %q to codex (it takes text, image and resource_link blocks)", b.Type)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("codex: the prompt is empty")
-	}
-	return out, nil
 }

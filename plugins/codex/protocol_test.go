@@ -72,7 +72,7 @@ func TestDecodeSamples(t *testing.T) {
 			t.Errorf("decodeMessage(%q) = %+v, want an error", bad, m)
 		}
 	}
-	if _, err := decodeMessage([]byte("hello")); !errors.Is(err, errNotJSON) {
+	if _, err := decodeMessage([]byte("hello")); !errors.Is(err, cliproc.ErrNotJSONObject) {
 		t.Errorf("a non-JSON line: %v", err)
 	}
 }

@@ -27,20 +27,13 @@ import (
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 	"github.com/agenthost/agenthost/plugins/codex/internal/codextest"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
 // realCLI is the codex under test, or a skip.
 func realCLI(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("AGENTHOST_REAL_CODEX")
-	if p == "" {
-		t.Skip("AGENTHOST_REAL_CODEX is not set")
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
+	return plugintest.RealCLI(t, "AGENTHOST_REAL_CODEX")
 }
 
 // realHome is an isolated HOME with its CODEX_HOME and a workspace.

@@ -669,3 +669,48 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// toInput converts a prompt to codex user input: text as text, ACP image
+// blocks as images, resource links as their URI in the text.
+func toInput(blocks []sdk.ContentBlock) ([]userInput, error) {
+	var out []userInput
+	for _, b := range blocks {
+		switch b.Type {
+		case "", "text":
+			out = append(out, userInput{"type": "text", "text": b.Text, "text_elements": []any{}})
+		case "image":
+			var img struct {
+				Data     string `json:"data"`
+				MimeType string `json:"mimeType"`
+				URI      string `json:"uri"`
+			}
+			if err := json.Unmarshal([]byte(b.JSON), &img); err != nil {
+				return nil, fmt.Errorf("codex: the prompt's image block is not valid ACP JSON: %w", err)
+			}
+			switch {
+			case strings.HasPrefix(img.URI, "file://"):
+				out = append(out, userInput{"type": "localImage", "path": strings.TrimPrefix(img.URI, "file://")})
+			case img.Data != "":
+				out = append(out, userInput{"type": "image", "url": "data:" + img.MimeType + ";base64," + img.Data})
+			case img.URI != "":
+				out = append(out, userInput{"type": "image", "url": img.URI})
+			default:
+				return nil, errors.New("codex: the prompt's image block has neither data nor a URI")
+			}
+		case "resource_link":
+			var link struct {
+				URI string `json:"uri"`
+			}
+			if err := json.Unmarshal([]byte(b.JSON), &link); err != nil || link.URI == "" {
+				return nil, errors.New("codex: the prompt's resource_link block has no URI")
+			}
+			out = append(out, userInput{"type": "text", "text": link.URI, "text_elements": []any{}})
+		default:
+			return nil, fmt.Errorf("codex: cannot send a prompt block of type %q to codex (it takes text, image and resource_link blocks)", b.Type)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("codex: the prompt is empty")
+	}
+	return out, nil
+}

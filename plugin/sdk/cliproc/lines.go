@@ -2,6 +2,7 @@ package cliproc
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +85,21 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 		}
 		return nil, err
 	}
+}
+
+// ErrNotJSONObject is JSONObject's answer for a line that is not one.
+var ErrNotJSONObject = errors.New("not a JSON object")
+
+// JSONObject returns line without its surrounding blanks if it starts like
+// a JSON object, else ErrNotJSONObject. CLIs that speak JSON lines also
+// print banners, debug lines and blank lines on the same stream, which a
+// reader skips; whether the object is valid JSON is the decoder's to say.
+func JSONObject(line []byte) ([]byte, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return nil, ErrNotJSONObject
+	}
+	return line, nil
 }
 
 // Clip returns s cut to at most n bytes, on a UTF-8 boundary, with "…"

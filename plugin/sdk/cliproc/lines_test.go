@@ -155,3 +155,19 @@ func TestTail(t *testing.T) {
 		t.Errorf("kept %d lines", n)
 	}
 }
+
+func TestJSONObject(t *testing.T) {
+	for in, want := range map[string]string{
+		" {\"a\":1}\r": `{"a":1}`, "{broken": "{broken",
+		"": "", "  ": "", "[SandboxDebug] x": "", "null": "", `["a"]`: "",
+	} {
+		got, err := JSONObject([]byte(in))
+		if want == "" {
+			if !errors.Is(err, ErrNotJSONObject) {
+				t.Errorf("JSONObject(%q) = %q, %v; want ErrNotJSONObject", in, got, err)
+			}
+		} else if err != nil || string(got) != want {
+			t.Errorf("JSONObject(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}

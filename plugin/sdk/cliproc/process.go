@@ -53,8 +53,8 @@ type Config struct {
 	// no wait, SIGTERM and SIGKILL right away.
 	Grace time.Duration
 	// WriteTimeout bounds one Write to the child's stdin; a child that
-	// has not read for that long fails the write with an error wrapping
-	// os.ErrDeadlineExceeded. Default: no bound.
+	// has not read for that long fails the write with ErrWriteTimeout.
+	// Default: no bound.
 	WriteTimeout time.Duration
 }
 
@@ -62,6 +62,9 @@ type Config struct {
 var (
 	// ErrStdinClosed is returned by Write after CloseStdin (or Stop).
 	ErrStdinClosed = errors.New("the child's stdin is closed")
+	// ErrWriteTimeout is wrapped, with os.ErrDeadlineExceeded, by a Write
+	// that Config.WriteTimeout cut short.
+	ErrWriteTimeout = errors.New("the child has not read its stdin")
 	// ErrNotReaped is wrapped by Stop and Kill when the child was not
 	// reaped within KillWait of SIGKILL.
 	ErrNotReaped = errors.New("the child was not reaped after SIGKILL")
@@ -220,7 +223,7 @@ func (p *Process) Stderr() *Tail { return &p.tail }
 
 // Write writes b to the child's stdin, whole: concurrent writes never
 // interleave. It fails with ErrStdinClosed once stdin is closed, and with
-// an error wrapping os.ErrDeadlineExceeded when Config.WriteTimeout passes.
+// ErrWriteTimeout when Config.WriteTimeout passes.
 func (p *Process) Write(b []byte) (int, error) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
@@ -237,7 +240,7 @@ func (p *Process) Write(b []byte) (int, error) {
 	case p.inClosed.Load():
 		return n, ErrStdinClosed
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return n, fmt.Errorf("the child has not read its stdin for %s: %w", p.cfg.WriteTimeout, err)
+		return n, fmt.Errorf("%w for %s: %w", ErrWriteTimeout, p.cfg.WriteTimeout, err)
 	}
 	return n, fmt.Errorf("write to the child's stdin: %w", err)
 }

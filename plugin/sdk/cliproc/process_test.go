@@ -154,7 +154,7 @@ func TestWrite(t *testing.T) {
 	t.Cleanup(func() { _ = q.Kill() })
 	ready(q)
 	big := make([]byte, 1<<20) // more than a pipe holds
-	if _, err := q.Write(big); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if _, err := q.Write(big); !errors.Is(err, ErrWriteTimeout) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("write to a child that does not read: %v", err)
 	}
 }
