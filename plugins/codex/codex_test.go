@@ -190,7 +190,7 @@ func TestResumeAfterFirstTurn(t *testing.T) {
 	t.Parallel()
 	h := newHome(t, true)
 	p, handle := open(t, h, nil)
-	ups, st := run(t, p, "hello", "end_turn")
+	run(t, p, "hello", "end_turn")
 	if err := p.Close(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -203,8 +203,7 @@ func TestResumeAfterFirstTurn(t *testing.T) {
 	if got != handle {
 		t.Errorf("resumed handle %q, want %q", got, handle)
 	}
-	ups, st = p2.Turn(p2.Prompt("again"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p2, "again", "end_turn")
 	if msg := codextest.Messages(ups); msg != "again" {
 		t.Errorf("message %q", msg)
 	}
@@ -483,12 +482,12 @@ func TestCLIDiesMidTurn(t *testing.T) {
 func TestHugeLine(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"max_message_bytes": "100000"})
-	ups, st := run(t, p, "huge 100000", "end_turn")
+	ups, _ := run(t, p, "huge 100000", "end_turn")
 	if msg := codextest.Messages(ups); len(msg) < 99000 || !strings.HasSuffix(msg, "huge done") {
 		t.Errorf("message of %d bytes", len(msg))
 	}
 	kids := codextest.Children(p.Pid)
-	_, st = run(t, p, "huge 100001", "failed")
+	_, st := run(t, p, "huge 100001", "failed")
 	for _, w := range []string{"line too long", "over the limit of 100000 bytes", "max_message_bytes"} {
 		if !strings.Contains(st.Error, w) {
 			t.Errorf("error %q lacks %q", st.Error, w)

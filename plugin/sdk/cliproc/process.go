@@ -378,12 +378,8 @@ func (p *Process) drain(ctx context.Context) error {
 func (p *Process) Kill() error {
 	_ = p.CloseStdin()
 	_ = p.cmd.Process.Kill() // a reaped child is not signalled
-	t := time.NewTimer(KillWait)
-	defer t.Stop()
-	select {
-	case <-p.exited:
+	if p.waitExit(context.Background(), KillWait) {
 		return nil
-	case <-t.C:
 	}
 	p.log.Error("not reaped after SIGKILL", "pid", p.pid, "waited", KillWait)
 	return fmt.Errorf("%w: %s (pid %d), %s after SIGKILL", ErrNotReaped, p.cfg.Path, p.pid, KillWait)

@@ -1,7 +1,6 @@
 package cliproc
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -194,32 +193,26 @@ func TestParentDeath(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("only Linux has a parent-death signal")
 	}
-	cfg := helperConfig(plugin)
-	cmd := exec.Command(cfg.Path)
-	cmd.Env = cfg.Env
-	out, err := cmd.StdoutPipe()
+	p, err := Start(t.Context(), helperConfig(plugin))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
+	t.Cleanup(func() { _ = p.Kill() })
+	line, err := NewLineReader(p.Stdout(), 0).ReadLine()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := strconv.Atoi(strings.TrimSpace(line))
+	cli, err := strconv.Atoi(string(line))
 	if err != nil {
 		t.Fatalf("the plugin said %q", line)
 	}
 	if gone(cli) {
 		t.Fatalf("CLI %d is not running", cli)
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	<-p.Exited()
 	if !eventually(5*time.Second, func() bool { return gone(cli) }) {
 		_ = syscall.Kill(cli, syscall.SIGKILL)
 		t.Fatalf("CLI %d still runs after its plugin was SIGKILLed", cli)
