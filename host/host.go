@@ -37,30 +37,12 @@ type AgentPlugin struct {
 
 // CredentialPolicy says which environment variables carry an agent's
 // credentials. They are removed from the environment a plugin inherits
-// (through Config.ResolveEnvironment) unless the session allows them.
+// (through Config.ResolveEnvironment) unless the session allows them, so a
+// key in a developer's shell never silently overrides the login a user
+// chose for a session. The host knows no provider: whoever wires it (the
+// agenthost binary, from its built-in plugins) names the variables.
 type CredentialPolicy struct {
 	Variables []string
-}
-
-// DefaultCredentialPolicies strips the provider credentials the reference
-// CLIs read, so a key in a developer's shell never silently overrides the
-// login a user chose for a session.
-func DefaultCredentialPolicies() map[string]CredentialPolicy {
-	return map[string]CredentialPolicy{
-		"claude": {Variables: []string{
-			"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_OAUTH_REFRESH_TOKEN",
-			"CLAUDE_CODE_SESSION_ACCESS_TOKEN", "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR", "ANTHROPIC_IDENTITY_TOKEN",
-			"ANTHROPIC_IDENTITY_TOKEN_FILE", "ANTHROPIC_FOUNDRY_API_KEY", "ANTHROPIC_FOUNDRY_AUTH_TOKEN",
-			"ANTHROPIC_AWS_API_KEY", "AWS_BEARER_TOKEN_BEDROCK", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
-			"ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL", "ANTHROPIC_VERTEX_PROJECT_ID",
-			"ANTHROPIC_ORGANIZATION_ID", "ANTHROPIC_WORKSPACE_ID",
-			"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY", "CLAUDE_CODE_USE_GATEWAY", "CLAUDE_CODE_USE_MANTLE",
-			"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS",
-		}},
-		"codex": {Variables: []string{
-			"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", "OPENAI_BASE_URL", "OPENAI_ORGANIZATION", "AZURE_OPENAI_API_KEY",
-		}},
-	}
 }
 
 // Config configures a Host. StateDir and Store are required; every other
@@ -89,8 +71,8 @@ type Config struct {
 	// agent's plugin, for example a login shell's. It passes through the
 	// agent's credential policy. Default: none beyond the allowlist.
 	ResolveEnvironment func(ctx context.Context, agent string) ([]string, error)
-	// Credentials maps agents to credential policies. Default:
-	// DefaultCredentialPolicies().
+	// Credentials maps agents to credential policies. Default: none, and
+	// an agent without one has nothing stripped.
 	Credentials map[string]CredentialPolicy
 	// OnError receives failures of background work (the orphan reaper,
 	// re-probes, journaling) with a scope name. Default: logged at error
@@ -139,9 +121,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.Credentials == nil {
-		c.Credentials = DefaultCredentialPolicies()
 	}
 	if c.ReattachTimeout <= 0 {
 		c.ReattachTimeout = 10 * time.Second

@@ -241,6 +241,7 @@ func TestCredentialPolicyStripsProviderKeys(t *testing.T) {
 	t.Setenv("ANTHROPIC_API_KEY", "from-the-host-shell")
 	cfg := hostConfig(t, dir)
 	cfg.Agents = map[string]AgentPlugin{"claude": {Path: bins.scripted}}
+	cfg.Credentials = map[string]CredentialPolicy{"claude": {Variables: []string{"ANTHROPIC_API_KEY"}}}
 	cfg.ResolveEnvironment = func(context.Context, string) ([]string, error) {
 		return []string{"ANTHROPIC_API_KEY=from-login-shell", "EDITOR=vi"}, nil
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/agenthost/agenthost/examples/scripted/scripted"
+	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugins/claude"
 	"github.com/agenthost/agenthost/plugins/codex"
@@ -13,4 +14,12 @@ var builtins = map[string]sdk.Factory{
 	"claude":   claude.New,
 	"codex":    codex.New,
 	"scripted": scripted.New,
+}
+
+// credentials are the host's credential policies for the built-in agents:
+// each plugin names its provider's variables, which the host strips from
+// the plugin's environment unless the session allows credentials.
+var credentials = map[string]host.CredentialPolicy{
+	"claude": {Variables: claude.CredentialVariables()},
+	"codex":  {Variables: codex.CredentialVariables()},
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
@@ -38,6 +39,11 @@ type App struct {
 	// Builtins are the plugins this binary serves itself, by agent name
 	// (agenthost __plugin NAME).
 	Builtins map[string]sdk.Factory
+	// Credentials are the host's credential policies, by agent name: the
+	// variables stripped from a plugin's environment unless its session
+	// allows credentials. The binary fills them from its built-in
+	// plugins, which know their providers; the host knows none.
+	Credentials map[string]host.CredentialPolicy
 	// Version is reported by agenthost version and the local API; empty
 	// means the module version recorded by the go command, or "devel".
 	Version string

@@ -115,7 +115,7 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Logger: hostLog})
+	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: a.Credentials, Logger: hostLog})
 	if err != nil {
 		return nil, err
 	}

@@ -81,6 +81,15 @@ type Environment struct {
 	Logger hclog.Logger
 }
 
+// Log is Logger, or a logger that discards everything when Logger is nil
+// (an Environment built by hand, as in a test).
+func (e Environment) Log() hclog.Logger {
+	if e.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return e.Logger
+}
+
 // NewSessionRequest asks for a new conversation.
 type NewSessionRequest struct {
 	// Workspace is the absolute directory the agent works in.

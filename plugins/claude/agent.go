@@ -2,7 +2,6 @@ package claude
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -11,14 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
-// retireGrace bounds each stop step of a CLI the plugin gives up on in the
-// middle of a session (a broken stream, an interrupt left unanswered).
-const retireGrace = time.Second
+// retireTimeout bounds the stop of a CLI the plugin gives up on in the
+// middle of a session (a broken stream, an interrupt left unanswered):
+// under cliproc's rule, a second after stdin EOF, a second after SIGTERM,
+// then SIGKILL.
+const retireTimeout = 3 * time.Second
 
 // agent is the sdk.Agent for one Claude Code conversation. It owns at most
 // one running CLI at a time; a CLI that died or was given up on is
@@ -52,11 +54,7 @@ var (
 // New is the plugin's sdk.Factory. It starts nothing: the CLI is found,
 // checked and started when the host opens the session.
 func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-	log := env.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	return &agent{log: log}, nil
+	return &agent{log: env.Log()}, nil
 }
 
 // AgentVersion implements sdk.Describer: the Claude Code version, once a
@@ -101,7 +99,7 @@ func (a *agent) open(ctx context.Context, workspace string, opts map[string]stri
 		return sdk.SessionInfo{}, err
 	}
 	env := cliEnv(os.Environ(), workspace, cfg.allowCredentials)
-	v, err := probeVersion(ctx, path, env)
+	v, err := checkVersion(ctx, path, env)
 	if err != nil {
 		return sdk.SessionInfo{}, err
 	}
@@ -140,7 +138,7 @@ func (a *agent) open(ctx context.Context, workspace string, opts map[string]stri
 	}
 	a.mu.Unlock()
 	if closed {
-		c.stop(context.Background(), retireGrace)
+		stopRetired(c)
 		return sdk.SessionInfo{}, errors.New("claude: the agent was closed while the session opened")
 	}
 	return sdk.SessionInfo{Handle: st.id, Options: cfg.raw}, nil
@@ -165,12 +163,12 @@ func (a *agent) launch(ctx context.Context, st start) (*cli, error) {
 	a.mu.Lock()
 	cfg, path, env, dir := a.cfg, a.path, a.env, a.workspace
 	a.mu.Unlock()
-	c, err := startCLI(a.log, path, cfg.cliArgs(st), env, dir, st, cfg.maxLineBytes)
+	c, err := startCLI(ctx, a.log.Named("claude"), path, cfg.cliArgs(st), env, dir, st, cfg.maxLineBytes, cfg.grace())
 	if err != nil {
 		return nil, fmt.Errorf("claude: could not start %s: %v", path, err)
 	}
 	if err := c.initialize(ctx); err != nil {
-		c.stop(context.Background(), retireGrace)
+		stopRetired(c)
 		return nil, err
 	}
 	return c, nil
@@ -209,7 +207,7 @@ func (a *agent) current(ctx context.Context) (*cli, error) {
 	}
 	a.mu.Unlock()
 	if closed {
-		n.stop(context.Background(), retireGrace)
+		stopRetired(n)
 		return nil, errors.New("claude: the session is closed")
 	}
 	return n, nil
@@ -225,7 +223,14 @@ func (a *agent) retire(c *cli) {
 	a.retired = slices.DeleteFunc(a.retired, (*cli).isStopped)
 	a.retired = append(a.retired, c)
 	a.mu.Unlock()
-	go c.stop(context.Background(), retireGrace)
+	go stopRetired(c)
+}
+
+// stopRetired stops a CLI the plugin gave up on, within retireTimeout.
+func stopRetired(c *cli) {
+	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
+	defer cancel()
+	c.stop(ctx)
 }
 
 // noteSession records the session id the CLI reports (system/init,
@@ -278,24 +283,22 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 	return r.run(ctx)
 }
 
-// Close stops the CLI (stdin EOF, grace, SIGTERM, grace, SIGKILL) and waits
-// for CLIs being stopped in the background. Every CLI is reaped before it
-// returns, at the latest by SIGKILL when ctx ends.
+// Close stops the CLI (stdin EOF, grace, SIGTERM, grace, SIGKILL, the
+// waits sharing ctx's deadline) and waits for CLIs being stopped in the
+// background. Every CLI is reaped before it returns, at the latest by
+// SIGKILL when ctx ends.
 func (a *agent) Close(ctx context.Context) error {
 	a.mu.Lock()
 	a.closed = true
-	c, retired, grace := a.proc, a.retired, a.cfg.stopGrace
-	if !a.opened {
-		grace = defaultStopGrace
-	}
+	c, retired := a.proc, a.retired
 	a.proc, a.retired = nil, nil
 	a.mu.Unlock()
 	if c != nil {
-		a.log.Info("closing claude", "pid", c.pid)
-		c.stop(ctx, grace)
+		a.log.Info("closing claude", "pid", c.pid())
+		c.stop(ctx)
 	}
 	for _, r := range retired {
-		r.stop(ctx, grace)
+		r.stop(ctx)
 	}
 	return nil
 }
@@ -311,11 +314,6 @@ func transcriptExists(id string) bool {
 	return len(m) > 0
 }
 
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+// newUUID returns a random (version 4) UUID, the form Claude Code takes
+// for --session-id.
+func newUUID() string { return uuid.NewString() }

@@ -1,19 +1,14 @@
 package claude
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
 // EnvCLIPath names the environment variable that gives the claude binary
@@ -24,7 +19,7 @@ const EnvCLIPath = "AGENTHOST_CLAUDE_PATH"
 // Agent SDKs' minimum. Older 1.x releases mint a new session id on every
 // print-mode resume and lack parts of the control protocol. The plugin is
 // tested against TestedVersion.
-var minVersion = version{2, 0, 0}
+var minVersion = cliproc.Version{Major: 2}
 
 // TestedVersion is the Claude Code release whose protocol the plugin and its
 // fake CLI mirror.
@@ -55,61 +50,34 @@ var fallbackPaths = []string{
 // executable. An explicit path that does not work is an error: the user
 // asked for it, so there is no falling back.
 func findCLI(explicit string) (string, error) {
-	if explicit != "" {
-		return explicitCLI(explicit, "the session option "+OptCLIPath)
-	}
-	if p := os.Getenv(EnvCLIPath); p != "" {
-		return explicitCLI(p, EnvCLIPath)
-	}
-	if p, err := exec.LookPath("claude"); err == nil {
-		return filepath.Abs(p)
-	}
-	home, _ := os.UserHomeDir()
-	var looked []string
-	for _, p := range fallbackPaths {
-		if !filepath.IsAbs(p) {
-			if home == "" {
-				continue
-			}
-			p = filepath.Join(home, p)
-		}
-		looked = append(looked, p)
-		if isExecutable(p) {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("claude CLI not found: it is not on PATH (%s) nor in %s; %s, or set the session option %s or %s to the claude binary",
-		orNone(os.Getenv("PATH")), strings.Join(looked, ", "), installHint, OptCLIPath, EnvCLIPath)
-}
-
-func explicitCLI(p, from string) (string, error) {
-	if !strings.ContainsRune(p, filepath.Separator) {
-		lp, err := exec.LookPath(p)
-		if err != nil {
+	path, err := cliproc.Lookup{
+		Name: "claude",
+		Overrides: []cliproc.Override{
+			{Path: explicit, From: "the session option " + OptCLIPath},
+			{Path: os.Getenv(EnvCLIPath), From: EnvCLIPath},
+		},
+		Fallbacks: fallbackPaths,
+	}.Find()
+	var unusable *cliproc.UnusableError
+	var notFound *cliproc.NotFoundError
+	switch {
+	case errors.As(err, &unusable):
+		p, from := unusable.Path, unusable.From
+		switch e := unusable.Err; {
+		case errors.Is(e, cliproc.ErrNotOnPATH):
 			return "", fmt.Errorf("claude CLI %q (from %s) is not on PATH (%s): %s, or set %s to its full path",
 				p, from, orNone(os.Getenv("PATH")), installHint, from)
+		case errors.Is(e, fs.ErrNotExist):
+			return "", fmt.Errorf("claude CLI not found at %s (from %s): %s, or fix %s", p, from, installHint, from)
+		case errors.Is(e, cliproc.ErrIsDirectory), errors.Is(e, cliproc.ErrNotExecutable):
+			return "", fmt.Errorf("claude CLI at %s (from %s) is not an executable file; point %s at the claude binary", p, from, from)
 		}
-		p = lp
+		return "", fmt.Errorf("claude CLI at %s (from %s) cannot be used: %v", p, from, unusable.Err)
+	case errors.As(err, &notFound):
+		return "", fmt.Errorf("claude CLI not found: it is not on PATH (%s) nor in %s; %s, or set the session option %s or %s to the claude binary",
+			orNone(notFound.PATH), strings.Join(notFound.Looked, ", "), installHint, OptCLIPath, EnvCLIPath)
 	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("claude CLI path %q (from %s): %v", p, from, err)
-	}
-	st, err := os.Stat(abs)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("claude CLI not found at %s (from %s): %s, or fix %s", abs, from, installHint, from)
-	case err != nil:
-		return "", fmt.Errorf("claude CLI at %s (from %s) cannot be used: %v", abs, from, err)
-	case st.IsDir() || st.Mode()&0o111 == 0:
-		return "", fmt.Errorf("claude CLI at %s (from %s) is not an executable file; point %s at the claude binary", abs, from, from)
-	}
-	return abs, nil
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+	return path, err
 }
 
 func orNone(s string) string {
@@ -119,71 +87,20 @@ func orNone(s string) string {
 	return s
 }
 
-// version is a Claude Code release number.
-type version [3]int
-
-func (v version) String() string { return fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2]) }
-
-func (v version) less(w version) bool {
-	for i := range v {
-		if v[i] != w[i] {
-			return v[i] < w[i]
-		}
-	}
-	return false
-}
-
-var versionRE = regexp.MustCompile(`^\s*v?([0-9]+)\.([0-9]+)\.([0-9]+)`)
-
-// parseVersion reads the output of claude --version, "2.1.332 (Claude
-// Code)".
-func parseVersion(out string) (version, bool) {
-	m := versionRE.FindStringSubmatch(out)
-	if m == nil {
-		return version{}, false
-	}
-	var v version
-	for i := range v {
-		n, err := strconv.Atoi(m[i+1])
-		if err != nil {
-			return version{}, false
-		}
-		v[i] = n
-	}
-	return v, true
-}
-
-// versionTimeout bounds claude --version (the official SDK allows 2 s; a
-// cold 400 MB binary on a slow disk needs more).
-const versionTimeout = 15 * time.Second
-
-// probeVersion runs path --version and checks it against minVersion.
-func probeVersion(ctx context.Context, path string, env []string) (version, error) {
-	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "--version")
-	cmd.Env = env
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.WaitDelay = time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	text := strings.TrimSpace(out.String())
-	if len(text) > 500 {
-		text = text[:500] + "…"
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("no answer within %s", versionTimeout)
-		}
-		return version{}, fmt.Errorf("claude CLI at %s does not run (`claude --version`: %v%s); reinstall Claude Code (%s) or point %s or the session option %s at a working binary",
-			path, err, quoted(text), installCmd, EnvCLIPath, OptCLIPath)
-	}
-	v, ok := parseVersion(text)
-	if !ok {
-		return version{}, fmt.Errorf("claude CLI at %s printed an unexpected version %q (expected e.g. \"%s (Claude Code)\"); is it Claude Code?", path, text, TestedVersion)
-	}
-	if v.less(minVersion) {
+// checkVersion runs claude --version ("2.1.332 (Claude Code)") and checks
+// it against minVersion.
+func checkVersion(ctx context.Context, path string, env []string) (cliproc.Version, error) {
+	v, err := cliproc.QueryVersion(ctx, path, cliproc.VersionQuery{Env: env})
+	var ve *cliproc.VersionError
+	switch {
+	case errors.Is(err, cliproc.ErrNoVersion) && errors.As(err, &ve):
+		return v, fmt.Errorf("claude CLI at %s printed an unexpected version %q (expected e.g. \"%s (Claude Code)\"); is it Claude Code?", path, ve.Stdout, TestedVersion)
+	case errors.As(err, &ve):
+		return v, fmt.Errorf("claude CLI at %s does not run (`claude --version`: %v%s); reinstall Claude Code (%s) or point %s or the session option %s at a working binary",
+			path, ve.Err, quoted(strings.TrimSpace(ve.Stderr+"\n"+ve.Stdout)), installCmd, EnvCLIPath, OptCLIPath)
+	case err != nil:
+		return v, err
+	case v.Less(minVersion):
 		return v, fmt.Errorf("claude CLI at %s is version %s, too old: agenthost needs Claude Code %s or later (tested with %s); update it (claude update, or "+installCmd+"@latest)",
 			path, v, minVersion, TestedVersion)
 	}
@@ -195,69 +112,4 @@ func quoted(s string) string {
 		return ""
 	}
 	return fmt.Sprintf(", output %q", s)
-}
-
-// configDir is Claude Code's configuration directory: $CLAUDE_CONFIG_DIR,
-// or ~/.claude.
-func configDir() string {
-	if d := os.Getenv("CLAUDE_CONFIG_DIR"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(home, ".claude")
-}
-
-// loginVars are the variables that hold a credential on their own.
-var loginVars = []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"}
-
-// providerVars select a cloud provider whose credentials the CLI finds
-// elsewhere (AWS, Google Cloud, Azure).
-var providerVars = []string{"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY"}
-
-// checkCredentials is the readiness check for a credential configuration:
-// a login variable the session passes on (allow_credentials), a cloud
-// provider selection it passes on, a credentials file in the config
-// directory, or an apiKeyHelper in its settings. It cannot see logins kept
-// in the macOS keychain, hence skip_auth_check.
-func checkCredentials(allow bool) error {
-	dir := configDir()
-	var present []string
-	for _, k := range append(append([]string{}, loginVars...), providerVars...) {
-		if os.Getenv(k) != "" {
-			present = append(present, k)
-		}
-	}
-	if allow && len(present) > 0 {
-		return nil
-	}
-	if dir != "" {
-		if st, err := os.Stat(filepath.Join(dir, ".credentials.json")); err == nil && st.Mode().IsRegular() {
-			return nil
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, "settings.json")); err == nil {
-			var s struct {
-				APIKeyHelper string `json:"apiKeyHelper"`
-			}
-			if json.Unmarshal(b, &s) == nil && s.APIKeyHelper != "" {
-				return nil
-			}
-		}
-	}
-	msg := fmt.Sprintf("claude has no credentials: log in with `claude auth login` (it keeps the login in %s), or set ANTHROPIC_API_KEY and the session option %s=true",
-		filepath.Join(orDefault(dir, "~/.claude"), ".credentials.json"), OptAllowCredentials)
-	if len(present) > 0 {
-		msg += fmt.Sprintf("; %s is set, but provider credentials are removed from claude's environment unless the session option %s=true",
-			strings.Join(present, ", "), OptAllowCredentials)
-	}
-	return errors.New(msg + fmt.Sprintf(" (a login kept in the macOS keychain is invisible to this check: set %s=true)", OptSkipAuthCheck))
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

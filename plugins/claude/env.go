@@ -1,6 +1,11 @@
 package claude
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -50,6 +55,13 @@ var credentialVars = []string{
 	"ANTHROPIC_WORKSPACE_ID",
 }
 
+// CredentialVariables are the environment variables that carry Claude Code
+// credentials or decide where they are sent (credentialVars). The
+// agenthost binary strips them from the environment it hands a claude
+// plugin unless the session allows credentials, and the plugin strips them
+// from the CLI's environment again.
+func CredentialVariables() []string { return slices.Clone(credentialVars) }
+
 // droppedVars never reach the CLI: CLAUDECODE makes it believe it runs
 // nested inside another Claude Code (the official SDKs drop it too), and
 // the rest are the plugin's own (go-plugin's handshake, agenthost's plugin
@@ -80,4 +92,69 @@ func cliEnv(environ []string, workspace string, allowCredentials bool) []string 
 		out = append(out, "PWD="+workspace)
 	}
 	return out
+}
+
+// configDir is Claude Code's configuration directory: $CLAUDE_CONFIG_DIR,
+// or ~/.claude.
+func configDir() string {
+	if d := os.Getenv("CLAUDE_CONFIG_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".claude")
+}
+
+// loginVars are the variables that hold a credential on their own.
+var loginVars = []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"}
+
+// providerVars select a cloud provider whose credentials the CLI finds
+// elsewhere (AWS, Google Cloud, Azure).
+var providerVars = []string{"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY"}
+
+// checkCredentials is the readiness check for a credential configuration:
+// a login variable the session passes on (allow_credentials), a cloud
+// provider selection it passes on, a credentials file in the config
+// directory, or an apiKeyHelper in its settings. It cannot see logins kept
+// in the macOS keychain, hence skip_auth_check.
+func checkCredentials(allow bool) error {
+	dir := configDir()
+	var present []string
+	for _, k := range append(append([]string{}, loginVars...), providerVars...) {
+		if os.Getenv(k) != "" {
+			present = append(present, k)
+		}
+	}
+	if allow && len(present) > 0 {
+		return nil
+	}
+	if dir != "" {
+		if st, err := os.Stat(filepath.Join(dir, ".credentials.json")); err == nil && st.Mode().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "settings.json")); err == nil {
+			var s struct {
+				APIKeyHelper string `json:"apiKeyHelper"`
+			}
+			if json.Unmarshal(b, &s) == nil && s.APIKeyHelper != "" {
+				return nil
+			}
+		}
+	}
+	msg := fmt.Sprintf("claude has no credentials: log in with `claude auth login` (it keeps the login in %s), or set ANTHROPIC_API_KEY and the session option %s=true",
+		filepath.Join(orDefault(dir, "~/.claude"), ".credentials.json"), OptAllowCredentials)
+	if len(present) > 0 {
+		msg += fmt.Sprintf("; %s is set, but provider credentials are removed from claude's environment unless the session option %s=true",
+			strings.Join(present, ", "), OptAllowCredentials)
+	}
+	return errors.New(msg + fmt.Sprintf(" (a login kept in the macOS keychain is invisible to this check: set %s=true)", OptSkipAuthCheck))
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

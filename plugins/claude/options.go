@@ -10,7 +10,8 @@ import (
 )
 
 // Session options the plugin understands. Options it does not know are
-// logged and ignored.
+// logged and ignored; a malformed value fails the session's opening with
+// the option's name.
 const (
 	// OptCLIPath is the claude binary to run (a path, or a name looked up
 	// on PATH). It wins over AGENTHOST_CLAUDE_PATH and discovery.
@@ -42,9 +43,10 @@ const (
 	// for a credential configuration. Logins kept in the macOS keychain are
 	// invisible to that check.
 	OptSkipAuthCheck = "skip_auth_check"
-	// OptStopGrace is how long Close waits after closing the CLI's stdin,
-	// and again after SIGTERM, before the next step (a Go duration; default
-	// 5s, bounded by the Close deadline).
+	// OptStopGrace is the longest Close waits after closing the CLI's
+	// stdin, and again after SIGTERM, before the next step (a Go duration;
+	// default 5s; 0 does not wait). The Close deadline shortens both:
+	// cliproc's rule gives each at most an even share of the time left.
 	OptStopGrace = "stop_grace"
 	// OptMaxLineBytes caps one stdout line of the CLI (default 64 MiB); a
 	// longer line fails the turn.
@@ -187,6 +189,15 @@ func (c config) cliArgs(s start) []string {
 		args = append(args, "--session-id="+s.id)
 	}
 	return args
+}
+
+// grace is the session's stop grace as cliproc takes it: zero means no
+// wait there, not its default.
+func (c config) grace() time.Duration {
+	if c.stopGrace == 0 {
+		return -1
+	}
+	return c.stopGrace
 }
 
 // start says which conversation a CLI process opens: a new one under id, or

@@ -12,7 +12,18 @@ import (
 
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
+
+// openSession starts a plugin in a new fixture and opens a session with
+// no options.
+func openSession(t *testing.T) (*fixture, *plug) {
+	t.Helper()
+	f := newFixture(t)
+	p := f.start()
+	p.open(nil)
+	return f, p
+}
 
 func TestConformance(t *testing.T) {
 	f := newFixture(t)
@@ -110,9 +121,7 @@ func TestAllowCredentialsPassesThem(t *testing.T) {
 
 // TestTurnMapping checks how stdout maps to updates.
 func TestTurnMapping(t *testing.T) {
-	f := newFixture(t)
-	p := f.start()
-	p.open(nil)
+	f, p := openSession(t)
 
 	ups, stop := p.run("count 3")
 	if stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2", "3"}) {
@@ -182,9 +191,7 @@ func TestTurnMapping(t *testing.T) {
 // TestPermissions answers can_use_tool requests and checks that the answer
 // reaches the CLI.
 func TestPermissions(t *testing.T) {
-	f := newFixture(t)
-	p := f.start()
-	p.open(nil)
+	f, p := openSession(t)
 	for _, tt := range []struct {
 		option, status, reply, behavior string
 	}{
@@ -254,9 +261,7 @@ func TestPermissions(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	f := newFixture(t)
-	p := f.start()
-	p.open(nil)
+	f, p := openSession(t)
 	turn := p.prompt("sleep 30s")
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
@@ -289,9 +294,7 @@ func TestCancel(t *testing.T) {
 // TestCancelDuringPermission cancels a turn that waits for the user: the
 // request is resolved as cancelled and the CLI is interrupted.
 func TestCancelDuringPermission(t *testing.T) {
-	f := newFixture(t)
-	p := f.start()
-	p.open(nil)
+	_, p := openSession(t)
 	turn := p.prompt("tool")
 	p.waitFor("permission request", 10*time.Second, func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
 	p.cancel()
@@ -373,21 +376,14 @@ func TestOpenErrors(t *testing.T) {
 			}
 			p := f.start(tt.env...)
 			_, err := p.tryOpen(tt.opts)
-			if err == nil {
-				t.Fatal("NewSession succeeded")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("NewSession error:\n%v\nwant it to contain:\n%s", err, w)
-				}
-			}
+			plugintest.ErrorContains(t, err, "NewSession", tt.want...)
 		})
 	}
 }
 
 func TestBinaryMissing(t *testing.T) {
 	for _, p := range fallbackPaths {
-		if filepath.IsAbs(p) && isExecutable(p) {
+		if _, err := os.Stat(p); filepath.IsAbs(p) && err == nil {
 			t.Skipf("%s exists on this machine", p)
 		}
 	}
@@ -502,8 +498,10 @@ func TestResume(t *testing.T) {
 		t.Errorf("NewSession with a session id in use: %v", err)
 	}
 
-	t.Run("same id", func(t *testing.T) {
-		p := f.start()
+	// resume resumes handle in a new plugin and runs a turn there.
+	resume := func(t *testing.T, extra ...string) (*plug, []*agentpb.Update) {
+		t.Helper()
+		p := f.start(extra...)
 		resp, err := p.tryResume(handle, nil)
 		if err != nil || resp.Handle != handle {
 			t.Fatalf("ResumeSession: %v %v", resp, err)
@@ -512,6 +510,10 @@ func TestResume(t *testing.T) {
 		if stop.StopReason != "end_turn" {
 			t.Fatal(stop)
 		}
+		return p, ups
+	}
+	t.Run("same id", func(t *testing.T) {
+		p, ups := resume(t)
 		for _, u := range ups {
 			if u.GetHandleChanged() != nil {
 				t.Errorf("unexpected handle change %v", u.GetHandleChanged())
@@ -524,15 +526,7 @@ func TestResume(t *testing.T) {
 		p.close(10 * time.Second)
 	})
 	t.Run("rotating id", func(t *testing.T) {
-		p := f.start("FAKECLAUDE_ROTATE_ON_RESUME=1")
-		resp, err := p.tryResume(handle, nil)
-		if err != nil || resp.Handle != handle {
-			t.Fatalf("ResumeSession: %v %v", resp, err)
-		}
-		ups, stop := p.run("count 1")
-		if stop.StopReason != "end_turn" {
-			t.Fatal(stop)
-		}
+		p, ups := resume(t, "FAKECLAUDE_ROTATE_ON_RESUME=1")
 		var changes []*agentpb.HandleChanged
 		for _, u := range ups {
 			if u.GetHandleChanged() != nil {
@@ -626,9 +620,7 @@ func TestClose(t *testing.T) {
 // TestPluginKilled: when the plugin is SIGKILLed mid-turn, its CLI dies
 // too (Pdeathsig), although nobody signals the process group.
 func TestPluginKilled(t *testing.T) {
-	f := newFixture(t)
-	p := f.start()
-	p.open(nil)
+	f, p := openSession(t)
 	p.prompt("sleep 30s")
 	var cli int
 	if !eventually(5*time.Second, func() bool {

@@ -2,15 +2,27 @@ package claude
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
-// This file holds the shapes of Claude Code's stream-json protocol (claude
-// 2.1.332) that the plugin reads and writes. Decoding is lenient: unknown
-// fields and unknown message types are ignored, and a field whose JSON type
-// changed in a newer CLI is skipped rather than failing the whole line.
+// This file is Claude Code's stream-json protocol (claude 2.1.332): the
+// shapes the plugin reads and writes, and cli, the connection to one
+// running CLI over its stdio. Decoding is lenient: unknown fields and
+// unknown message types are ignored, and a field whose JSON type changed
+// in a newer CLI is skipped rather than failing the whole line.
 
 // message is one line of the CLI's stdout. Only the fields the plugin uses
 // are declared; which are set depends on Type.
@@ -171,19 +183,16 @@ type controlRequest struct {
 	DecisionReason        string          `json:"decision_reason"`
 }
 
-// errNotJSON reports a stdout line that is not a JSON object; such lines
-// (e.g. "[SandboxDebug] …") are skipped.
-var errNotJSON = errors.New("not a JSON object")
-
-// decodeLine decodes one stdout line. It returns errNotJSON for a line that
-// does not start with '{' (blank lines included), and a syntax error for a
-// line that starts like an object but is not valid JSON. A field whose JSON
-// type does not match what the plugin expects is left empty: newer CLIs may
+// decodeLine decodes one stdout line. It returns cliproc.ErrNotJSONObject
+// for a line that does not start with '{' (blank lines and "[SandboxDebug]
+// …" included), which the reader skips, and a syntax error for a line that
+// starts like an object but is not valid JSON. A field whose JSON type
+// does not match what the plugin expects is left empty: newer CLIs may
 // change shapes the plugin does not depend on.
 func decodeLine(line []byte) (*message, error) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' {
-		return nil, errNotJSON
+	line, err := cliproc.JSONObject(line)
+	if err != nil {
+		return nil, err
 	}
 	var m message
 	if err := json.Unmarshal(line, &m); err != nil && !isTypeError(err) {
@@ -197,6 +206,293 @@ func decodeLine(line []byte) (*message, error) {
 func isTypeError(err error) bool {
 	var te *json.UnmarshalTypeError
 	return errors.As(err, &te)
+}
+
+// Bounds of the connection.
+const (
+	// writeTimeout bounds one write to the CLI's stdin. A CLI that stops
+	// reading its stdin for this long is stuck.
+	writeTimeout = 30 * time.Second
+	// eventBuffer is how many stdout messages wait for the turn loop.
+	eventBuffer = 256
+	// initTimeout bounds the initialize handshake.
+	initTimeout = 60 * time.Second
+)
+
+// event is what the reader hands the session: a stdout message, or err
+// when the stream broke (a line over the cap). After an err event the
+// reader discards the rest of the stream.
+type event struct {
+	msg *message
+	err error
+}
+
+// cli is one running claude process and its stream-json plumbing. Its
+// stdout is read by one goroutine that routes control responses to the
+// requests waiting for them, answers control requests the plugin does not
+// support, and hands everything else to events, in order.
+type cli struct {
+	log   hclog.Logger
+	proc  *cliproc.Process
+	start start
+
+	events   chan event    // closed when stdout ends
+	quit     chan struct{} // closed by stop: stop delivering, drain
+	quitOnce sync.Once
+
+	mu      sync.Mutex
+	pending map[string]chan controlResponse
+	seq     int
+}
+
+// startCLI starts path with args in dir as a cliproc child: pipes of its
+// own, the plugin's process group, dead with the plugin. Stop gives it
+// grace after stdin EOF and after SIGTERM.
+func startCLI(ctx context.Context, log hclog.Logger, path string, args, env []string, dir string, st start, maxLine int, grace time.Duration) (*cli, error) {
+	p, err := cliproc.Start(ctx, cliproc.Config{
+		Path: path, Args: args, Env: env, Dir: dir, Logger: log,
+		Grace: grace, WriteTimeout: writeTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &cli{
+		log: log, proc: p, start: st,
+		events: make(chan event, eventBuffer), quit: make(chan struct{}),
+		pending: map[string]chan controlResponse{},
+	}
+	go c.readStdout(maxLine)
+	return c, nil
+}
+
+// pid is the CLI's process id.
+func (c *cli) pid() int { return c.proc.Pid() }
+
+// hasExited reports whether the process has been reaped.
+func (c *cli) hasExited() bool { return !c.proc.Running() }
+
+// isStopped reports whether the process has been reaped and its output
+// drained.
+func (c *cli) isStopped() bool {
+	select {
+	case <-c.proc.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// exitNote describes how the CLI ended, with the end of its stderr, for an
+// error message. It waits a little longer than the drain for the process to
+// be reaped and its output drained.
+func (c *cli) exitNote() string {
+	select {
+	case <-c.proc.Done():
+	case <-time.After(cliproc.DrainWait + time.Second):
+		return "it closed its stdout but is still running"
+	}
+	note := c.proc.Status()
+	if t := c.proc.Stderr().Last(5); len(t) > 0 {
+		note += "; its stderr ended with: " + strings.Join(t, " | ")
+	}
+	return note
+}
+
+// readStdout reads the CLI's stdout line by line until it ends.
+func (c *cli) readStdout(maxLine int) {
+	defer close(c.events)
+	r := cliproc.NewLineReader(c.proc.Stdout(), maxLine)
+	broken := false
+	for {
+		line, err := r.ReadLine()
+		var long *cliproc.LineTooLongError
+		switch {
+		case errors.As(err, &long):
+			if !broken {
+				c.log.Error("claude printed a line over the cap", "bytes", long.Len, "max", long.Max)
+				c.deliver(event{err: fmt.Errorf("claude printed a stream-json line of %d bytes, over the plugin's cap of %d bytes (session option %s); the turn was stopped",
+					long.Len, long.Max, OptMaxLineBytes)})
+				broken = true
+			}
+		case err != nil:
+			if !errors.Is(err, io.EOF) {
+				c.log.Debug("stopped reading claude's stdout", "error", err)
+			}
+			return
+		case !broken:
+			c.handleLine(line)
+		}
+	}
+}
+
+// handleLine routes one stdout line.
+func (c *cli) handleLine(line []byte) {
+	m, err := decodeLine(line)
+	if err != nil {
+		if !errors.Is(err, cliproc.ErrNotJSONObject) || len(bytes.TrimSpace(line)) > 0 {
+			c.log.Debug("skipping a stdout line that is not a JSON object", "line", cliproc.Clip(string(line), 200), "error", err)
+		}
+		return
+	}
+	switch m.Type {
+	case "control_response":
+		if m.Response == nil {
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[m.Response.RequestID]
+		delete(c.pending, m.Response.RequestID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- *m.Response
+		}
+		return
+	case "control_request":
+		var req controlRequest
+		if err := json.Unmarshal(m.Request, &req); err != nil && !isTypeError(err) {
+			c.log.Warn("malformed control request from claude", "error", err)
+		}
+		if req.Subtype != "can_use_tool" {
+			// No hooks or SDK MCP servers are registered, so nothing else
+			// is expected; answer so the CLI does not wait forever.
+			c.log.Warn("claude sent a control request the plugin does not handle", "subtype", req.Subtype)
+			_ = c.write(errorResponse(m.RequestID, fmt.Sprintf("agenthost's claude plugin does not handle control requests of subtype %q", req.Subtype)))
+			return
+		}
+	}
+	c.deliver(event{msg: m})
+}
+
+// deliver hands ev to the session unless the process is being stopped.
+func (c *cli) deliver(ev event) {
+	select {
+	case c.events <- ev:
+	case <-c.quit:
+	}
+}
+
+// write sends one JSON line to the CLI's stdin.
+func (c *cli) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = c.proc.Write(append(b, '\n'))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, cliproc.ErrStdinClosed):
+		return errors.New("claude's stdin is closed")
+	case errors.Is(err, cliproc.ErrWriteTimeout):
+		return fmt.Errorf("claude has not read its stdin for %s", writeTimeout)
+	}
+	return fmt.Errorf("write to claude's stdin: %w", err)
+}
+
+// request sends a control request and returns its id and the channel its
+// response arrives on. Call forget when no longer waiting.
+func (c *cli) request(subtype string, fields map[string]any) (string, chan controlResponse, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	c.mu.Lock()
+	c.seq++
+	id := fmt.Sprintf("req_%d_%s", c.seq, hex.EncodeToString(b[:]))
+	ch := make(chan controlResponse, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	req := map[string]any{"subtype": subtype}
+	for k, v := range fields {
+		req[k] = v
+	}
+	if err := c.write(controlRequestLine{Type: "control_request", RequestID: id, Request: req}); err != nil {
+		c.forget(id)
+		return "", nil, err
+	}
+	return id, ch, nil
+}
+
+func (c *cli) forget(id string) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// initialize sends the control protocol's initialize request and waits for
+// its answer. A CLI that cannot open the conversation (an unknown --resume
+// id, a --session-id already in use) answers with an error result or exits
+// instead; the error then carries the CLI's own message.
+func (c *cli) initialize(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
+	id, ch, err := c.request("initialize", map[string]any{"hooks": nil})
+	if err != nil {
+		// A CLI that refuses its arguments exits at once, and the write
+		// can lose that race (broken pipe): say what the user can act on,
+		// the exit and its stderr, whichever happened first.
+		note := c.exitNote()
+		if c.hasExited() {
+			return fmt.Errorf("claude exited at startup (%s)", note)
+		}
+		return fmt.Errorf("claude did not take the initialize request: %v (%s)", err, note)
+	}
+	defer c.forget(id)
+	for {
+		select {
+		case resp := <-ch:
+			if resp.Subtype == "error" {
+				return fmt.Errorf("claude refused the initialize request: %s", resp.Error)
+			}
+			return nil
+		case ev, ok := <-c.events:
+			switch {
+			case !ok:
+				return fmt.Errorf("claude exited at startup (%s)", c.exitNote())
+			case ev.err != nil:
+				return ev.err
+			case ev.msg.Type == "result" && ev.msg.IsError:
+				return c.startError(ev.msg)
+			case ev.msg.Type == "control_request":
+				_ = c.write(successResponse(ev.msg.RequestID, permissionDeny{Behavior: "deny", Message: "no turn is running"}))
+			}
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("claude did not answer the initialize request within %s", initTimeout)
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// startError turns the error result a CLI prints instead of starting into
+// an error with the CLI's own words.
+func (c *cli) startError(m *message) error {
+	text := resultText(m)
+	if c.start.resume {
+		return fmt.Errorf("claude could not resume session %s: %s", c.start.id, text)
+	}
+	return fmt.Errorf("claude could not start session %s: %s", c.start.id, text)
+}
+
+// resultText is the CLI's own explanation of an error result.
+func resultText(m *message) string {
+	switch {
+	case len(m.Errors) > 0:
+		return strings.Join(m.Errors, "; ")
+	case m.Result != "":
+		return m.Result
+	case m.TerminalReason != "":
+		return fmt.Sprintf("%s (%s)", m.Subtype, m.TerminalReason)
+	}
+	return m.Subtype
+}
+
+// stop ends the CLI under the cliproc rule (stdin EOF, which makes it
+// flush its transcript and exit; SIGTERM; SIGKILL; the waits sharing
+// ctx's deadline) and reaps it. Concurrent calls wait for the first, or
+// kill when their ctx ends first.
+func (c *cli) stop(ctx context.Context) {
+	c.quitOnce.Do(func() { close(c.quit) })
+	_ = c.proc.Stop(ctx)
 }
 
 // Lines the plugin writes to the CLI's stdin.

@@ -1,20 +1,20 @@
 package claude
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
+
+// clip is harness_test.go's name for cliproc.Clip.
+func clip(s string, n int) string { return cliproc.Clip(s, n) }
 
 // sampleLines returns the stdout lines of the real CLI's transcripts in
 // testdata/samples (copies of the reference samples): the .jsonl file
@@ -88,7 +88,7 @@ func boolStr(b bool) string {
 func TestDecodeLenient(t *testing.T) {
 	for _, tt := range []struct {
 		line string
-		want string // type, or "skip" for errNotJSON, "error" for a syntax error
+		want string // type, or "skip" for a line that is not a JSON object, "error" for a syntax error
 	}{
 		{"", "skip"},
 		{"   ", "skip"},
@@ -104,7 +104,7 @@ func TestDecodeLenient(t *testing.T) {
 		m, err := decodeLine([]byte(tt.line))
 		got := ""
 		switch {
-		case errors.Is(err, errNotJSON):
+		case errors.Is(err, cliproc.ErrNotJSONObject):
 			got = "skip"
 		case err != nil:
 			got = "error"
@@ -155,46 +155,11 @@ func FuzzDecodeLine(f *testing.F) {
 	})
 }
 
-func TestReadLine(t *testing.T) {
-	long := strings.Repeat("x", 300)
-	in := "short\n" + long + "\n" + "after\n" + strings.Repeat("y", 100) + "\nlast-no-newline"
-	r := bufio.NewReaderSize(strings.NewReader(in), 16) // fragments smaller than lines
-	var got []string
-	for {
-		line, err := readLine(r, 100)
-		var tooLong *lineTooLongError
-		switch {
-		case errors.As(err, &tooLong):
-			got = append(got, "TOO LONG")
-			continue
-		case len(line) > 0:
-			got = append(got, strings.TrimSuffix(string(line), "\n"))
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := []string{"short", "TOO LONG", "after", strings.Repeat("y", 100), "last-no-newline"}
-	if !slices.Equal(got, want) {
-		t.Errorf("lines = %q, want %q", got, want)
-	}
-}
-
-func TestParseVersion(t *testing.T) {
-	for in, want := range map[string]string{
-		"2.1.332 (Claude Code)": "2.1.332", "v2.0.0\n": "2.0.0", "  10.20.30": "10.20.30",
-		"1.0.128 (Claude Code)": "1.0.128", "Claude Code": "", "": "",
-	} {
-		v, ok := parseVersion(in)
-		if got := map[bool]string{true: v.String(), false: ""}[ok]; got != want {
-			t.Errorf("parseVersion(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if !(version{1, 9, 99}).less(minVersion) || (version{2, 0, 0}).less(minVersion) || !(version{2, 1, 9}).less(version{2, 1, 10}) {
-		t.Error("version ordering is wrong")
+// TestMinVersion: claude 2.0.0 is the oldest the plugin drives (the
+// parsing and ordering are cliproc's, tested there).
+func TestMinVersion(t *testing.T) {
+	if !(cliproc.Version{Major: 1, Minor: 9, Patch: 99}).Less(minVersion) || (cliproc.Version{Major: 2}).Less(minVersion) {
+		t.Errorf("minVersion %s", minVersion)
 	}
 }
 
@@ -257,19 +222,6 @@ func TestToolTitle(t *testing.T) {
 		if got := toolTitle(tt.name, json.RawMessage(tt.input)); got != tt.want {
 			t.Errorf("toolTitle(%s, %s) = %q, want %q", tt.name, tt.input, got, tt.want)
 		}
-	}
-}
-
-func TestPhase(t *testing.T) {
-	if d := phase(context.Background(), 5*time.Second, 2); d != 5*time.Second {
-		t.Errorf("no deadline: %s", d)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2100*time.Millisecond)
-	defer cancel()
-	// About 1s (2s after the 100ms reserve, halved), less whatever time
-	// passed since the context was made.
-	if d := phase(ctx, 5*time.Second, 2); d > time.Second || d < 500*time.Millisecond {
-		t.Errorf("2.1s left, 2 phases: %s", d)
 	}
 }
 

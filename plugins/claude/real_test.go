@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
 // These tests drive the real claude CLI, offline: everything but a model
@@ -28,14 +29,7 @@ import (
 // login in its config dir.
 func realFixture(t *testing.T) (*fixture, []string) {
 	t.Helper()
-	path := os.Getenv("AGENTHOST_REAL_CLAUDE")
-	if path == "" {
-		t.Skip("AGENTHOST_REAL_CLAUDE is not set")
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	abs := plugintest.RealCLI(t, "AGENTHOST_REAL_CLAUDE")
 	f := newFixture(t)
 	os.Remove(filepath.Join(f.configDir, ".credentials.json"))
 	return f, []string{
@@ -52,7 +46,7 @@ var noLogin = map[string]string{OptSkipAuthCheck: "true"}
 
 func TestRealVersion(t *testing.T) {
 	f, env := realFixture(t)
-	v, err := probeVersion(context.Background(), strings.TrimPrefix(env[0], EnvCLIPath+"="), os.Environ())
+	v, err := checkVersion(context.Background(), strings.TrimPrefix(env[0], EnvCLIPath+"="), os.Environ())
 	if err != nil {
 		t.Fatal(err)
 	}

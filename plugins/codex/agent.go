@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
 // Version is the plugin's version, sent to codex as clientInfo.version.
@@ -26,6 +28,15 @@ const clientName = "agenthost"
 // within the caller's own deadline.
 const handshakeTimeout = 60 * time.Second
 
+// stopGrace is the longest Close waits after closing the app-server's
+// stdin, and again after SIGTERM, before the next step; the Close
+// deadline shortens both (cliproc's rule).
+const stopGrace = 2 * time.Second
+
+// settleWait bounds the wait for an app-server that ended its stdout to be
+// reaped and its stderr read, so an error can quote its last words.
+const settleWait = 2 * time.Second
+
 // optOut are notifications the plugin never uses, suppressed at initialize.
 var optOut = []string{"remoteControl/status/changed", "account/rateLimits/updated"}
 
@@ -35,7 +46,7 @@ type agent struct {
 	env []string // the plugin's environment, which the CLI's derives from
 
 	mu         sync.Mutex
-	proc       *process
+	proc       *cliproc.Process
 	conn       *conn
 	readerDone chan struct{}
 	threadID   string
@@ -47,29 +58,18 @@ type agent struct {
 	closed    bool
 }
 
+// New is the plugin's sdk.Factory. It only records the environment: the
+// CLI is found, checked and started when the session opens, so that its
+// errors are the session's readiness failure.
+func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+	return &agent{log: env.Log(), env: os.Environ()}, nil
+}
+
 var (
 	_ sdk.Agent     = (*agent)(nil)
 	_ sdk.Closer    = (*agent)(nil)
 	_ sdk.Describer = (*agent)(nil)
 )
-
-// New is the plugin's sdk.Factory. It only records the environment: the
-// CLI is found, checked and started when the session opens, so that its
-// errors are the session's readiness failure.
-func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-	log := env.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	return &agent{log: log, env: os.Environ()}, nil
-}
-
-// AgentVersion reports the codex CLI's version once a session is open.
-func (a *agent) AgentVersion() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.version
-}
 
 // NewSession starts the app-server in the workspace and a thread in it.
 // The thread id is the handle. Codex saves a thread only once its first
@@ -123,12 +123,15 @@ func (a *agent) open(ctx context.Context, workspace string, in map[string]string
 		a.log.Info("credential variables withheld from codex (session option allow_credentials=true passes them)", "variables", stripped)
 	}
 
-	p, err := startProcess(native, []string{"app-server"}, workspace, cliEnv, a.log.Named("codex"))
+	p, err := cliproc.Start(ctx, cliproc.Config{
+		Path: native, Args: []string{"app-server"}, Dir: workspace, Env: cliEnv,
+		Logger: a.log.Named("codex"), Grace: stopGrace,
+	})
 	if err != nil {
 		return sdk.SessionInfo{}, fmt.Errorf("codex: start `%s app-server` in %s: %w", native, workspace, err)
 	}
-	a.log.Info("codex app-server started", "pid", p.pid, "path", native, "version", version, "workspace", workspace)
-	c := newConn(p.stdin, a.idle)
+	a.log.Info("codex app-server started", "pid", p.Pid(), "path", native, "version", version, "workspace", workspace)
+	c := newConn(p, a.idle)
 	readerDone := make(chan struct{})
 	go a.read(p, c, o.maxMessageBytes, readerDone)
 
@@ -136,14 +139,14 @@ func (a *agent) open(ctx context.Context, workspace string, in map[string]string
 	defer cancel()
 	info, threadID, err := a.handshake(hctx, c, p, workspace, o, resume)
 	if err != nil {
-		p.kill()
+		_ = p.Kill()
 		<-readerDone
 		return sdk.SessionInfo{}, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		p.kill()
+		_ = p.Kill()
 		return sdk.SessionInfo{}, errors.New("codex: the session was closed while it opened")
 	}
 	a.proc, a.conn, a.readerDone = p, c, readerDone
@@ -154,7 +157,7 @@ func (a *agent) open(ctx context.Context, workspace string, in map[string]string
 
 // handshake runs initialize, initialized and thread/start (or
 // thread/resume), returning the session info and the thread id.
-func (a *agent) handshake(ctx context.Context, c *conn, p *process, workspace string, o options, resume string) (sdk.SessionInfo, string, error) {
+func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, workspace string, o options, resume string) (sdk.SessionInfo, string, error) {
 	title := clientName
 	var init initializeResult
 	err := c.call(ctx, "initialize", initializeParams{
@@ -196,31 +199,15 @@ func (a *agent) handshake(ctx context.Context, c *conn, p *process, workspace st
 	}
 	a.log.Info("codex thread open", "thread", res.Thread.ID, "resumed", resume != "", "model", res.Model, "provider", res.ModelProvider)
 	opts := map[string]string{}
-	for _, k := range []string{optModel, optApprovalPolicy, optSandbox, optEphemeral} {
+	for _, k := range []string{OptModel, OptApprovalPolicy, OptSandbox, OptEphemeral} {
 		if v := optionValue(o, k); v != "" {
 			opts[k] = v
 		}
 	}
 	if res.Model != "" {
-		opts[optModel] = res.Model
+		opts[OptModel] = res.Model
 	}
 	return sdk.SessionInfo{Handle: res.Thread.ID, Options: maps.Clone(opts)}, res.Thread.ID, nil
-}
-
-func optionValue(o options, k string) string {
-	switch k {
-	case optModel:
-		return o.model
-	case optApprovalPolicy:
-		return o.approvalPolicy
-	case optSandbox:
-		return o.sandbox
-	case optEphemeral:
-		if o.ephemeral {
-			return "true"
-		}
-	}
-	return ""
 }
 
 // resumeError says why thread/resume failed in terms a user can act on.
@@ -245,7 +232,7 @@ func resumeError(id, home string, err, fallback error) error {
 
 // startupError describes a failed handshake step, quoting the app-server's
 // stderr when it died.
-func (a *agent) startupError(step string, err error, p *process) error {
+func (a *agent) startupError(step string, err error, p *cliproc.Process) error {
 	var re *rpcError
 	if errors.As(err, &re) {
 		return fmt.Errorf("codex: %s failed: %s", step, re.Error())
@@ -256,41 +243,53 @@ func (a *agent) startupError(step string, err error, p *process) error {
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		// A failed write (broken pipe) usually means the app-server
 		// exited at startup; its exit and stderr say why, not the pipe.
-		p.settle(2 * time.Second)
-		if p.done() {
-			return fmt.Errorf("codex: %s failed: %w: it exited at startup (%s)%s", step, errProcessGone, p.exitStatus(), stderrNote(p))
+		settle(p)
+		if !p.Running() {
+			return fmt.Errorf("codex: %s failed: %w: it exited at startup (%s)%s", step, errProcessGone, p.Status(), stderrNote(p))
 		}
 	}
 	return fmt.Errorf("codex: %s failed: %w%s", step, err, stderrNote(p))
 }
 
 // read runs the connection's reader and, when it ends, says why.
-func (a *agent) read(p *process, c *conn, max int, done chan<- struct{}) {
+func (a *agent) read(p *cliproc.Process, c *conn, max int, done chan<- struct{}) {
 	defer close(done)
 	tooLong := false
-	c.readLoop(p.stdout, max, func(err error) error {
-		if errors.Is(err, errLineTooLong) {
+	c.readLoop(p.Stdout(), max, func(err error) error {
+		var long *cliproc.LineTooLongError
+		if errors.As(err, &long) {
 			tooLong = true
-			return fmt.Errorf("%w: it wrote %v, over the limit of %d bytes (session option %s); the plugin stopped it, resume the session to continue",
-				errProcessGone, err, max, optMaxMessageBytes)
+			return fmt.Errorf("%w: it wrote a line too long for the plugin (%d bytes), over the limit of %d bytes (session option %s); the plugin stopped it, resume the session to continue",
+				errProcessGone, long.Len, max, OptMaxMessageBytes)
 		}
-		p.settle(2 * time.Second)
+		settle(p)
 		a.mu.Lock()
 		closed := a.closed
 		a.mu.Unlock()
 		if closed {
 			return fmt.Errorf("%w: the session was closed", errProcessGone)
 		}
-		return fmt.Errorf("%w: it exited unexpectedly (%s)%s; close the session and resume it to start a new one", errProcessGone, p.exitStatus(), stderrNote(p))
+		return fmt.Errorf("%w: it exited unexpectedly (%s)%s; close the session and resume it to start a new one", errProcessGone, p.Status(), stderrNote(p))
 	})
 	if tooLong {
-		p.kill()
+		_ = p.Kill()
+	}
+	// Read stdout to its end, which tells p its reader is done.
+	_, _ = io.Copy(io.Discard, p.Stdout())
+}
+
+// settle waits up to settleWait for the app-server to be reaped and its
+// stderr read to the end.
+func settle(p *cliproc.Process) {
+	select {
+	case <-p.Done():
+	case <-time.After(settleWait):
 	}
 }
 
-func stderrNote(p *process) string {
-	if t := p.stderr.lines(8, 2000); t != "" {
-		return "; the last lines of its stderr:\n" + t
+func stderrNote(p *cliproc.Process) string {
+	if t := p.Stderr().Last(8); len(t) > 0 {
+		return "; the last lines of its stderr:\n" + strings.Join(t, "\n")
 	}
 	return ""
 }
@@ -303,14 +302,38 @@ func (a *agent) idle(m *message) {
 	case m.Error != nil:
 		a.log.Warn("codex reported an error", "error", m.Error.Error())
 	case m.Method == "configWarning" || m.Method == "warning" || m.Method == "deprecationNotice":
-		a.log.Warn("codex "+m.Method, "params", truncate(string(m.Params), 1000))
+		a.log.Warn("codex "+m.Method, "params", cliproc.Clip(string(m.Params), 1000))
 	default:
 		a.log.Debug("codex message outside a turn", "method", m.Method)
 	}
 }
 
-// Close stops the app-server: stdin EOF, then SIGTERM, then SIGKILL, the
-// grace periods bounded by ctx. It always reaps the process.
+// Prompt runs one turn: turn/start, then the turn's notifications mapped
+// to updates until turn/completed. Cancelling ctx sends turn/interrupt.
+func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Turn) (sdk.StopReason, error) {
+	a.mu.Lock()
+	c, threadID, opts := a.conn, a.threadID, a.opts
+	a.mu.Unlock()
+	if c == nil {
+		return "", errors.New("codex: no session is open")
+	}
+	if err := c.Err(); err != nil {
+		return "", fmt.Errorf("codex: cannot start the turn: %w", err)
+	}
+	input, err := toInput(req.Prompt)
+	if err != nil {
+		return "", err
+	}
+	t := &turnRun{
+		a: a, c: c, turn: turn, threadID: threadID, opts: opts,
+		streamed: map[string]bool{}, started: map[string]threadItem{}, approvals: map[string]context.CancelCauseFunc{},
+	}
+	return t.run(ctx, input)
+}
+
+// Close stops the app-server under cliproc's rule: stdin EOF, then
+// SIGTERM, then SIGKILL, the waits sharing ctx's deadline. It always reaps
+// the process.
 func (a *agent) Close(ctx context.Context) error {
 	a.mu.Lock()
 	a.closed = true
@@ -319,8 +342,15 @@ func (a *agent) Close(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	err := p.stop(ctx)
+	err := p.Stop(ctx)
 	<-done
-	a.log.Info("codex app-server stopped", "pid", p.pid, "status", p.exitStatus())
+	a.log.Info("codex app-server stopped", "pid", p.Pid(), "status", p.Status())
 	return err
+}
+
+// AgentVersion reports the codex CLI's version once a session is open.
+func (a *agent) AgentVersion() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.version
 }

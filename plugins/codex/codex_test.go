@@ -11,6 +11,7 @@ import (
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/codex/internal/codextest"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
 // The plugin and the fake CLI, built on first use (not in TestMain: fuzz
@@ -122,6 +123,22 @@ func kinds(ups []*agentpb.Update, kind string) []*agentpb.Update {
 	return out
 }
 
+// run runs one turn of prompt and checks that it ends with reason.
+func run(t *testing.T, p *codextest.Plugin, prompt, reason string) ([]*agentpb.Update, *agentpb.TurnStopped) {
+	t.Helper()
+	ups, st := p.Turn(p.Prompt(prompt), turnWait)
+	stopOf(t, ups, st, reason)
+	return ups, st
+}
+
+// noHandleChange fails the test if ups report the handle (again).
+func noHandleChange(t *testing.T, ups []*agentpb.Update, who string) {
+	t.Helper()
+	if hc := kinds(ups, "handle_changed"); len(hc) != 0 {
+		t.Errorf("%s reported its handle again: %v", who, hc)
+	}
+}
+
 func TestConformance(t *testing.T) {
 	h := newHome(t, true)
 	sdktest.Run(t, bins.plugin,
@@ -139,8 +156,7 @@ func TestStreamUsageAndHandle(t *testing.T) {
 	if len(handle) != 36 || handle[14] != '7' {
 		t.Errorf("handle %q is not a UUIDv7 thread id", handle)
 	}
-	ups, st := p.Turn(p.Prompt("count 3"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p, "count 3", "end_turn")
 	var chunks []string
 	for _, u := range kinds(ups, "agent_message_chunk") {
 		chunks = append(chunks, u.GetAgentMessageChunk().GetContent().GetText())
@@ -164,11 +180,8 @@ func TestStreamUsageAndHandle(t *testing.T) {
 		t.Errorf("rollout files for %s: %v", handle, m)
 	}
 
-	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
-	stopOf(t, ups, st, "end_turn")
-	if hc := kinds(ups, "handle_changed"); len(hc) != 0 {
-		t.Errorf("second turn reported the handle again: %v", hc)
-	}
+	ups, _ = run(t, p, "count 1", "end_turn")
+	noHandleChange(t, ups, "the second turn")
 }
 
 // A session whose thread ran a turn resumes under the same handle in a
@@ -177,8 +190,7 @@ func TestResumeAfterFirstTurn(t *testing.T) {
 	t.Parallel()
 	h := newHome(t, true)
 	p, handle := open(t, h, nil)
-	ups, st := p.Turn(p.Prompt("hello"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	run(t, p, "hello", "end_turn")
 	if err := p.Close(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +203,11 @@ func TestResumeAfterFirstTurn(t *testing.T) {
 	if got != handle {
 		t.Errorf("resumed handle %q, want %q", got, handle)
 	}
-	ups, st = p2.Turn(p2.Prompt("again"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p2, "again", "end_turn")
 	if msg := codextest.Messages(ups); msg != "again" {
 		t.Errorf("message %q", msg)
 	}
-	if hc := kinds(ups, "handle_changed"); len(hc) != 0 {
-		t.Errorf("a resumed thread reported its handle again: %v", hc)
-	}
+	noHandleChange(t, ups, "a resumed thread")
 }
 
 func TestResumeErrors(t *testing.T) {
@@ -221,14 +230,7 @@ func TestResumeErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := codextest.Start(t, bins.plugin, h.env(tt.env...))
 			_, err := p.Resume(h.workspace, tt.handle, nil)
-			if err == nil {
-				t.Fatal("resume succeeded")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
+			plugintest.ErrorContains(t, err, "Resume", tt.want...)
 		})
 	}
 }
@@ -284,14 +286,7 @@ func TestReadinessFailures(t *testing.T) {
 			h := newHome(t, tt.auth)
 			p := codextest.Start(t, bins.plugin, h.env(tt.env...))
 			_, err := p.NewSession(h.workspace, tt.opts)
-			if err == nil {
-				t.Fatal("NewSession succeeded")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
+			plugintest.ErrorContains(t, err, "NewSession", tt.want...)
 		})
 	}
 }
@@ -306,8 +301,7 @@ func TestCredentialPolicy(t *testing.T) {
 	}
 	keys := []string{"OPENAI_API_KEY=sk-test", "CODEX_ACCESS_TOKEN=tok", "MY_PROVIDER_KEY=mine", "UNRELATED=kept"}
 	ask := func(p *codextest.Plugin, name string) string {
-		ups, st := p.Turn(p.Prompt("env "+name), turnWait)
-		stopOf(t, ups, st, "end_turn")
+		ups, _ := run(t, p, "env "+name, "end_turn")
 		return codextest.Messages(ups)
 	}
 	p, _ := open(t, h, nil, keys...)
@@ -344,8 +338,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("cancel took %s", d)
 	}
 	// The session goes on.
-	ups, st = p.Turn(p.Prompt("count 2"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	run(t, p, "count 2", "end_turn")
 }
 
 func TestApprovals(t *testing.T) {
@@ -419,8 +412,7 @@ func TestApprovals(t *testing.T) {
 func TestNoApprovalWhenPolicyNever(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "never"})
-	ups, st := p.Turn(p.Prompt("tool"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p, "tool", "end_turn")
 	if r := kinds(ups, "permission_request"); len(r) != 0 {
 		t.Errorf("asked for permission: %s", codextest.Describe(ups))
 	}
@@ -432,8 +424,7 @@ func TestNoApprovalWhenPolicyNever(t *testing.T) {
 func TestThoughtsAndPlans(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil)
-	ups, st := p.Turn(p.Prompt("think"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p, "think", "end_turn")
 	var thought string
 	for _, u := range kinds(ups, "agent_thought_chunk") {
 		thought += u.GetAgentThoughtChunk().GetContent().GetText()
@@ -441,8 +432,7 @@ func TestThoughtsAndPlans(t *testing.T) {
 	if thought != "thinking hard" {
 		t.Errorf("thought %q (%s)", thought, codextest.Describe(ups))
 	}
-	ups, st = p.Turn(p.Prompt("plan"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ = run(t, p, "plan", "end_turn")
 	plans := kinds(ups, "plan")
 	if len(plans) != 1 {
 		t.Fatalf("plans: %s", codextest.Describe(ups))
@@ -456,21 +446,18 @@ func TestThoughtsAndPlans(t *testing.T) {
 func TestTurnFailures(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"model_retry_timeout": "300ms"})
-	ups, st := p.Turn(p.Prompt("fail out of tokens"), turnWait)
-	stopOf(t, ups, st, "failed")
+	_, st := run(t, p, "fail out of tokens", "failed")
 	if st.Error != "out of tokens" {
 		t.Errorf("error %q", st.Error)
 	}
-	ups, st = p.Turn(p.Prompt("offline"), turnWait)
-	stopOf(t, ups, st, "failed")
+	_, st = run(t, p, "offline", "failed")
 	for _, w := range []string{"could not reach its model for 300ms", "Reconnecting... waiting for network", "Connection failed", "model_retry_timeout"} {
 		if !strings.Contains(st.Error, w) {
 			t.Errorf("error %q lacks %q", st.Error, w)
 		}
 	}
 	// The session goes on.
-	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	run(t, p, "count 1", "end_turn")
 }
 
 // A CLI that dies mid-turn fails the turn with its exit status and stderr,
@@ -478,15 +465,13 @@ func TestTurnFailures(t *testing.T) {
 func TestCLIDiesMidTurn(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil)
-	ups, st := p.Turn(p.Prompt("die"), turnWait)
-	stopOf(t, ups, st, "failed")
+	_, st := run(t, p, "die", "failed")
 	for _, w := range []string{"exited unexpectedly (exit status 3)", "asked to die", "resume it"} {
 		if !strings.Contains(st.Error, w) {
 			t.Errorf("error %q lacks %q", st.Error, w)
 		}
 	}
-	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
-	stopOf(t, ups, st, "failed")
+	_, st = run(t, p, "count 1", "failed")
 	if !strings.Contains(st.Error, "codex app-server is not running") {
 		t.Errorf("next turn error %q", st.Error)
 	}
@@ -497,14 +482,12 @@ func TestCLIDiesMidTurn(t *testing.T) {
 func TestHugeLine(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"max_message_bytes": "100000"})
-	ups, st := p.Turn(p.Prompt("huge 100000"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p, "huge 100000", "end_turn")
 	if msg := codextest.Messages(ups); len(msg) < 99000 || !strings.HasSuffix(msg, "huge done") {
 		t.Errorf("message of %d bytes", len(msg))
 	}
 	kids := codextest.Children(p.Pid)
-	ups, st = p.Turn(p.Prompt("huge 100001"), turnWait)
-	stopOf(t, ups, st, "failed")
+	_, st := run(t, p, "huge 100001", "failed")
 	for _, w := range []string{"line too long", "over the limit of 100000 bytes", "max_message_bytes"} {
 		if !strings.Contains(st.Error, w) {
 			t.Errorf("error %q lacks %q", st.Error, w)
@@ -522,16 +505,14 @@ func TestHugeLine(t *testing.T) {
 func TestNoiseAndSlowStream(t *testing.T) {
 	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_SLOW=10ms")
-	ups, st := p.Turn(p.Prompt("noise"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ := run(t, p, "noise", "end_turn")
 	if msg := codextest.Messages(ups); !strings.Contains(msg, `"code":-32601`) || !strings.Contains(msg, "does not handle fake/unknownRequest") {
 		t.Errorf("reply %q", msg)
 	}
 	if n := len(kinds(ups, "tool_call")); n != 0 {
 		t.Errorf("an unknown item became %d tool calls", n)
 	}
-	ups, st = p.Turn(p.Prompt("count 5"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	ups, _ = run(t, p, "count 5", "end_turn")
 	if msg := codextest.Messages(ups); msg != "12345" {
 		t.Errorf("slow stream %q", msg)
 	}
@@ -593,6 +574,5 @@ func TestCancelBeforeTurnStarts(t *testing.T) {
 	p.Cancel()
 	ups, st := p.Turn(turn, turnWait)
 	stopOf(t, ups, st, "cancelled")
-	ups, st = p.Turn(p.Prompt("count 1"), turnWait)
-	stopOf(t, ups, st, "end_turn")
+	run(t, p, "count 1", "end_turn")
 }

@@ -24,24 +24,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 	"github.com/agenthost/agenthost/plugins/codex/internal/codextest"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
 // realCLI is the codex under test, or a skip.
 func realCLI(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("AGENTHOST_REAL_CODEX")
-	if p == "" {
-		t.Skip("AGENTHOST_REAL_CODEX is not set")
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
+	return plugintest.RealCLI(t, "AGENTHOST_REAL_CODEX")
 }
 
 // realHome is an isolated HOME with its CODEX_HOME and a workspace.
@@ -74,23 +66,23 @@ func TestRealVersion(t *testing.T) {
 }
 
 // rawServer starts `codex app-server` and a conn to it.
-func rawServer(t *testing.T, h realHome) (*conn, *process) {
+func rawServer(t *testing.T, h realHome) (*conn, *cliproc.Process) {
 	t.Helper()
 	native, _ := nativeCLI(realCLI(t))
-	p, err := startProcess(native, []string{"app-server"}, h.workspace, h.env(), hclog.NewNullLogger())
+	p, err := cliproc.Start(t.Context(), cliproc.Config{Path: native, Args: []string{"app-server"}, Dir: h.workspace, Env: h.env(), Grace: stopGrace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newConn(p.stdin, nil)
+	c := newConn(p, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.readLoop(p.stdout, DefaultMaxMessageBytes, func(err error) error { return errors.Join(errProcessGone, err) })
+		c.readLoop(p.Stdout(), DefaultMaxMessageBytes, func(err error) error { return errors.Join(errProcessGone, err) })
 	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		p.stop(ctx)
+		_ = p.Stop(ctx)
 		<-done
 	})
 	return c, p

@@ -48,15 +48,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/agenthost/agenthost/plugins/internal/fakecli"
+	"github.com/google/uuid"
 )
 
 const realVersion = "2.1.332"
@@ -78,109 +78,6 @@ func main() {
 	}
 	f := newFake(a)
 	f.run()
-}
-
-// ---- argv ----
-
-type args struct {
-	version, print, verbose, fork, cont bool
-	outputFormat, inputFormat           string
-	permPromptTool, permMode            string
-	sessionID, model                    string
-	resume                              *string
-}
-
-var valueFlags = []string{
-	"output-format", "input-format", "permission-prompt-tool", "permission-mode", "session-id", "model",
-	"fallback-model", "allowedTools", "allowed-tools", "disallowedTools", "disallowed-tools", "max-turns",
-	"system-prompt", "append-system-prompt", "add-dir", "settings", "setting-sources", "mcp-config",
-	"max-budget-usd", "max-thinking-tokens", "thinking", "effort", "json-schema", "plugin-dir", "tools",
-	"permission-prompts",
-}
-
-var boolFlags = []string{
-	"print", "verbose", "fork-session", "continue", "include-partial-messages", "include-hook-events",
-	"replay-user-messages", "no-session-persistence", "strict-mcp-config", "dangerously-skip-permissions",
-	"bare", "version", "debug",
-}
-
-var permModes = []string{"acceptEdits", "auto", "bypassPermissions", "manual", "dontAsk", "plan", "default"}
-
-func fatal(code int, msg string) {
-	fmt.Fprintln(os.Stderr, msg)
-	os.Exit(code)
-}
-
-func parseArgs(argv []string) args {
-	var a args
-	shorts := map[string]string{"-p": "print", "-c": "continue", "-v": "version", "-r": "resume"}
-	for i := 0; i < len(argv); i++ {
-		arg := argv[i]
-		name, value, hasValue := "", "", false
-		switch {
-		case shorts[arg] != "":
-			name = shorts[arg]
-		case strings.HasPrefix(arg, "--"):
-			name, value, hasValue = strings.Cut(arg[2:], "=")
-		case strings.HasPrefix(arg, "-"):
-			fatal(1, fmt.Sprintf("error: unknown option '%s'", arg))
-		default:
-			continue // a prompt argument; stream-json input ignores it
-		}
-		switch {
-		case name == "resume":
-			if !hasValue && i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
-				i++
-				value, hasValue = argv[i], true
-			}
-			v := value
-			a.resume = &v
-		case slices.Contains(valueFlags, name):
-			if !hasValue {
-				if i+1 >= len(argv) {
-					fatal(1, fmt.Sprintf("error: option '--%s <value>' argument missing", name))
-				}
-				i++
-				value = argv[i]
-			}
-			switch name {
-			case "output-format":
-				a.outputFormat = value
-			case "input-format":
-				a.inputFormat = value
-			case "permission-prompt-tool":
-				a.permPromptTool = value
-			case "permission-mode":
-				if !slices.Contains(permModes, value) {
-					fatal(1, fmt.Sprintf("error: option '--permission-mode <mode>' argument '%s' is invalid. Allowed choices are acceptEdits, auto, bypassPermissions, manual, dontAsk, plan.", value))
-				}
-				a.permMode = value
-			case "session-id":
-				a.sessionID = value
-			case "model":
-				a.model = value
-			}
-		case slices.Contains(boolFlags, name):
-			if hasValue {
-				fatal(1, fmt.Sprintf("error: option '--%s' does not take an argument", name))
-			}
-			switch name {
-			case "print":
-				a.print = true
-			case "verbose":
-				a.verbose = true
-			case "fork-session":
-				a.fork = true
-			case "continue":
-				a.cont = true
-			case "version":
-				a.version = true
-			}
-		default:
-			fatal(1, fmt.Sprintf("error: unknown option '--%s'", name))
-		}
-	}
-	return a
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -215,12 +112,8 @@ type fake struct {
 	done  chan struct{}
 }
 
-type turn struct {
-	interrupted chan struct{}
-	once        sync.Once
-}
-
-func (t *turn) interrupt() { t.once.Do(func() { close(t.interrupted) }) }
+// turn is the turn in progress.
+type turn = fakecli.Turn
 
 func newFake(a args) *fake {
 	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, turns: make(chan string, 64), done: make(chan struct{})}
@@ -253,7 +146,7 @@ func newFake(a args) *fake {
 func (f *fake) run() {
 	a := f.a
 	if f.ignoreTerm {
-		signal.Ignore(syscall.SIGTERM)
+		fakecli.IgnoreSIGTERM()
 	}
 	if a.print && a.outputFormat == "stream-json" && !a.verbose {
 		fatal(1, "Error: When using --print, --output-format=stream-json requires --verbose")
@@ -269,7 +162,7 @@ func (f *fake) run() {
 		id := *a.resume
 		if !uuidRE.MatchString(id) {
 			msg := fmt.Sprintf("Error: --resume requires a valid session ID or session title when used with --print. Usage: claude -p --resume <session-id|title>. Provided value %q is not a UUID and does not match any session title.", id)
-			f.startupFailure(newUUID(), msg, msg)
+			f.startupFailure(uuid.NewString(), msg, msg)
 		}
 		path := f.findTranscript(id)
 		if path == "" {
@@ -278,7 +171,7 @@ func (f *fake) run() {
 		}
 		f.sessionID, f.transcript = id, path
 		if os.Getenv("FAKECLAUDE_ROTATE_ON_RESUME") == "1" || os.Getenv("FAKE_CLAUDE_ROTATE_ON_RESUME") == "1" {
-			f.sessionID = newUUID()
+			f.sessionID = uuid.NewString()
 			f.transcript = filepath.Join(filepath.Dir(path), f.sessionID+".jsonl")
 			if b, err := os.ReadFile(path); err == nil {
 				_ = os.WriteFile(f.transcript, b, 0o600)
@@ -294,7 +187,7 @@ func (f *fake) run() {
 		f.sessionID = a.sessionID
 		f.transcript = filepath.Join(f.configDir, "projects", sanitize(f.cwd), f.sessionID+".jsonl")
 	default:
-		f.sessionID = newUUID()
+		f.sessionID = uuid.NewString()
 		f.transcript = filepath.Join(f.configDir, "projects", sanitize(f.cwd), f.sessionID+".jsonl")
 	}
 
@@ -302,9 +195,7 @@ func (f *fake) run() {
 	f.readStdin()
 	// Stdin closed: the session ends once the running turn has.
 	if f.ignoreTerm {
-		for { // not select{}: the runtime would call that a deadlock and exit
-			time.Sleep(time.Hour)
-		}
+		fakecli.Forever()
 	}
 	close(f.turns)
 	<-f.done
@@ -324,7 +215,7 @@ func (f *fake) startupFailure(sessionID, errText, stderr string) {
 		"type": "result", "subtype": "error_during_execution", "duration_ms": 0, "duration_api_ms": 0,
 		"is_error": true, "num_turns": 0, "stop_reason": nil, "session_id": sessionID, "total_cost_usd": 0,
 		"usage": zeroUsage(), "modelUsage": map[string]any{}, "permission_denials": []any{},
-		"uuid": newUUID(), "errors": []string{errText}, "result_index": 0,
+		"uuid": uuid.NewString(), "errors": []string{errText}, "result_index": 0,
 	})
 	fatal(1, stderr)
 }
@@ -399,7 +290,7 @@ func (f *fake) handleInput(line []byte) {
 			f.controlSuccess(m.RequestID, map[string]any{"still_queued": []any{}})
 			f.mu.Lock()
 			if f.cur != nil {
-				f.cur.interrupt()
+				f.cur.Interrupt()
 			} else if f.queued > 0 {
 				f.interruptPending = true
 			}
@@ -506,14 +397,6 @@ func (f *fake) appendTranscript(m map[string]any) {
 
 func now() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000Z") }
 
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -555,7 +438,7 @@ func (f *fake) systemInit() map[string]any {
 		"plugins":            []any{map[string]any{"name": "cc-plugin-agents-md", "path": "builtin", "source": "cc-plugin-agents-md@builtin"}},
 		"capabilities":       []string{"interrupt_receipt_v1", "interrupt_cancel_queued_v1"},
 		"analytics_disabled": false, "product_feedback_disabled": false, "served_by_anthropic": true,
-		"uuid": newUUID(), "sandbox_enabled": false,
+		"uuid": uuid.NewString(), "sandbox_enabled": false,
 		"memory_paths": map[string]any{"auto": filepath.Join(f.configDir, "projects", sanitize(f.cwd), "memory") + "/"},
 		"original_cwd": f.cwd, "additional_directories": []any{},
 		"messaging_socket_path": "/tmp/cc-socks/" + strconv.Itoa(os.Getpid()) + ".sock",
@@ -578,7 +461,7 @@ func (f *fake) assistant(msgID string, stopReason any, blocks ...map[string]any)
 				"cache_read_input_tokens": 100, "service_tier": "standard"},
 			"content": blocks, "context_management": nil,
 		},
-		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": newUUID(), "timestamp": now(),
+		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": uuid.NewString(), "timestamp": now(),
 	}
 }
 
@@ -588,7 +471,7 @@ func (f *fake) userLine(content any, extra map[string]any) map[string]any {
 	m := map[string]any{
 		"type":               "user",
 		"message":            map[string]any{"role": "user", "content": content},
-		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": newUUID(), "timestamp": now(),
+		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": uuid.NewString(), "timestamp": now(),
 	}
 	for k, v := range extra {
 		m[k] = v
@@ -608,7 +491,7 @@ func (f *fake) result(subtype string, isError bool, resultText string, stopReaso
 			"server_tool_use": map[string]any{"web_search_requests": 0, "web_fetch_requests": 0}, "service_tier": "standard",
 		},
 		"modelUsage": map[string]any{}, "permission_denials": []any{}, "terminal_reason": terminal,
-		"uuid": newUUID(), "queued_turn_count": 0, "result_index": 0,
+		"uuid": uuid.NewString(), "queued_turn_count": 0, "result_index": 0,
 	}
 	if resultText != "" || !isError {
 		m["result"] = resultText
@@ -621,13 +504,13 @@ func (f *fake) result(subtype string, isError bool, resultText string, stopReaso
 func (f *fake) runTurns() {
 	defer close(f.done)
 	for prompt := range f.turns {
-		t := &turn{interrupted: make(chan struct{})}
+		t := fakecli.NewTurn()
 		f.mu.Lock()
 		f.queued--
 		f.cur = t
 		if f.interruptPending {
 			f.interruptPending = false
-			t.interrupt()
+			t.Interrupt()
 		}
 		first := !f.initSent
 		f.initSent = true
@@ -635,7 +518,7 @@ func (f *fake) runTurns() {
 		if first {
 			f.emit(f.systemInit())
 		}
-		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": newUUID()})
+		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": uuid.NewString()})
 		if first && f.forkAndDie > 0 {
 			f.forkGrandchildrenAndDie(f.forkAndDie)
 		}
@@ -644,26 +527,6 @@ func (f *fake) runTurns() {
 		f.cur = nil
 		f.lastIsError = isError
 		f.mu.Unlock()
-	}
-}
-
-// wait sleeps for d and reports whether the turn was not interrupted.
-func wait(t *turn, d time.Duration) bool {
-	if d <= 0 {
-		select {
-		case <-t.interrupted:
-			return false
-		default:
-			return true
-		}
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-t.interrupted:
-		return false
 	}
 }
 
@@ -682,18 +545,18 @@ const interruptMarker = "[Request interrupted by user]"
 
 // runTurn plays one turn and reports whether its result was an error.
 func (f *fake) runTurn(t *turn, prompt string) bool {
-	if !wait(t, 0) {
+	if !t.Wait(0) {
 		return f.interrupted(interruptMarker)
 	}
-	word, rest, _ := strings.Cut(prompt, " ")
-	fields := strings.Fields(rest)
+	model := fakecli.ParsePrompt(prompt)
+	word := model.Word
 	if !f.authed {
 		word = "noauth"
 	}
 	msgID := "msg_01" + randHex(10)
 	say := func(s string) {
 		f.emit(f.assistant(msgID, nil, text(s)))
-		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": newUUID()})
+		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": uuid.NewString()})
 	}
 	done := func(last string, n int) bool {
 		f.emit(f.result("success", false, last, "end_turn", "completed", n, 5))
@@ -701,21 +564,17 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	}
 	switch word {
 	case "count":
-		n, _ := strconv.Atoi(first(fields))
-		var interval time.Duration
-		if len(fields) > 1 {
-			interval, _ = time.ParseDuration(fields[1])
-		}
+		n, interval := model.Int(0, 0), model.Duration(1, 0)
 		for i := 1; i <= n; i++ {
-			if i > 1 && !wait(t, interval) {
+			if i > 1 && !t.Wait(interval) {
 				return f.interrupted(interruptMarker)
 			}
 			say(strconv.Itoa(i))
 		}
 		return done(strconv.Itoa(n), 1)
 	case "sleep":
-		d, _ := time.ParseDuration(first(fields))
-		if !wait(t, d) {
+		d := model.Duration(0, 0)
+		if !t.Wait(d) {
 			return f.interrupted(interruptMarker)
 		}
 		say("slept " + d.String())
@@ -738,8 +597,7 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		say("planned")
 		return done("planned", 2)
 	case "huge":
-		n, _ := strconv.Atoi(first(fields))
-		say(strings.Repeat("x", n))
+		say(strings.Repeat("x", model.Int(0, 0)))
 		return done("huge", 1)
 	case "die":
 		say("dying")
@@ -749,7 +607,7 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		return true
 	case "fail":
 		const msg = `API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`
-		a := f.assistant(newUUID(), "stop_sequence", text(msg))
+		a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
 		a["error"] = "server_error"
 		a["is_api_error_message"] = true
 		a["message"].(map[string]any)["model"] = "<synthetic>"
@@ -769,13 +627,6 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	return done(prompt, 1)
 }
 
-func first(s []string) string {
-	if len(s) == 0 {
-		return ""
-	}
-	return s[0]
-}
-
 // noAuth is the real unauthenticated turn (samples/claude_stream_noauth.jsonl).
 func (f *fake) noAuth() {
 	u := zeroUsage()
@@ -785,11 +636,11 @@ func (f *fake) noAuth() {
 	f.emit(map[string]any{
 		"type": "assistant",
 		"message": map[string]any{
-			"diagnostics": nil, "id": newUUID(), "container": nil, "model": "<synthetic>", "role": "assistant",
+			"diagnostics": nil, "id": uuid.NewString(), "container": nil, "model": "<synthetic>", "role": "assistant",
 			"stop_details": nil, "stop_reason": "stop_sequence", "stop_sequence": "", "type": "message", "usage": u,
 			"content": []any{text("Not logged in · Please run /login")}, "context_management": nil,
 		},
-		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": newUUID(), "timestamp": now(),
+		"parent_tool_use_id": nil, "session_id": f.sessionID, "uuid": uuid.NewString(), "timestamp": now(),
 		"error": "authentication_failed", "is_api_error_message": true,
 	})
 	f.emit(map[string]any{
@@ -797,7 +648,7 @@ func (f *fake) noAuth() {
 		"usage": zeroUsage(), "modelUsage": map[string]any{}, "permission_denials": []any{},
 		"terminal_reason": "api_error", "fast_mode_state": "off", "fast_mode_disabled_reason": "sdk_opt_in_required",
 		"safety_stops": 0, "is_error": true, "num_turns": 1, "subtype": "success", "api_error_status": nil,
-		"result": "Not logged in · Please run /login", "type": "result", "duration_ms": 158, "uuid": newUUID(),
+		"result": "Not logged in · Please run /login", "type": "result", "duration_ms": 158, "uuid": uuid.NewString(),
 		"queued_turn_count": 0, "result_index": 0, "model_usage_since_last_result": map[string]any{},
 	})
 }
@@ -811,7 +662,7 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	ask := f.a.permPromptTool == "stdio" && f.a.permMode != "bypassPermissions" && f.a.permMode != "dontAsk"
 	note := ""
 	if ask {
-		reqID := newUUID()
+		reqID := uuid.NewString()
 		ch := make(chan map[string]any, 1)
 		f.mu.Lock()
 		f.permWaiters[reqID] = ch
@@ -826,7 +677,7 @@ func (f *fake) tool(t *turn, msgID string) bool {
 		var resp map[string]any
 		select {
 		case resp = <-ch:
-		case <-t.interrupted:
+		case <-t.Interrupted():
 			f.mu.Lock()
 			delete(f.permWaiters, reqID)
 			f.mu.Unlock()
@@ -889,7 +740,7 @@ func (f *fake) forkGrandchildrenAndDie(n int) {
 // linger is a grandchild's life: sleep, ignoring SIGTERM when asked.
 func linger(d string) {
 	if os.Getenv("FAKECLAUDE_GRANDCHILD_IGNORE_SIGTERM") == "1" {
-		signal.Ignore(syscall.SIGTERM)
+		fakecli.IgnoreSIGTERM()
 	}
 	dur, err := time.ParseDuration(d)
 	if err != nil {

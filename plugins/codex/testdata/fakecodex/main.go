@@ -36,14 +36,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/agenthost/agenthost/plugins/internal/fakecli"
 	"github.com/google/uuid"
 )
 
@@ -91,37 +89,14 @@ type thread struct {
 	active          *turn
 }
 
+// turn is a turn in progress.
 type turn struct {
-	id        string
-	interrupt chan struct{}
-	once      sync.Once
+	id string
+	*fakecli.Turn
 }
 
-func (t *turn) stop() { t.once.Do(func() { close(t.interrupt) }) }
-
-func (t *turn) interrupted() bool {
-	select {
-	case <-t.interrupt:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait sleeps d and reports whether the turn was not interrupted.
-func (t *turn) wait(d time.Duration) bool {
-	if d <= 0 {
-		return !t.interrupted()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return true
-	case <-t.interrupt:
-		return false
-	}
-}
+// interrupted reports whether the turn was interrupted.
+func (t *turn) interrupted() bool { return !t.Wait(0) }
 
 func newServer() *server {
 	s := &server{w: bufio.NewWriterSize(os.Stdout, 1<<16), threads: map[string]*thread{}, waiting: map[string]chan json.RawMessage{}, optOut: map[string]bool{}}
@@ -140,7 +115,7 @@ func newServer() *server {
 func (s *server) serve() {
 	ignoreTerm := os.Getenv("FAKECODEX_IGNORE_SIGTERM") == "1"
 	if ignoreTerm {
-		signal.Ignore(syscall.SIGTERM)
+		fakecli.IgnoreSIGTERM()
 	}
 	// Like the real server, a log line on stderr at startup.
 	fmt.Fprintln(os.Stderr, "\x1b[2m2026-11-29T20:17:09.000000Z\x1b[0m \x1b[31mERROR\x1b[0m codex_app_server: Codex could not find bubblewrap on PATH (fake)")
@@ -158,7 +133,7 @@ func (s *server) serve() {
 		}
 		if err != nil {
 			if ignoreTerm {
-				select {} // stdin EOF ignored too
+				fakecli.Forever() // stdin EOF ignored too
 			}
 			os.Exit(0)
 		}
@@ -275,13 +250,13 @@ func (s *server) ask(th *thread, t *turn, method string, params any) json.RawMes
 	id := s.nextReq
 	s.nextReq++
 	ch := make(chan json.RawMessage, 1)
-	s.waiting[strconv.Itoa(id)] = ch
+	s.waiting[fmt.Sprint(id)] = ch
 	s.mu.Unlock()
 	s.writeLine(mustJSON(serverRequest{Method: method, ID: id, Params: params}))
 	var answer json.RawMessage
 	select {
 	case answer = <-ch:
-	case <-t.interrupt:
+	case <-t.Interrupted():
 	}
 	s.notify("serverRequest/resolved", map[string]any{"threadId": th.id, "requestId": id})
 	return answer
@@ -486,7 +461,7 @@ func (s *server) turnStart(m inMsg) {
 	busy := th != nil && th.active != nil
 	var tu *turn
 	if th != nil && !busy {
-		tu = &turn{id: newID(), interrupt: make(chan struct{})}
+		tu = &turn{id: newID(), Turn: fakecli.NewTurn()}
 		th.active = tu
 		if len(p.ApprovalPolicy) > 0 {
 			th.policy = policyOf(p.ApprovalPolicy)
@@ -528,7 +503,7 @@ func (s *server) turnInterrupt(m inMsg) {
 		return
 	}
 	s.result(m.ID, map[string]any{})
-	tu.stop()
+	tu.Interrupt()
 }
 
 // The turn.
@@ -581,7 +556,7 @@ func (s *server) message(th *thread, tu *turn, deltas []string, gap time.Duratio
 	s.notify("item/started", map[string]any{"item": map[string]any{"type": "agentMessage", "id": id, "text": "", "phase": nil}, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
 	var full strings.Builder
 	for i, d := range deltas {
-		if i > 0 && !tu.wait(gap) {
+		if i > 0 && !tu.Wait(gap) {
 			return false
 		}
 		if tu.interrupted() {
@@ -602,25 +577,16 @@ func (s *server) asksApproval(th *thread) bool {
 }
 
 func (s *server) model(th *thread, tu *turn, text string) turnEnd {
-	fields := strings.Fields(text)
-	word := ""
-	if len(fields) > 0 {
-		word = fields[0]
-	}
+	prompt := fakecli.ParsePrompt(text)
+	word := prompt.Word
 	ok := turnEnd{status: "completed", output: 1}
 	interrupted := turnEnd{status: "interrupted"}
 	switch word {
 	case "count":
-		n, gap := 1, time.Duration(0)
-		if len(fields) > 1 {
-			n, _ = strconv.Atoi(fields[1])
-		}
-		if len(fields) > 2 {
-			gap, _ = time.ParseDuration(fields[2])
-		}
+		n, gap := prompt.Int(0, 1), prompt.Duration(1, 0)
 		deltas := make([]string, n)
 		for i := range deltas {
-			deltas[i] = strconv.Itoa(i + 1)
+			deltas[i] = fmt.Sprint(i + 1)
 		}
 		if !s.message(th, tu, deltas, gap) {
 			return interrupted
@@ -628,11 +594,8 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		ok.output = n
 		return ok
 	case "sleep":
-		d := time.Hour
-		if len(fields) > 1 {
-			d, _ = time.ParseDuration(fields[1])
-		}
-		if !tu.wait(d) {
+		d := prompt.Duration(0, time.Hour)
+		if !tu.Wait(d) {
 			return interrupted
 		}
 		s.message(th, tu, []string{"slept " + d.String()}, 0)
@@ -662,10 +625,7 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		s.message(th, tu, []string{"planned"}, 0)
 		return ok
 	case "huge":
-		n := 1 << 20
-		if len(fields) > 1 {
-			n, _ = strconv.Atoi(fields[1])
-		}
+		n := prompt.Int(0, 1<<20)
 		id := newID()
 		frame := func(delta string) []byte {
 			return mustJSON(notification{Method: "item/agentMessage/delta", EmittedAtMs: nowMs(),
@@ -694,14 +654,14 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 				"codexErrorInfo":    map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": nil}},
 				"additionalDetails": "Connection failed: error sending request", "misalignment": nil},
 				"willRetry": true, "threadId": th.id, "turnId": tu.id})
-			if !tu.wait(50 * time.Millisecond) {
+			if !tu.Wait(50 * time.Millisecond) {
 				return interrupted
 			}
 		}
 	case "env":
-		v, set := "<unset>", false
-		if len(fields) > 1 {
-			v, set = os.LookupEnv(fields[1])
+		v, set := "", false
+		if len(prompt.Args) > 0 {
+			v, set = os.LookupEnv(prompt.Args[0])
 		}
 		if !set {
 			v = "<unset>"
@@ -766,7 +726,7 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 	}
 	s.notify("item/completed", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
 	if decision == "cancel" {
-		tu.stop()
+		tu.Interrupt()
 		return turnEnd{status: "interrupted"}
 	}
 	s.message(th, tu, []string{"approval: " + decision}, 0)

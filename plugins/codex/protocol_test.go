@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
 // sampleLines are the lines codex wrote in the stored transcripts: real
@@ -70,7 +72,7 @@ func TestDecodeSamples(t *testing.T) {
 			t.Errorf("decodeMessage(%q) = %+v, want an error", bad, m)
 		}
 	}
-	if _, err := decodeMessage([]byte("hello")); !errors.Is(err, errNotJSON) {
+	if _, err := decodeMessage([]byte("hello")); !errors.Is(err, cliproc.ErrNotJSONObject) {
 		t.Errorf("a non-JSON line: %v", err)
 	}
 }
@@ -112,42 +114,12 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		// The line reader returns the same line.
 		if !bytes.ContainsAny(line, "\n") {
-			got, _, err := readLine(bufio.NewReader(bytes.NewReader(append(line, '\n'))), len(line), nil)
+			got, err := cliproc.NewLineReader(bytes.NewReader(append(line, '\n')), len(line)).ReadLine()
 			if err != nil || !bytes.Equal(got, line) {
 				t.Fatalf("readLine: %q, %v", got, err)
 			}
 		}
 	})
-}
-
-func TestReadLineCap(t *testing.T) {
-	long := strings.Repeat("x", 100)
-	in := "short\n" + long + "\n" + long + "y\nafter\nlast"
-	r := bufio.NewReaderSize(strings.NewReader(in), 16)
-	var buf []byte
-	read := func() (string, error) {
-		var l []byte
-		var err error
-		l, buf, err = readLine(r, 100, buf)
-		return string(l), err
-	}
-	for _, want := range []string{"short", long} {
-		if got, err := read(); err != nil || got != want {
-			t.Fatalf("got %q, %v; want %q", got, err, want)
-		}
-	}
-	if _, err := read(); !errors.Is(err, errLineTooLong) || !strings.Contains(err.Error(), "more than 100 bytes") {
-		t.Fatalf("101-byte line: %v", err)
-	}
-	// The reader stays in step: the next line is whole.
-	for _, want := range []string{"after", "last"} {
-		if got, err := read(); err != nil || got != want {
-			t.Fatalf("got %q, %v; want %q", got, err, want)
-		}
-	}
-	if _, err := read(); !errors.Is(err, io.EOF) {
-		t.Fatalf("at the end: %v", err)
-	}
 }
 
 // fakeServer is the other end of a conn, in the test, over OS pipes (which
@@ -296,7 +268,7 @@ func TestConnLineTooLong(t *testing.T) {
 		sw.Close()
 	}()
 	<-done
-	if !errors.Is(c.Err(), errLineTooLong) {
+	if !errors.Is(c.Err(), cliproc.ErrLineTooLong) {
 		t.Errorf("connection error %v", c.Err())
 	}
 }
