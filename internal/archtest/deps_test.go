@@ -216,6 +216,8 @@ func TestCheckRuleFindsViolations(t *testing.T) {
 		"internal/wire -> testing via testing",
 		"leasestore -> github.com/dgraph-io/badger/v4 via github.com/dgraph-io/badger/v4",
 		// Once by the sdk rule and once by the general testing rule.
+		// plugin/sdk, plugin/sdk/... and ./...: three rules deny it.
+		"plugin/sdk -> testing via internal/wire,testing",
 		"plugin/sdk -> testing via internal/wire,testing",
 		"plugin/sdk -> testing via internal/wire,testing",
 		"plugins/codex -> github.com/shirou/gopsutil/v4/process via probe,github.com/shirou/gopsutil/v4/process",
