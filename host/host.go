@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -371,7 +372,7 @@ func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, 
 		}
 		strip := h.cfg.Credentials[name].Variables
 		for _, kv := range resolved {
-			k, _, _ := cut(kv, '=')
+			k, _, _ := strings.Cut(kv, "=")
 			if !allowCredentials && slices.Contains(strip, k) {
 				continue
 			}
@@ -379,15 +380,6 @@ func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, 
 		}
 	}
 	return append(env, agent.Env...), nil
-}
-
-func cut(s string, sep byte) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 func (h *Host) agentNames() []string {

@@ -11,6 +11,7 @@ package apiclient
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,7 +167,7 @@ func (c *Client) dispatch(line []byte) {
 	if json.Unmarshal(line, m) != nil {
 		return
 	}
-	m.Raw = append([]byte(nil), trimNewline(line)...)
+	m.Raw = append([]byte(nil), bytes.TrimRight(line, "\r\n")...)
 	switch {
 	case m.Method != "" && len(m.ID) > 0:
 		go c.answer(m)
@@ -186,13 +187,6 @@ func (c *Client) dispatch(line []byte) {
 			ch <- m
 		}
 	}
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // answer replies to a request from the server.
