@@ -13,6 +13,13 @@
 // freeing it: a wrong "dead" would put two writers on one provider
 // conversation.
 //
+// Each step of a start (start.go: reserve, preflight, spawn, prove,
+// openJournal, launch) undoes its own part when it fails, and a
+// readoption (reconcile.go) runs the same tail on a plugin it adopted,
+// which it detaches on failure and never stops. A rollback that fails is
+// reported under [ReleaseScope]: it leaves a lease held for a plugin that
+// is gone or never ran, until a restart proves that.
+//
 // # Plugins outlive the host
 //
 // Each plugin runs as the leader of its own session and process group, with
@@ -34,6 +41,43 @@
 // acknowledged, so no update is lost or journaled twice across a host crash.
 // A plugin that breaks that protocol (a gap in the numbering, an update the
 // journal can never hold) is stopped with [ErrProtocol].
+//
+// # The life of a prompt
+//
+// One prompt, from a local API client to the plugin and back:
+//
+//  1. host/localapi/agent.go, agent.Prompt: the session/prompt handler
+//     finds the running [Session] and calls [Session.Prompt].
+//  2. host/turn.go, Session.Prompt: the prompt's record (promptEntry,
+//     host/journal.go) is appended to the journal before anything else,
+//     then dispatched with Attachment.Prompt of internal/pluginclient
+//     (client.go), which carries the fence bound at Attach. Prompt then
+//     waits for the turn's end.
+//  3. plugin/sdk/server.go, server.Prompt, in the plugin process: it
+//     checks the fence and starts runTurn, which calls the agent's Prompt
+//     with a *sdk.Turn (turn.go). Each update the agent emits goes to the
+//     outbox (outbox.go), numbered; runTurn ends every turn with a
+//     turn_stopped update.
+//  4. server.Updates streams the outbox to the host from the sequence
+//     number the host asks for; UpdateStream.Recv of internal/pluginclient
+//     converts each update to its journal record (updateFromProto,
+//     convert_update.go): a journal.Update, or a journal.Stop for
+//     turn_stopped.
+//  5. host/pump.go, Session.pump → stream → record: the pump checks a
+//     batch's numbering (checkUpdates), records a provider handle change in
+//     the lease, appends the batch with leasestore.Journal.Append (the
+//     Badger backend group-commits it with other sessions' appends),
+//     acknowledges it so the outbox may forget it, and on the turn's stop
+//     calls finishTurn, which wakes Session.Prompt.
+//  6. host/localapi/follow.go, follower.run: the connection's follower
+//     tails the journal (Store.Tail), decodes each entry (journal.Decode)
+//     and sends it as a session/update notification; on the turn's stop it
+//     marks the turn ended. agent.Prompt answers session/prompt once
+//     Session.Prompt returned and the follower has sent the stop.
+//
+// The journal is the only way back: a client is shown what is durable,
+// never the plugin's stream itself, and one that reconnects from the last
+// seq it saw misses nothing.
 //
 // # Embedding
 //

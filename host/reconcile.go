@@ -183,61 +183,61 @@ func (h *Host) stopTokenHolders(ctx context.Context, token string) error {
 
 // readopt reconnects to a live owner, moves the lease to the next fence,
 // attaches the plugin there, and drains its outbox into the journal from
-// the last update already journaled.
+// the last update already journaled. It shares the tail of StartSession's
+// steps (own, openJournal, launch) as an adopted attempt: a step that fails
+// detaches the plugin, never stops it, and leaves the lease at the fence it
+// returns, where decide latches it; the plugin will be re-probed and
+// readopted again rather than trusted half-way.
 func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error) {
 	l := s.Lease
 	if l.Owner == nil || l.Reattach == nil || l.Reattach.Address == "" {
 		return l.Fence, errors.New("the lease records no reattach address")
 	}
-	next := l.NextFence()
 	proc, err := reattachPlugin(ctx, reattachSpec{
-		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: next,
+		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: l.NextFence(),
 		StopTimeout: h.cfg.StopTimeout, Timeout: h.cfg.ReattachTimeout,
 		Logger: h.log.Named("plugin").With("session", s.ID, "agent", s.Agent), Prober: h.prober, SocketRoot: h.socketRoot(),
 	})
 	if err != nil {
 		return l.Fence, err
 	}
-	rec, err := h.store.Apply(ctx, s.ID, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach})
+	a := &startAttempt{h: h, id: s.ID, agent: s.Agent, fence: l.Fence, proc: proc, adopted: true}
+	rec, err := a.own(ctx, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach}, "")
 	if err != nil {
-		proc.Detach()
-		return l.Fence, fmt.Errorf("move the lease: %w", err)
+		return a.fence, fmt.Errorf("move the lease: %w", err)
 	}
-	fence := rec.Lease.Fence
-	if proc.att, _, err = proc.rpc.Attach(ctx, s.ID, fence); err != nil {
-		// The lease already names this host's fence; the plugin will be
-		// re-probed and readopted again rather than trusted half-way.
-		proc.Detach()
-		return fence, fmt.Errorf("attach at fence %d: %w", fence, err)
+	if proc.att, _, err = proc.rpc.Attach(ctx, s.ID, a.fence); err != nil {
+		a.abandon(ctx, "")
+		return a.fence, fmt.Errorf("attach at fence %d: %w", a.fence, err)
 	}
 	last, err := h.lastPluginSeq(ctx, s.ID)
 	if err != nil {
-		proc.Detach()
-		return fence, fmt.Errorf("find the last journaled update: %w", err)
+		a.abandon(ctx, "")
+		return a.fence, fmt.Errorf("find the last journaled update: %w", err)
 	}
-	journal, err := h.store.OpenJournal(ctx, s.ID, fence)
+	journal, err := a.openJournal(ctx)
 	if err != nil {
-		proc.Detach()
-		return fence, err
+		return a.fence, err
 	}
 	handle := rec.Handle()
 	if proc.handle != "" && proc.handle != handle {
 		// The provider minted a handle the previous host did not record.
-		if _, err := h.store.Apply(ctx, s.ID, leasestore.RecordHandle{Fence: fence, Handle: proc.handle, Origin: leasestore.HandleResumed}); err == nil {
+		// Failing to record it keeps the recorded one, which the plugin
+		// reports again at the next readoption.
+		if _, err := h.store.Apply(ctx, s.ID, leasestore.RecordHandle{Fence: a.fence, Handle: proc.handle, Origin: leasestore.HandleResumed}); err != nil {
+			h.log.Warn("record the provider handle the readopted plugin reports", "session", s.ID, "handle", proc.handle, "error", err)
+		} else {
 			handle = proc.handle
 		}
 	}
-	sess := newSession(h, s.ID, s.Agent, fence, handle, proc, journal, last+1)
-	// No update of this plugin in the journal: either it produced none, or
-	// a restore from backup lost the ones it journaled (and the plugin,
-	// whose outbox dropped them once acknowledged, cannot send them again).
-	// Its stream then starts wherever its outbox does.
-	sess.baseUnknown = last == 0
-	if !h.register(sess) {
-		sess.detach()
-		return fence, errors.New("the host is closing")
+	// No update of this plugin in the journal (last == 0): either it
+	// produced none, or a restore from backup lost the ones it journaled
+	// (and the plugin, whose outbox dropped them once acknowledged, cannot
+	// send them again). Its stream then starts wherever its outbox does.
+	if _, ok := a.launch(ctx, handle, journal, last+1, last == 0); !ok {
+		return a.fence, errors.New("the host is closing")
 	}
-	return fence, nil
+	return a.fence, nil
 }
 
 // stopUnproven stops a verified-alive plugin that never proved its session:

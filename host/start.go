@@ -1,0 +1,422 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// ErrUnknownAgent: the host has no plugin configured for the agent.
+var ErrUnknownAgent = errors.New("unknown agent")
+
+// SessionRequest asks for a session to be started or resumed.
+type SessionRequest struct {
+	// ID names an existing session to resume, or the id for a new one;
+	// empty generates one. Any valid UTF-8, NUL included.
+	ID        string
+	Agent     string
+	Workspace string
+	Options   map[string]string
+	// AllowCredentials passes the agent's credential variables from the
+	// resolved environment through to the plugin (see CredentialPolicy).
+	AllowCredentials bool
+}
+
+// StartSession starts (or resumes, when req.ID names an existing session)
+// a session. In order, at one fence: the lease is reserved; the plugin is
+// spawned carrying the reserved spawn token; its identity, read back from
+// the process table, is committed as the owner; it answers readiness and
+// opens the conversation; its provider handle is proved. Only then does the
+// session accept prompts. A failure before the spawn records durable
+// pre-spawn proof; any failure releases the lease.
+func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, error) {
+	agent, ok := h.cfg.Agents[req.Agent]
+	if !ok {
+		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
+	}
+	h.mu.Lock()
+	closed := h.closed
+	running := h.sessions[req.ID]
+	if !closed {
+		h.starting.Add(1)
+	}
+	h.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("start session: %w", leasestore.ErrClosed)
+	}
+	defer h.starting.Done()
+	if running != nil && req.ID != "" {
+		if running.agent != req.Agent {
+			return nil, fmt.Errorf("%w: session %q runs agent %q, not %q", leasestore.ErrInvalidArgument, req.ID, running.agent, req.Agent)
+		}
+		return running, nil
+	}
+	store := h.store
+	rec, err := store.Get(ctx, req.ID)
+	resume := err == nil
+	switch {
+	case resume && rec.Agent != req.Agent:
+		return nil, fmt.Errorf("%w: session %q belongs to agent %q, not %q", leasestore.ErrInvalidArgument, req.ID, rec.Agent, req.Agent)
+	case req.ID == "" || errors.Is(err, leasestore.ErrNotFound):
+		resume = false
+	case err != nil:
+		return nil, err
+	}
+	if resume && rec.Lease.Stage.Latched() {
+		// Every attach attempt re-probes a latched session: it leaves the
+		// latch only on evidence.
+		if err := h.reprobeLatched(ctx, rec.ID); err != nil {
+			return nil, err
+		}
+		h.mu.Lock()
+		running = h.sessions[rec.ID]
+		h.mu.Unlock()
+		if running != nil {
+			return running, nil
+		}
+		if rec, err = store.Get(ctx, rec.ID); err != nil {
+			return nil, err
+		}
+	}
+	if req.AllowCredentials {
+		// Plugins strip their provider's credentials too, unless told.
+		opts := make(map[string]string, len(req.Options)+1)
+		for k, v := range req.Options {
+			opts[k] = v
+		}
+		opts["allow_credentials"] = "true"
+		req.Options = opts
+	}
+	workspace := req.Workspace
+	if workspace == "" && resume {
+		workspace = rec.Workspace
+	}
+	if h.cfg.ResolveWorkspace != nil {
+		if workspace, err = h.cfg.ResolveWorkspace(ctx, req.Agent, workspace); err != nil {
+			return nil, fmt.Errorf("resolve workspace: %w", err)
+		}
+	}
+	if workspace != "" && !filepath.IsAbs(workspace) {
+		return nil, fmt.Errorf("%w: workspace must be an absolute path, got %q", leasestore.ErrInvalidArgument, workspace)
+	}
+
+	// Admitted. Each step below undoes what it did before it fails.
+	a, err := h.reserve(ctx, req, rec, resume, workspace)
+	if err != nil {
+		return nil, err
+	}
+	env, err := a.preflight(ctx, agent, req.AllowCredentials)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.spawn(ctx, agent, env, workspace, req.Options); err != nil {
+		return nil, err
+	}
+	if err := a.prove(ctx); err != nil {
+		return nil, err
+	}
+	journal, err := a.openJournal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := a.launch(ctx, a.proc.handle, journal, 1, false)
+	if !ok {
+		return nil, fmt.Errorf("start session %q: the host is closing: %w", a.id, leasestore.ErrClosed)
+	}
+	return s, nil
+}
+
+// startAttempt is one attempt to make a plugin the writer of a session:
+// the steps of StartSession (reserve, preflight, spawn, prove) and of
+// readoption (reattachPlugin, own with Readopt), then openJournal and
+// launch for both. A step that fails has undone its part before it
+// returns, so the caller only returns its error. A rollback that fails
+// too is reported, never dropped (see undo).
+type startAttempt struct {
+	h     *Host
+	id    string
+	agent string
+	// fence is the fence the attempt holds: the reservation's, or the one
+	// a readoption moved the lease to.
+	fence uint64
+	token string // the reserved spawn token; empty for an adopted plugin
+	// handle is the provider handle recorded at the reservation: the
+	// conversation the plugin resumes, empty for a new one.
+	handle string
+	proc   *pluginProc
+	// committed: the spawned process is recorded as the lease's owner.
+	committed bool
+	// adopted: the plugin outlived the host that started it (readopt).
+	// It proved it is the recorded owner and may still hold the session,
+	// so a failed step never stops it and never releases its lease: it
+	// only detaches, and the caller latches the lease at the attempt's
+	// fence. A plugin this host spawned is stopped and its lease released.
+	adopted bool
+}
+
+// reserve reserves the session's lease for a new plugin, creating the
+// session in the same commit when it is new. Nothing is held when it
+// fails.
+func (h *Host) reserve(ctx context.Context, req SessionRequest, rec leasestore.Session, resume bool, workspace string) (*startAttempt, error) {
+	reserve := leasestore.Reserve{ClaimKeyID: h.cfg.ClaimKeyID}
+	var err error
+	if !resume {
+		rec, err = h.store.CreateAndApply(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options}, reserve)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		reserve.ExpectedFence = rec.Lease.Fence
+		if rec, err = h.store.Apply(ctx, rec.ID, reserve); err != nil {
+			return nil, fmt.Errorf("reserve session %q: %w", req.ID, err)
+		}
+	}
+	return &startAttempt{
+		h: h, id: rec.ID, agent: req.Agent, fence: rec.Lease.Fence,
+		token: rec.Lease.ReservedSpawnToken, handle: rec.Handle(),
+	}, nil
+}
+
+// preflight checks the plugin executable and builds its environment. It
+// runs before any spawn, so a failure is durable proof that no process was
+// started: the reservation records it and is released outright.
+//
+// No begin-spawn commit follows: it would only clear a pre-spawn proof,
+// and a reservation that gets past here has none. A reservation without
+// proof already reads "a process may have been started" to a restart,
+// which then looks for one by its token.
+func (a *startAttempt) preflight(ctx context.Context, agent AgentPlugin, allowCredentials bool) ([]string, error) {
+	env, err := func() ([]string, error) {
+		if err := checkExecutable(agent.Path); err != nil {
+			return nil, err
+		}
+		if err := checkDigest(agent.Path, agent.SHA256); err != nil {
+			return nil, err
+		}
+		return a.h.environment(ctx, a.agent, agent, allowCredentials)
+	}()
+	if err != nil {
+		a.undo(ctx, leasestore.PreSpawnFailure{Fence: a.fence, Reason: err.Error()})
+		a.undo(ctx, leasestore.Release{Fence: a.fence, Detail: "plugin not started"})
+		return nil, fmt.Errorf("start session %q: %w", a.id, err)
+	}
+	return env, nil
+}
+
+// spawn starts the plugin carrying the reserved spawn token, commits the
+// identity the process table gives it as the owner (commitOwner), and
+// waits until the plugin is attached, identified and has opened the
+// conversation (startPlugin). On a failure the process, if one was
+// spawned, has been killed and reaped by this host: an observed exit. So
+// the lease is released when the owner was committed, and evicted with
+// that evidence when it was not.
+func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []string, workspace string, options map[string]string) error {
+	h := a.h
+	sessionDir := filepath.Join(h.cfg.StateDir, "sessions", dirName(a.id, a.fence))
+	env = append(env, wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+a.token, wire.EnvSessionDir+"="+sessionDir)
+	spec := pluginSpec{
+		Agent: a.agent, Path: agent.Path, Args: agent.Args, SessionID: a.id, SessionDir: sessionDir,
+		SocketDir: filepath.Join(h.socketRoot(), a.token), SocketRoot: h.socketRoot(), Env: env, Fence: a.fence, SpawnToken: a.token,
+		StartupTimeout: h.cfg.StartupTimeout, StopTimeout: h.cfg.StopTimeout,
+		Logger:  h.log.Named("plugin").With("session", a.id, "agent", a.agent),
+		OnStart: func(pid int) error { return a.commitOwner(ctx, pid) },
+		Open: func(ctx context.Context, att *pluginclient.Attachment) (string, error) {
+			if a.handle != "" {
+				r, err := att.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: workspace, Options: options, Handle: a.handle})
+				return r.Handle, err
+			}
+			r, err := att.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: workspace, Options: options})
+			return r.Handle, err
+		},
+	}
+	proc, err := startPlugin(ctx, spec)
+	if err != nil {
+		if a.committed {
+			a.undo(ctx, leasestore.Release{Fence: a.fence, Detail: err.Error()})
+		} else {
+			a.undo(ctx, leasestore.Evict{Fence: a.fence, Evidence: leasestore.DeathEvidence{
+				Kind: leasestore.EvidenceExitObserved, Detail: "the plugin was stopped and reaped before its identity was committed: " + err.Error()}})
+		}
+		return fmt.Errorf("start session %q: %w", a.id, err)
+	}
+	a.proc = proc
+	return nil
+}
+
+// commitOwner records the process just spawned as the lease's owner, by
+// the identity the process table reads for its pid. It is the plugin's
+// OnStart: no request reaches the plugin before it returned.
+func (a *startAttempt) commitOwner(ctx context.Context, pid int) error {
+	ident, err := a.h.prober.IdentifyStarted(ctx, pid)
+	if err != nil {
+		return fmt.Errorf("read the identity of plugin pid %d: %w", pid, err)
+	}
+	if _, err := a.h.store.Apply(ctx, a.id, leasestore.CommitOwner{Fence: a.fence, Owner: ident}); err != nil {
+		return fmt.Errorf("commit plugin pid %d as owner: %w", pid, err)
+	}
+	a.committed = true
+	return nil
+}
+
+// prove records the provider handle the spawned plugin opened as the proof
+// that it owns the session: from here on it is the session's writer.
+func (a *startAttempt) prove(ctx context.Context) error {
+	origin := leasestore.HandleCreated
+	if a.handle != "" {
+		origin = leasestore.HandleResumed
+	}
+	reattach := a.proc.reattach
+	prove := leasestore.ProveOwner{Fence: a.fence, Handle: a.proc.handle, Origin: origin, InstanceID: a.proc.instance, Reattach: &reattach}
+	if _, err := a.own(ctx, prove, "owner could not be proven"); err != nil {
+		return fmt.Errorf("prove plugin of session %q: %w", a.id, err)
+	}
+	return nil
+}
+
+// own applies t, the transition that makes the attempt's plugin the
+// session's writer: ProveOwner for a plugin this host spawned, Readopt for
+// one that outlived its host (which also moves the lease to the fence the
+// plugin was reattached for). The attempt holds the fence t leaves. A
+// refused t lets go of the plugin (abandon, with detail) and returns the
+// store's error as it is.
+func (a *startAttempt) own(ctx context.Context, t leasestore.Transition, detail string) (leasestore.Session, error) {
+	rec, err := a.h.store.Apply(ctx, a.id, t)
+	if err != nil {
+		a.abandon(ctx, detail)
+		return rec, err
+	}
+	a.fence = rec.Lease.Fence
+	return rec, nil
+}
+
+// openJournal opens the session's journal at the attempt's fence. It
+// returns the store's error as it is, after abandon.
+func (a *startAttempt) openJournal(ctx context.Context) (leasestore.Journal, error) {
+	j, err := a.h.store.OpenJournal(ctx, a.id, a.fence)
+	if err != nil {
+		a.abandon(ctx, "journal unavailable")
+		return nil, err
+	}
+	return j, nil
+}
+
+// launch makes the attempt's plugin a running session of the host, with
+// provider handle handle, whose pump asks the plugin for updates from
+// fromSeq (baseUnknown: see Session.baseUnknown). If the host started
+// closing meanwhile, it ends that session again, the way abandon lets go
+// of the plugin (stopping a spawned one releases its lease), and reports
+// false; each caller words that failure itself.
+func (a *startAttempt) launch(ctx context.Context, handle string, journal leasestore.Journal, fromSeq uint64, baseUnknown bool) (*Session, bool) {
+	s := newSession(a.h, a.id, a.agent, a.fence, handle, a.proc, journal, fromSeq)
+	s.baseUnknown = baseUnknown
+	if a.h.register(s) {
+		return s, true
+	}
+	if a.adopted {
+		s.detach()
+	} else if err := s.Stop(context.WithoutCancel(ctx)); err != nil {
+		a.h.report(ReleaseScope, fmt.Errorf("stop session %q, started while the host closed: %w", a.id, err))
+	}
+	return nil, false
+}
+
+// abandon lets go of the attempt's plugin after a step failed: an adopted
+// plugin is detached and keeps the lease (see startAttempt.adopted); a
+// spawned one is stopped and the lease released with detail. Both happen
+// even when the caller's context has ended.
+func (a *startAttempt) abandon(ctx context.Context, detail string) {
+	if a.adopted {
+		a.proc.Detach()
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := a.proc.Stop(ctx); err != nil {
+		a.h.report(ReleaseScope, fmt.Errorf("roll back the start of session %q: stop its plugin: %w", a.id, err))
+	}
+	a.undo(ctx, leasestore.Release{Fence: a.fence, Detail: detail})
+}
+
+// undo applies a rollback transition. The caller returns the failure that
+// made it roll back, so nobody else hears of a rollback that fails too,
+// and that leaves the lease held for a plugin that is gone or never ran
+// until a restart's reconciliation proves it. So it is reported with
+// ReleaseScope, like a failed release after a plugin's exit, rather than
+// only logged: an embedder's OnError sees every stuck lease (without one,
+// report logs at error level).
+func (a *startAttempt) undo(ctx context.Context, t leasestore.Transition) {
+	if _, err := a.h.store.Apply(ctx, a.id, t); err != nil {
+		a.h.report(ReleaseScope, fmt.Errorf("roll back the start of session %q: %s at fence %d: %w", a.id, t.Name(), a.fence, err))
+	}
+}
+
+func checkExecutable(path string) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("plugin path must be absolute, got %q", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("plugin not found at %s: install it or fix the agent's configuration: %w", path, err)
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("plugin %s is not an executable file", path)
+	}
+	return nil
+}
+
+// ErrDigestMismatch: a plugin executable is not the one its configuration
+// pins by SHA-256.
+var ErrDigestMismatch = errors.New("plugin executable does not match its configured sha256")
+
+// checkDigest verifies that the file at path has the hex SHA-256 digest
+// want; an empty want pins nothing.
+func checkDigest(path, want string) error {
+	if want == "" {
+		return nil
+	}
+	want = strings.ToLower(strings.TrimSpace(want))
+	if len(want) != 2*sha256.Size || strings.Trim(want, "0123456789abcdef") != "" {
+		return fmt.Errorf("%w: the configured sha256 of %s, %q, is not 64 hex digits", ErrDigestMismatch, path, want)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("verify the sha256 of plugin %s: %w", path, err)
+	}
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return fmt.Errorf("verify the sha256 of plugin %s: %w", path, err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != want {
+		return fmt.Errorf("%w: %s has sha256 %s, expected %s; reinstall the plugin or update its sha256", ErrDigestMismatch, path, got, want)
+	}
+	return nil
+}
+
+// dirName is a file-system-safe directory name for a session generation;
+// session ids are opaque and may hold any byte.
+func dirName(id string, fence uint64) string {
+	return fmt.Sprintf("%s-%d", hex.EncodeToString([]byte(id))[:min(2*len(id), 32)]+"-"+shortHash(id), fence)
+}
+
+func shortHash(s string) string {
+	sum := make([]byte, 0, 8)
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	for i := range 8 {
+		sum = append(sum, byte(h>>(8*i)))
+	}
+	return hex.EncodeToString(sum)
+}
