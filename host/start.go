@@ -352,9 +352,11 @@ func (a *startAttempt) abandon(ctx context.Context, detail string) {
 // until a restart's reconciliation proves it. So it is reported with
 // ReleaseScope, like a failed release after a plugin's exit, rather than
 // only logged: an embedder's OnError sees every stuck lease (without one,
-// report logs at error level).
+// report logs at error level). It runs even when the caller's context has
+// ended: a start given up on is exactly the one whose lease must not stay
+// held.
 func (a *startAttempt) undo(ctx context.Context, t leasestore.Transition) {
-	if _, err := a.h.store.Apply(ctx, a.id, t); err != nil {
+	if _, err := a.h.store.Apply(context.WithoutCancel(ctx), a.id, t); err != nil {
 		a.h.report(ReleaseScope, fmt.Errorf("roll back the start of session %q: %s at fence %d: %w", a.id, t.Name(), a.fence, err))
 	}
 }
