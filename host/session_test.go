@@ -270,6 +270,31 @@ func TestCredentialPolicyStripsProviderKeys(t *testing.T) {
 	}
 }
 
+// A start its caller gives up on during preflight still releases its
+// reservation: the rollback does not run on the caller's ended context.
+func TestCancelledStartReleasesItsReservation(t *testing.T) {
+	dir := stateDir(t)
+	cfg := hostConfig(t, dir)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	cfg.ResolveEnvironment = func(context.Context, string) ([]string, error) {
+		cancel() // the caller gives up while the host prepares the spawn
+		return nil, errors.New("login shell timed out")
+	}
+	h := mustOpen(t, cfg)
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	if _, err := h.StartSession(ctx, SessionRequest{ID: "given-up", Agent: "scripted", Workspace: dir}); err == nil {
+		t.Fatal("the start succeeded")
+	}
+	rec, err := h.store.Get(testCtx(t), "given-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lease.Claim != leasestore.ClaimReleased {
+		t.Errorf("lease after a start given up in preflight: %+v", rec.Lease)
+	}
+}
+
 // Stopping a session mid-turn ends the turn and journals its end before the
 // plugin goes away.
 func TestStopMidTurnJournalsTheTurnsEnd(t *testing.T) {
