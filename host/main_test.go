@@ -2,15 +2,12 @@ package host
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
@@ -28,41 +25,10 @@ func TestMain(m *testing.M) {
 	if code := roundtripRole(); code >= 0 {
 		os.Exit(code)
 	}
-	dir, err := os.MkdirTemp("", "agenthost-host-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		for _, b := range []struct {
-			dst *string
-			pkg string
-		}{
-			{&bins.fixture, "./testdata/fixture"},
-			{&bins.scripted, "../examples/scripted/cmd/agenthost-plugin-scripted"},
-		} {
-			*b.dst = filepath.Join(dir, filepath.Base(b.pkg))
-			out, err := exec.Command("go", "build", "-o", *b.dst, b.pkg).CombinedOutput()
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-				return 1
-			}
-		}
-		return goleakMain(m)
-	}()
-	os.Exit(code)
-}
-
-func goleakMain(m *testing.M) int {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			return 1
-		}
-	}
-	return code
+	os.Exit(buildtest.Main(m, map[*string]string{
+		&bins.fixture:  "./testdata/fixture",
+		&bins.scripted: "../examples/scripted/cmd/agenthost-plugin-scripted",
+	}))
 }
 
 func unixGetsid(pid int) (int, error) { return unix.Getsid(pid) }

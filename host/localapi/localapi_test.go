@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,11 +13,11 @@ import (
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
-	"go.uber.org/goleak"
 
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
+	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
@@ -27,24 +25,7 @@ import (
 var scripted string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "localapi-test-")
-	if err != nil {
-		panic(err)
-	}
-	scripted = filepath.Join(dir, "scripted")
-	if out, err := exec.Command("go", "build", "-o", scripted, "../../examples/scripted/cmd/agenthost-plugin-scripted").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build scripted: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(buildtest.Main(m, map[*string]string{&scripted: "../../examples/scripted/cmd/agenthost-plugin-scripted"}))
 }
 
 // rpcClient is a minimal newline-delimited JSON-RPC client, as a desktop

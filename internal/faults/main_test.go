@@ -3,12 +3,11 @@ package faults
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/agenthost/agenthost/internal/buildtest"
 )
 
 // bins are the programs the faults start, built once per run.
@@ -26,35 +25,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "become a child subreaper:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "agenthost-faults-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		for dst, pkg := range map[*string]string{
-			&bins.fixture:    "../../host/testdata/fixture",
-			&bins.scripted:   "../../examples/scripted/cmd/agenthost-plugin-scripted",
-			&bins.claude:     "../../plugins/claude/cmd/agenthost-plugin-claude",
-			&bins.fakeClaude: "../../plugins/claude/testdata/fakeclaude",
-		} {
-			*dst = filepath.Join(dir, filepath.Base(pkg))
-			if out, err := exec.Command("go", "build", "-o", *dst, pkg).CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
-				return 1
-			}
-		}
-		code := m.Run()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-				return 1
-			}
-		}
-		return code
-	}()
-	os.Exit(code)
+	os.Exit(buildtest.Main(m, map[*string]string{
+		&bins.fixture:    "../../host/testdata/fixture",
+		&bins.scripted:   "../../examples/scripted/cmd/agenthost-plugin-scripted",
+		&bins.claude:     "../../plugins/claude/cmd/agenthost-plugin-claude",
+		&bins.fakeClaude: "../../plugins/claude/testdata/fakeclaude",
+	}))
 }
 
 // injected and held print what a fault did and what survived it; `make
