@@ -1,28 +1,27 @@
 package claude
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
-// openSession starts a plugin in a new fixture and opens a session with
+// openSession serves the agent in a new fixture and opens a session with
 // no options.
-func openSession(t *testing.T) (*fixture, *plug) {
+func openSession(t *testing.T) (*fixture, *sdktest.Harness) {
 	t.Helper()
 	f := newFixture(t)
-	p := f.start()
-	p.open(nil)
-	return f, p
+	h := f.start(t)
+	f.open(t, h, nil)
+	return f, h
 }
 
 func TestConformance(t *testing.T) {
@@ -32,7 +31,6 @@ func TestConformance(t *testing.T) {
 			EnvCLIPath+"="+f.fake,
 			"HOME="+f.home,
 			"CLAUDE_CONFIG_DIR="+f.configDir, // holds the fake's login
-			raceOptions,
 		),
 		sdktest.WithPrompts(sdktest.Prompts{Stream: "count 3", Hold: "sleep 30s", Replay: "count 20 10ms"}))
 }
@@ -41,12 +39,12 @@ func TestConformance(t *testing.T) {
 // the workspace as cwd, the credential policy, and the lines it writes.
 func TestArgvAndEnvironment(t *testing.T) {
 	f := newFixture(t)
-	p := f.start("ANTHROPIC_API_KEY=sk-ant-test", "AWS_SECRET_ACCESS_KEY=aws-secret", "CLAUDECODE=1", "KEEP_ME=yes")
-	handle := p.open(map[string]string{
+	h := f.start(t, "ANTHROPIC_API_KEY=sk-ant-test", "AWS_SECRET_ACCESS_KEY=aws-secret", "CLAUDECODE=1", "KEEP_ME=yes")
+	handle := f.open(t, h, map[string]string{
 		OptModel: "sonnet", OptPermissionMode: "acceptEdits", OptAllowedTools: "Read,Bash(git log:*)",
 		OptAppendSystemPrompt: "-be brief", "some_future_option": "x",
 	})
-	if _, stop := p.run("count 1"); stop.StopReason != "end_turn" {
+	if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
 		t.Fatalf("turn: %v", stop)
 	}
 	inv := f.sessions()
@@ -97,7 +95,7 @@ func TestArgvAndEnvironment(t *testing.T) {
 	}
 
 	// The agent reports the CLI's version in the plugin's identity.
-	id, err := p.agent.Identify(p.ctx, &agentpb.IdentifyRequest{})
+	id, err := h.Identify(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +107,10 @@ func TestArgvAndEnvironment(t *testing.T) {
 func TestAllowCredentialsPassesThem(t *testing.T) {
 	f := newFixture(t)
 	os.Remove(filepath.Join(f.configDir, ".credentials.json"))
-	p := f.start("ANTHROPIC_API_KEY=sk-ant-test")
-	p.open(map[string]string{OptAllowCredentials: "true"})
-	if ups, stop := p.run("count 2"); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2"}) {
-		t.Fatalf("turn: %v %s", stop, describe(ups))
+	h := f.start(t, "ANTHROPIC_API_KEY=sk-ant-test")
+	f.open(t, h, map[string]string{OptAllowCredentials: "true"})
+	if ups, stop := h.Run("count 2", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2"}) {
+		t.Fatalf("turn: %v %s", stop, sdktest.Describe(ups))
 	}
 	if inv := f.sessions(); !slices.Contains(inv[0].Env, "ANTHROPIC_API_KEY=sk-ant-test") {
 		t.Errorf("with allow_credentials=true the CLI's environment lacks ANTHROPIC_API_KEY")
@@ -121,65 +119,66 @@ func TestAllowCredentialsPassesThem(t *testing.T) {
 
 // TestTurnMapping checks how stdout maps to updates.
 func TestTurnMapping(t *testing.T) {
-	f, p := openSession(t)
+	f, h := openSession(t)
 
-	ups, stop := p.run("count 3")
+	ups, stop := h.Run("count 3", wait)
 	if stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2", "3"}) {
-		t.Fatalf("count 3: %v %s", stop, describe(ups))
+		t.Fatalf("count 3: %v %s", stop, sdktest.Describe(ups))
 	}
-	var usage *agentpb.Usage
+	var usage *journal.Usage
 	for _, u := range ups {
-		if u.GetUsage() != nil {
-			usage = u.GetUsage()
+		if x, ok := u.SessionUpdate().(*journal.Usage); ok {
+			usage = x
 		}
 	}
 	// The fake's result: input 12 + cache creation 3 + cache read 100,
 	// output 5, 2 thinking tokens, $0.0123.
-	if usage == nil || usage.InputTokens != 115 || usage.CachedInputTokens != 100 || usage.OutputTokens != 5 ||
-		usage.ReasoningTokens != 2 || usage.CostUsd != 0.0123 {
-		t.Errorf("usage = %v", usage)
+	if usage == nil || usage.Tokens.InputTokens != 115 || usage.Tokens.CachedInputTokens != 100 || usage.Tokens.OutputTokens != 5 ||
+		usage.Tokens.ReasoningTokens != 2 || usage.Cost == nil || usage.Cost.Amount != 0.0123 {
+		t.Errorf("usage = %+v", usage)
 	}
 
-	ups, stop = p.run("think")
+	ups, stop = h.Run("think", wait)
 	if stop.StopReason != "end_turn" {
 		t.Fatalf("think: %v", stop)
 	}
-	if kind(ups[0]) != "agent_thought_chunk" || ups[0].GetAgentThoughtChunk().Content.GetText() != "Let me think about it." {
-		t.Errorf("think: first update %s, want the thought", describe(ups))
+	if c, ok := ups[0].SessionUpdate().(*journal.Chunk); ups[0].Kind != "agent_thought_chunk" || !ok || c.Content.Text() != "Let me think about it." {
+		t.Errorf("think: first update %s, want the thought", sdktest.Describe(ups))
 	}
 	if !slices.Equal(texts(ups), []string{"thought it through"}) {
 		t.Errorf("think: messages %q", texts(ups))
 	}
 
-	ups, stop = p.run("todo")
+	ups, stop = h.Run("todo", wait)
 	if stop.StopReason != "end_turn" {
 		t.Fatalf("todo: %v", stop)
 	}
-	var call *agentpb.ToolCall
-	var plan *agentpb.Plan
-	var upd *agentpb.ToolCallUpdate
+	var call *journal.ToolCall
+	var plan *journal.Plan
+	var upd *journal.ToolCallUpdate
 	for _, u := range ups {
-		switch {
-		case u.GetToolCall() != nil:
-			call = u.GetToolCall()
-		case u.GetPlan() != nil:
-			plan = u.GetPlan()
-		case u.GetToolCallUpdate() != nil:
-			upd = u.GetToolCallUpdate()
+		switch x := u.SessionUpdate().(type) {
+		case *journal.ToolCall:
+			call = x
+		case *journal.Plan:
+			plan = x
+		case *journal.ToolCallUpdate:
+			upd = x
 		}
 	}
-	if call == nil || call.Title != "TodoWrite" || call.Kind != "think" || call.Status != "pending" || !strings.Contains(call.RawInputJson, "write the code") {
-		t.Errorf("tool call = %v", call)
+	if call == nil || call.Title != "TodoWrite" || call.Kind != "think" || call.Status != "pending" || !strings.Contains(string(call.RawInput), "write the code") {
+		t.Errorf("tool call = %+v", call)
 	}
 	if plan == nil || len(plan.Entries) != 2 || plan.Entries[0].Content != "write the code" || plan.Entries[1].Status != "in_progress" {
-		t.Errorf("plan = %v", plan)
+		t.Errorf("plan = %+v", plan)
 	}
-	if upd == nil || call == nil || upd.ToolCallId != call.ToolCallId || upd.Status != "completed" || !strings.HasPrefix(upd.Content[0].GetText(), "Todos have been modified") {
-		t.Errorf("tool call update = %v", upd)
+	if upd == nil || call == nil || upd.ToolCallID != call.ToolCallID || upd.Status != "completed" || len(upd.Content) == 0 ||
+		!strings.HasPrefix(upd.Content[0].Text(), "Todos have been modified") {
+		t.Errorf("tool call update = %+v", upd)
 	}
 
 	// max turns is a stop reason, not a failure.
-	if _, stop := p.run("maxturns"); stop.StopReason != "max_turn_requests" {
+	if _, stop := h.Run("maxturns", wait); stop.StopReason != "max_turn_requests" {
 		t.Errorf("maxturns: %v", stop)
 	}
 	// Everything ran on one CLI.
@@ -191,7 +190,7 @@ func TestTurnMapping(t *testing.T) {
 // TestPermissions answers can_use_tool requests and checks that the answer
 // reaches the CLI.
 func TestPermissions(t *testing.T) {
-	f, p := openSession(t)
+	f, h := openSession(t)
 	for _, tt := range []struct {
 		option, status, reply, behavior string
 	}{
@@ -199,41 +198,41 @@ func TestPermissions(t *testing.T) {
 		{optAllowAlways, "completed", "listed 2 files (1 permission rules saved)", "allow"},
 		{optReject, "failed", "permission denied: The user denied this tool call.", "deny"},
 	} {
-		turn := p.prompt("tool")
-		var call *agentpb.ToolCall
-		u := p.waitFor("permission request", 10*time.Second, func(u *agentpb.Update) bool {
-			if u.GetToolCall() != nil {
-				call = u.GetToolCall()
+		turn := plugintest.Prompt(t, h, "tool")
+		var call *journal.ToolCall
+		ups := h.Until(10*time.Second, "permission request", func(u sdktest.Update) bool {
+			if x, ok := u.SessionUpdate().(*journal.ToolCall); ok {
+				call = x
 			}
-			return u.GetPermissionRequest() != nil
+			return u.Kind == "permission_request"
 		})
-		req := u.GetPermissionRequest()
-		if call == nil || call.Title != "Bash ls" || call.Kind != "execute" || !strings.Contains(call.RawInputJson, `"command":"ls"`) {
-			t.Errorf("tool call before the permission request = %v", call)
+		req := ups[len(ups)-1].SessionUpdate().(*journal.PermissionRequest)
+		if call == nil || call.Title != "Bash ls" || call.Kind != "execute" || !strings.Contains(string(call.RawInput), `"command":"ls"`) {
+			t.Errorf("tool call before the permission request = %+v", call)
 		}
 		var opts []string
 		for _, o := range req.Options {
-			opts = append(opts, o.OptionId+"/"+o.Kind)
+			opts = append(opts, string(o.OptionId)+"/"+string(o.Kind))
 		}
 		if want := []string{"allow/allow_once", "allow_always/allow_always", "reject/reject_once"}; !slices.Equal(opts, want) {
 			t.Errorf("options = %v, want %v", opts, want)
 		}
-		if req.ToolCall.ToolCallId != call.GetToolCallId() || req.ToolCall.Title != "Claude wants to run ls" {
-			t.Errorf("permission request tool call = %v", req.ToolCall)
+		if call == nil || req.ToolCall.ToolCallID != call.ToolCallID || req.ToolCall.Title != "Claude wants to run ls" {
+			t.Errorf("permission request tool call = %+v", req.ToolCall)
 		}
-		p.answer(req.RequestId, tt.option)
-		ups, stop := p.turn(turn, 10*time.Second)
+		plugintest.Answer(t, h, req.RequestID, tt.option)
+		ups, stop := h.Turn(turn, 10*time.Second)
 		if stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{tt.reply}) {
-			t.Errorf("%s: %v %s, want the reply %q", tt.option, stop, describe(ups), tt.reply)
+			t.Errorf("%s: %v %s, want the reply %q", tt.option, stop, sdktest.Describe(ups), tt.reply)
 		}
-		var upd *agentpb.ToolCallUpdate
+		var upd *journal.ToolCallUpdate
 		for _, u := range ups {
-			if u.GetToolCallUpdate() != nil {
-				upd = u.GetToolCallUpdate()
+			if x, ok := u.SessionUpdate().(*journal.ToolCallUpdate); ok {
+				upd = x
 			}
 		}
 		if upd == nil || upd.Status != tt.status {
-			t.Errorf("%s: tool call update %v, want status %s", tt.option, upd, tt.status)
+			t.Errorf("%s: tool call update %+v, want status %s", tt.option, upd, tt.status)
 		}
 	}
 	// The control responses, as the CLI read them.
@@ -261,12 +260,12 @@ func TestPermissions(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	f, p := openSession(t)
-	turn := p.prompt("sleep 30s")
+	f, h := openSession(t)
+	turn := plugintest.Prompt(t, h, "sleep 30s")
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
-	p.cancel()
-	if _, stop := p.turn(turn, 10*time.Second); stop.StopReason != "cancelled" || stop.Error != "" {
+	plugintest.Cancel(t, h)
+	if _, stop := h.Turn(turn, 10*time.Second); stop.StopReason != "cancelled" || stop.Error != "" {
 		t.Fatalf("cancelled turn: %v", stop)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -283,8 +282,8 @@ func TestCancel(t *testing.T) {
 	if interrupts != 1 {
 		t.Errorf("%d interrupt requests, want 1", interrupts)
 	}
-	if ups, stop := p.run("count 1"); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
-		t.Fatalf("turn after the cancel: %v %s", stop, describe(ups))
+	if ups, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
+		t.Fatalf("turn after the cancel: %v %s", stop, sdktest.Describe(ups))
 	}
 	if n := len(f.sessions()); n != 1 {
 		t.Errorf("%d CLIs started, want 1: an interrupt keeps the CLI", n)
@@ -294,25 +293,25 @@ func TestCancel(t *testing.T) {
 // TestCancelDuringPermission cancels a turn that waits for the user: the
 // request is resolved as cancelled and the CLI is interrupted.
 func TestCancelDuringPermission(t *testing.T) {
-	_, p := openSession(t)
-	turn := p.prompt("tool")
-	p.waitFor("permission request", 10*time.Second, func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
-	p.cancel()
-	ups, stop := p.turn(turn, 10*time.Second)
+	_, h := openSession(t)
+	turn := plugintest.Prompt(t, h, "tool")
+	h.Until(10*time.Second, "permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+	plugintest.Cancel(t, h)
+	ups, stop := h.Turn(turn, 10*time.Second)
 	if stop.StopReason != "cancelled" {
-		t.Fatalf("turn: %v %s", stop, describe(ups))
+		t.Fatalf("turn: %v %s", stop, sdktest.Describe(ups))
 	}
-	var resolved *agentpb.PermissionResolved
+	var resolved *journal.PermissionResolved
 	for _, u := range ups {
-		if u.GetPermissionResolved() != nil {
-			resolved = u.GetPermissionResolved()
+		if x, ok := u.SessionUpdate().(*journal.PermissionResolved); ok {
+			resolved = x
 		}
 	}
-	if resolved == nil || resolved.Outcome.GetOutcome() != "cancelled" {
-		t.Errorf("permission resolved = %v, want cancelled", resolved)
+	if resolved == nil || resolved.Outcome.Outcome != "cancelled" {
+		t.Errorf("permission resolved = %+v, want cancelled", resolved)
 	}
-	if ups, stop := p.run("count 1"); stop.StopReason != "end_turn" {
-		t.Fatalf("turn after the cancel: %v %s", stop, describe(ups))
+	if ups, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
+		t.Fatalf("turn after the cancel: %v %s", stop, sdktest.Describe(ups))
 	}
 }
 
@@ -322,11 +321,11 @@ func TestStreamRobustness(t *testing.T) {
 	for _, knob := range []string{"FAKECLAUDE_NOISE=1", "FAKECLAUDE_SLOW=10ms"} {
 		t.Run(knob, func(t *testing.T) {
 			f := newFixture(t)
-			p := f.start(knob)
-			p.open(nil)
-			ups, stop := p.run("count 5")
+			h := f.start(t, knob)
+			f.open(t, h, nil)
+			ups, stop := h.Run("count 5", wait)
 			if stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2", "3", "4", "5"}) {
-				t.Fatalf("%v %s", stop, describe(ups))
+				t.Fatalf("%v %s", stop, sdktest.Describe(ups))
 			}
 		})
 	}
@@ -374,8 +373,8 @@ func TestOpenErrors(t *testing.T) {
 				}
 				tt.opts = map[string]string{OptCLIPath: broken}
 			}
-			p := f.start(tt.env...)
-			_, err := p.tryOpen(tt.opts)
+			h := f.start(t, tt.env...)
+			_, err := f.tryOpen(t, h, tt.opts)
 			plugintest.ErrorContains(t, err, "NewSession", tt.want...)
 		})
 	}
@@ -389,8 +388,8 @@ func TestBinaryMissing(t *testing.T) {
 	}
 	f := newFixture(t)
 	empty := t.TempDir()
-	p := f.start(EnvCLIPath+"=", "PATH="+empty)
-	_, err := p.tryOpen(nil)
+	h := f.start(t, EnvCLIPath+"=", "PATH="+empty)
+	_, err := f.tryOpen(t, h, nil)
 	if err == nil {
 		t.Fatal("NewSession succeeded without a claude binary")
 	}
@@ -404,8 +403,7 @@ func TestBinaryMissing(t *testing.T) {
 	if err := os.Symlink(f.fake, filepath.Join(empty, "claude")); err != nil {
 		t.Fatal(err)
 	}
-	p = f.start(EnvCLIPath+"=", "PATH="+empty)
-	p.open(nil)
+	f.open(t, f.start(t, EnvCLIPath+"=", "PATH="+empty), nil)
 }
 
 // TestTurnErrors: turns that fail say why.
@@ -413,9 +411,9 @@ func TestTurnErrors(t *testing.T) {
 	t.Run("auth failure", func(t *testing.T) {
 		f := newFixture(t)
 		os.Remove(filepath.Join(f.configDir, ".credentials.json"))
-		p := f.start()
-		p.open(map[string]string{OptSkipAuthCheck: "true"})
-		ups, stop := p.run("count 3")
+		h := f.start(t)
+		f.open(t, h, map[string]string{OptSkipAuthCheck: "true"})
+		ups, stop := h.Run("count 3", wait)
 		want := "claude could not authenticate (Not logged in · Please run /login): run `claude auth login`, or set ANTHROPIC_API_KEY and allow it for this session with the session option allow_credentials=true"
 		if stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
@@ -426,30 +424,30 @@ func TestTurnErrors(t *testing.T) {
 	})
 	t.Run("noauth answer with a login", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start()
-		p.open(nil)
-		if _, stop := p.run("noauth"); stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate") {
+		h := f.start(t)
+		f.open(t, h, nil)
+		if _, stop := h.Run("noauth", wait); stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate") {
 			t.Errorf("turn: %v", stop)
 		}
 		// The session goes on.
-		if _, stop := p.run("count 1"); stop.StopReason != "end_turn" {
+		if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
 			t.Errorf("next turn: %v", stop)
 		}
 	})
 	t.Run("api error", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start()
-		p.open(nil)
-		_, stop := p.run("fail")
+		h := f.start(t)
+		f.open(t, h, nil)
+		_, stop := h.Run("fail", wait)
 		if want := `claude failed the turn: API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`; stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
 		}
 	})
 	t.Run("dies mid-turn", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start()
-		handle := p.open(nil)
-		ups, stop := p.run("die")
+		h := f.start(t)
+		handle := f.open(t, h, nil)
+		ups, stop := h.Run("die", wait)
 		want := "claude exited during the turn (exit status 3; its stderr ended with: fakeclaude: dying mid-turn as asked); the next turn restarts it"
 		if stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
@@ -458,8 +456,8 @@ func TestTurnErrors(t *testing.T) {
 			t.Errorf("messages before the death: %q", texts(ups))
 		}
 		// The next turn resumes the conversation in a new CLI.
-		if ups, stop := p.run("count 1"); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
-			t.Fatalf("turn after the death: %v %s", stop, describe(ups))
+		if ups, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
+			t.Fatalf("turn after the death: %v %s", stop, sdktest.Describe(ups))
 		}
 		inv := f.sessions()
 		if len(inv) != 2 || !slices.Contains(inv[1].Args, "--resume="+handle) {
@@ -468,79 +466,79 @@ func TestTurnErrors(t *testing.T) {
 	})
 	t.Run("line over the cap", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start()
-		p.open(map[string]string{OptMaxLineBytes: "100000"})
-		_, stop := p.run("huge 200000")
+		h := f.start(t)
+		f.open(t, h, map[string]string{OptMaxLineBytes: "100000"})
+		_, stop := h.Run("huge 200000", wait)
 		if stop.StopReason != "failed" || !strings.Contains(stop.Error, "over the plugin's cap of 100000 bytes (session option max_line_bytes)") {
 			t.Errorf("turn: %v", stop)
 		}
 		// A line just under the cap is fine, in a new CLI.
-		if ups, stop := p.run("huge 90000"); stop.StopReason != "end_turn" || len(texts(ups)) != 1 || len(texts(ups)[0]) != 90000 {
-			t.Errorf("turn under the cap: %v %s", stop, describe(ups))
+		if ups, stop := h.Run("huge 90000", wait); stop.StopReason != "end_turn" || len(texts(ups)) != 1 || len(texts(ups)[0]) != 90000 {
+			t.Errorf("turn under the cap: %v %s", stop, sdktest.Describe(ups))
 		}
 	})
 }
 
 func TestResume(t *testing.T) {
 	f := newFixture(t)
-	p := f.start()
-	handle := p.open(nil)
-	if _, stop := p.run("count 1"); stop.StopReason != "end_turn" {
+	h := f.start(t)
+	handle := f.open(t, h, nil)
+	if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
 		t.Fatal(stop)
 	}
-	if err := p.close(10 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(h, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// A second CLI cannot take the same id.
-	p = f.start()
-	if _, err := p.tryOpen(map[string]string{OptSessionID: handle}); err == nil ||
+	h = f.start(t)
+	if _, err := f.tryOpen(t, h, map[string]string{OptSessionID: handle}); err == nil ||
 		!strings.Contains(err.Error(), "Error: Session ID "+handle+" is already in use.") {
 		t.Errorf("NewSession with a session id in use: %v", err)
 	}
 
-	// resume resumes handle in a new plugin and runs a turn there.
-	resume := func(t *testing.T, extra ...string) (*plug, []*agentpb.Update) {
+	// resume resumes handle in a new agent and runs a turn there.
+	resume := func(t *testing.T, extra ...string) (*sdktest.Harness, []sdktest.Update) {
 		t.Helper()
-		p := f.start(extra...)
-		resp, err := p.tryResume(handle, nil)
-		if err != nil || resp.Handle != handle {
-			t.Fatalf("ResumeSession: %v %v", resp, err)
+		h := f.start(t, extra...)
+		info, err := f.tryResume(t, h, handle, nil)
+		if err != nil || info.Handle != handle {
+			t.Fatalf("ResumeSession: %+v %v", info, err)
 		}
-		ups, stop := p.run("count 1")
+		ups, stop := h.Run("count 1", wait)
 		if stop.StopReason != "end_turn" {
 			t.Fatal(stop)
 		}
-		return p, ups
+		return h, ups
 	}
 	t.Run("same id", func(t *testing.T) {
-		p, ups := resume(t)
+		h, ups := resume(t)
 		for _, u := range ups {
-			if u.GetHandleChanged() != nil {
-				t.Errorf("unexpected handle change %v", u.GetHandleChanged())
+			if c, ok := u.SessionUpdate().(*journal.HandleChanged); ok {
+				t.Errorf("unexpected handle change %+v", c)
 			}
 		}
 		inv := f.sessions()
 		if last := inv[len(inv)-1]; !slices.Contains(last.Args, "--resume="+handle) || slices.ContainsFunc(last.Args, func(a string) bool { return strings.HasPrefix(a, "--session-id") }) {
 			t.Errorf("argv %q, want --resume=%s and no --session-id", last.Args, handle)
 		}
-		p.close(10 * time.Second)
+		plugintest.CloseWithin(h, 10*time.Second)
 	})
 	t.Run("rotating id", func(t *testing.T) {
-		p, ups := resume(t, "FAKECLAUDE_ROTATE_ON_RESUME=1")
-		var changes []*agentpb.HandleChanged
+		h, ups := resume(t, "FAKECLAUDE_ROTATE_ON_RESUME=1")
+		var changes []*journal.HandleChanged
 		for _, u := range ups {
-			if u.GetHandleChanged() != nil {
-				changes = append(changes, u.GetHandleChanged())
+			if c, ok := u.SessionUpdate().(*journal.HandleChanged); ok {
+				changes = append(changes, c)
 			}
 		}
 		if len(changes) != 1 || changes[0].Handle == handle || changes[0].Origin != "resumed" {
-			t.Fatalf("handle changes %v, want one new handle with origin resumed", changes)
+			t.Fatalf("handle changes %+v, want one new handle with origin resumed", changes)
 		}
 		// The CLI dies; the replacement resumes the new handle.
-		if _, stop := p.run("die"); stop.StopReason != "failed" {
+		if _, stop := h.Run("die", wait); stop.StopReason != "failed" {
 			t.Fatal(stop)
 		}
-		if _, stop := p.run("count 1"); stop.StopReason != "end_turn" {
+		if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
 			t.Fatal(stop)
 		}
 		inv := f.sessions()
@@ -549,16 +547,16 @@ func TestResume(t *testing.T) {
 		}
 	})
 	t.Run("unknown id", func(t *testing.T) {
-		p := f.start()
+		h := f.start(t)
 		const unknown = "11111111-2222-4333-8444-555555555555"
-		_, err := p.tryResume(unknown, nil)
+		_, err := f.tryResume(t, h, unknown, nil)
 		if err == nil || !strings.Contains(err.Error(), "claude could not resume session "+unknown+": No conversation found with session ID: "+unknown) {
 			t.Errorf("ResumeSession(unknown): %v", err)
 		}
 	})
 	t.Run("not a UUID", func(t *testing.T) {
-		p := f.start()
-		_, err := p.tryResume("nope", nil)
+		h := f.start(t)
+		_, err := f.tryResume(t, h, "nope", nil)
 		if err == nil || !strings.Contains(err.Error(), `Error: --resume requires a valid session ID or session title when used with --print`) {
 			t.Errorf("ResumeSession(nope): %v", err)
 		}
@@ -568,63 +566,69 @@ func TestResume(t *testing.T) {
 func TestClose(t *testing.T) {
 	t.Run("stdin EOF", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start()
-		p.open(nil)
-		p.run("count 1")
+		h := f.start(t)
+		f.open(t, h, nil)
+		h.Run("count 1", wait)
 		pid := f.sessions()[0].Pid
 		start := time.Now()
-		if err := p.close(10 * time.Second); err != nil {
+		if err := plugintest.CloseWithin(h, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("Close took %s for a CLI that exits on EOF", d)
 		}
-		if alive(pid) || slices.Contains(children(p.pid), pid) {
+		// The agent runs in the test process: the CLI is its child.
+		if plugintest.Alive(pid) || slices.Contains(plugintest.Children(os.Getpid()), pid) {
 			t.Errorf("CLI %d still there after Close", pid)
 		}
 	})
 	t.Run("ignores SIGTERM", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start("FAKECLAUDE_IGNORE_SIGTERM=1")
-		p.open(map[string]string{OptStopGrace: "200ms"})
-		p.run("count 1")
+		h := f.start(t, "FAKECLAUDE_IGNORE_SIGTERM=1")
+		f.open(t, h, map[string]string{OptStopGrace: "200ms"})
+		h.Run("count 1", wait)
 		pid := f.sessions()[0].Pid
 		start := time.Now()
-		if err := p.close(10 * time.Second); err != nil {
+		if err := plugintest.CloseWithin(h, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(start); d < 400*time.Millisecond || d > 4*time.Second {
 			t.Errorf("Close took %s, want about two 200ms graces", d)
 		}
-		if alive(pid) {
+		if plugintest.Alive(pid) {
 			t.Errorf("CLI %d ignoring SIGTERM survived Close", pid)
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
 		f := newFixture(t)
-		p := f.start("FAKECLAUDE_IGNORE_SIGTERM=1")
-		p.open(nil) // default 5s graces
-		p.run("count 1")
+		h := f.start(t, "FAKECLAUDE_IGNORE_SIGTERM=1")
+		f.open(t, h, nil) // default 5s graces
+		h.Run("count 1", wait)
 		pid := f.sessions()[0].Pid
 		start := time.Now()
-		err := p.close(time.Second)
+		err := plugintest.CloseWithin(h, time.Second)
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("Close with a 1s deadline took %s (%v)", d, err)
 		}
-		if !eventually(2*time.Second, func() bool { return !alive(pid) }) {
+		if !plugintest.WaitGone(pid, 2*time.Second) {
 			t.Errorf("CLI %d survived a Close that ran out of time", pid)
 		}
 	})
 }
 
 // TestPluginKilled: when the plugin is SIGKILLed mid-turn, its CLI dies
-// too (Pdeathsig), although nobody signals the process group.
+// too (Pdeathsig), although nobody signals the process group. The plugin
+// runs as a process of its own, which the test kills.
 func TestPluginKilled(t *testing.T) {
-	f, p := openSession(t)
-	p.prompt("sleep 30s")
+	f := newFixture(t)
+	f.setenv(t)
+	h := sdktest.NewProcessHarness(t, f.plugin)
+	f.open(t, h, nil)
+	pid := plugintest.PluginPID(t, h)
+	plugintest.Prompt(t, h, "sleep 30s")
 	var cli int
-	if !eventually(5*time.Second, func() bool {
-		kids := children(p.pid)
+	if !plugintest.Eventually(5*time.Second, func() bool {
+		kids := plugintest.Children(pid)
 		if len(kids) == 1 {
 			cli = kids[0]
 		}
@@ -635,21 +639,14 @@ func TestPluginKilled(t *testing.T) {
 	if inv := f.sessions(); len(inv) != 1 || inv[0].Pid != cli {
 		t.Fatalf("the plugin's child %d is not the CLI the fake recorded (%v)", cli, inv)
 	}
-	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if !eventually(5*time.Second, func() bool { return !alive(cli) }) {
-		t.Fatalf("CLI %d still alive after its plugin %d was SIGKILLed", cli, p.pid)
-	}
+	plugintest.KillPlugin(t, pid, cli)
 }
 
 // TestWorkspaceMustExist: a session needs an existing workspace.
 func TestWorkspaceMustExist(t *testing.T) {
 	f := newFixture(t)
-	p := f.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := p.agent.NewSession(ctx, &agentpb.NewSessionRequest{Fence: 1, Workspace: filepath.Join(f.dir, "missing")})
+	h := f.start(t)
+	_, err := h.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: filepath.Join(f.dir, "missing")})
 	if err == nil || !strings.Contains(err.Error(), "workspace") {
 		t.Errorf("NewSession in a missing workspace: %v", err)
 	}

@@ -4,17 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
-
-// clip is harness_test.go's name for cliproc.Clip.
-func clip(s string, n int) string { return cliproc.Clip(s, n) }
 
 // sampleLines returns the stdout lines of the real CLI's transcripts in
 // testdata/samples (copies of the reference samples): the .jsonl file
@@ -22,24 +19,13 @@ func clip(s string, n int) string { return cliproc.Clip(s, n) }
 // cut off mid-line.
 func sampleLines(t testing.TB) [][]byte {
 	t.Helper()
-	var out [][]byte
-	for _, name := range []string{"claude_stream_noauth.jsonl", "claude_interrupt.txt", "claude_badresume.txt"} {
-		b, err := os.ReadFile("testdata/samples/" + name)
-		if err != nil {
-			t.Fatal(err)
+	return plugintest.SampleLines(t, func(name string, line []byte) ([]byte, bool) {
+		if !strings.HasSuffix(name, ".txt") {
+			return line, true
 		}
-		for line := range bytes.Lines(b) {
-			if strings.HasSuffix(name, ".txt") {
-				rest, ok := bytes.CutPrefix(line, []byte("<< "))
-				if !ok || bytes.HasPrefix(rest, []byte("STDERR:")) {
-					continue
-				}
-				line = rest
-			}
-			out = append(out, bytes.TrimRight(line, "\n"))
-		}
-	}
-	return out
+		rest, ok := bytes.CutPrefix(line, []byte("<< "))
+		return rest, ok && !bytes.HasPrefix(rest, []byte("STDERR:"))
+	}, "claude_stream_noauth.jsonl", "claude_interrupt.txt", "claude_badresume.txt")
 }
 
 func TestDecodeSamples(t *testing.T) {

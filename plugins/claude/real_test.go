@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
@@ -25,8 +25,8 @@ import (
 // HOME and CLAUDE_CONFIG_DIR are temporary directories, so no login of the
 // machine is used and nothing is written outside them.
 
-// realFixture returns a fixture whose plugin runs the real CLI, with no
-// login in its config dir.
+// realFixture returns a fixture whose agent runs the real CLI, with no
+// login in its config dir, and the environment that selects it.
 func realFixture(t *testing.T) (*fixture, []string) {
 	t.Helper()
 	abs := plugintest.RealCLI(t, "AGENTHOST_REAL_CLAUDE")
@@ -51,9 +51,9 @@ func TestRealVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("claude %s", v)
-	p := f.start(env...)
-	p.open(noLogin)
-	id, err := p.agent.Identify(p.ctx, &agentpb.IdentifyRequest{})
+	h := f.start(t, env...)
+	f.open(t, h, noLogin)
+	id, err := h.Identify(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +64,14 @@ func TestRealVersion(t *testing.T) {
 
 // TestRealNewSessionAndAuthError opens a session (the initialize
 // handshake), runs a turn that cannot reach its model for want of
-// credentials, and resumes the session in a new plugin.
+// credentials, and resumes the session in a new agent.
 func TestRealNewSessionAndAuthError(t *testing.T) {
 	f, env := realFixture(t)
-	p := f.start(env...)
-	handle := p.open(noLogin)
-	ups, stop := p.run("say hi")
+	h := f.start(t, env...)
+	handle := f.open(t, h, noLogin)
+	ups, stop := h.Run("say hi", wait)
 	if stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate (Not logged in") {
-		t.Fatalf("turn without credentials: %v %s", stop, describe(ups))
+		t.Fatalf("turn without credentials: %v %s", stop, sdktest.Describe(ups))
 	}
 	if strings.Contains(strings.Join(texts(ups), ""), "Not logged in") {
 		t.Errorf("the synthetic auth message was reported as the agent's: %q", texts(ups))
@@ -81,34 +81,34 @@ func TestRealNewSessionAndAuthError(t *testing.T) {
 	if len(matches) != 1 {
 		t.Errorf("no transcript for %s under %s", handle, f.configDir)
 	}
-	if err := p.close(15 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(h, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
-	p = f.start(env...)
-	resp, err := p.tryResume(handle, noLogin)
-	if err != nil || resp.Handle != handle {
-		t.Fatalf("ResumeSession(%s): %v %v", handle, resp, err)
+	h = f.start(t, env...)
+	info, err := f.tryResume(t, h, handle, noLogin)
+	if err != nil || info.Handle != handle {
+		t.Fatalf("ResumeSession(%s): %+v %v", handle, info, err)
 	}
-	ups, stop = p.run("say hi again")
+	ups, stop = h.Run("say hi again", wait)
 	if stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate") {
-		t.Fatalf("resumed turn: %v %s", stop, describe(ups))
+		t.Fatalf("resumed turn: %v %s", stop, sdktest.Describe(ups))
 	}
 	for _, u := range ups {
-		if c := u.GetHandleChanged(); c != nil {
-			t.Errorf("claude %s changed the session id on resume: %v", TestedVersion, c)
+		if c, ok := u.SessionUpdate().(*journal.HandleChanged); ok {
+			t.Errorf("claude %s changed the session id on resume: %+v", TestedVersion, c)
 		}
 	}
-	if err := p.close(15 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(h, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestRealResumeUnknown(t *testing.T) {
 	f, env := realFixture(t)
-	p := f.start(env...)
+	h := f.start(t, env...)
 	const unknown = "11111111-2222-4333-8444-555555555555"
-	_, err := p.tryResume(unknown, noLogin)
+	_, err := f.tryResume(t, h, unknown, noLogin)
 	if err == nil || !strings.Contains(err.Error(), "No conversation found with session ID: "+unknown) {
 		t.Fatalf("ResumeSession(unknown): %v", err)
 	}
@@ -116,12 +116,12 @@ func TestRealResumeUnknown(t *testing.T) {
 
 func TestRealSessionIDInUse(t *testing.T) {
 	f, env := realFixture(t)
-	p := f.start(env...)
-	handle := p.open(noLogin)
-	p.run("say hi") // writes the transcript
-	p.close(15 * time.Second)
-	p = f.start(env...)
-	_, err := p.tryOpen(map[string]string{OptSkipAuthCheck: "true", OptSessionID: handle})
+	h := f.start(t, env...)
+	handle := f.open(t, h, noLogin)
+	h.Run("say hi", wait) // writes the transcript
+	plugintest.CloseWithin(h, 15*time.Second)
+	h = f.start(t, env...)
+	_, err := f.tryOpen(t, h, map[string]string{OptSkipAuthCheck: "true", OptSessionID: handle})
 	if err == nil || !strings.Contains(err.Error(), "Error: Session ID "+handle+" is already in use.") {
 		t.Fatalf("NewSession with a used id: %v", err)
 	}
@@ -143,41 +143,43 @@ func closedPort(t *testing.T) string {
 func TestRealInterrupt(t *testing.T) {
 	f, env := realFixture(t)
 	env = append(env, "ANTHROPIC_API_KEY=sk-ant-agenthost-test", "ANTHROPIC_BASE_URL=http://"+closedPort(t))
-	p := f.start(env...)
-	p.open(map[string]string{OptAllowCredentials: "true"})
-	turn := p.prompt("write a poem")
-	if ups, stop := p.turnWithin(turn, 1500*time.Millisecond); stop != nil {
-		t.Fatalf("the turn ended by itself: %v %s", stop, describe(ups))
+	h := f.start(t, env...)
+	f.open(t, h, map[string]string{OptAllowCredentials: "true"})
+	turn := plugintest.Prompt(t, h, "write a poem")
+	var early []sdktest.Update
+	for deadline := time.Now().Add(1500 * time.Millisecond); ; {
+		u, ok := h.Next(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if early = append(early, u); u.Stop() != nil && u.TurnID == turn {
+			t.Fatalf("the turn ended by itself: %v %s", *u.Stop(), sdktest.Describe(early))
+		}
 	}
 	start := time.Now()
-	p.cancel()
-	_, stop := p.turn(turn, 10*time.Second)
+	plugintest.Cancel(t, h)
+	_, stop := h.Turn(turn, 10*time.Second)
 	if stop.StopReason != "cancelled" {
 		t.Fatalf("after Cancel: %v", stop)
 	}
 	t.Logf("the interrupted turn ended %s after Cancel", time.Since(start).Round(time.Millisecond))
-	// One CLI did it all: the interrupt kept it.
-	if n := len(children(p.pid)); n != 1 {
-		t.Errorf("the plugin has %d children, want its one CLI", n)
+	// One CLI did it all: the interrupt kept it. The agent runs in the
+	// test process, so the CLI is the test's child.
+	if n := len(plugintest.Children(os.Getpid())); n != 1 {
+		t.Errorf("the test process has %d children, want the agent's one CLI", n)
 	}
-	if err := p.close(15 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(h, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestRealPluginKilled: the real CLI dies with its plugin.
+// TestRealPluginKilled: the real CLI dies with its plugin, which runs as a
+// process of its own for the test to kill.
 func TestRealPluginKilled(t *testing.T) {
 	f, env := realFixture(t)
-	p := f.start(env...)
-	p.open(noLogin)
-	kids := children(p.pid)
-	if len(kids) != 1 {
-		t.Fatalf("the plugin has children %v, want its one CLI", kids)
-	}
-	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if !eventually(5*time.Second, func() bool { return !alive(kids[0]) }) {
-		t.Fatalf("claude %d survived its plugin", kids[0])
-	}
+	f.setenv(t, env...)
+	h := sdktest.NewProcessHarness(t, f.plugin)
+	f.open(t, h, noLogin)
+	pid := plugintest.PluginPID(t, h)
+	plugintest.KillPlugin(t, pid, plugintest.OnlyChild(t, pid))
 }

@@ -8,11 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
-	"github.com/agenthost/agenthost/plugins/codex/internal/codextest"
+	"github.com/agenthost/agenthost/plugins/codex"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
+
+// The tests drive the agent in the test process with sdktest.NewHarness,
+// against the fake codex in testdata/fakecodex, which is then a child of
+// the test process; the agent reads its configuration from the process
+// environment, so the tests set it with t.Setenv and do not run in
+// parallel. What needs a plugin process of its own (its SIGKILL,
+// conformance) runs the plugin binary.
 
 // The plugin and the fake CLI, built on first use (not in TestMain: fuzz
 // workers run TestMain too) and removed after the run.
@@ -31,27 +42,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// built builds the plugin (with the race detector when the tests have it:
-// the plugin's concurrency runs in its own process) and the fake codex.
+// built builds the plugin and the fake codex.
 func built(t *testing.T) {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "codex-plugin-test-"); buildErr != nil {
 			return
 		}
-		var flags []string
-		if raceEnabled {
-			flags = append(flags, "-race")
-		}
-		var b map[string]string
-		if b, buildErr = codextest.Build(binDir, map[string]string{"agenthost-plugin-codex": "./cmd/agenthost-plugin-codex"}, flags...); buildErr != nil {
+		if bins.plugin, buildErr = plugintest.Build(binDir, "./cmd/agenthost-plugin-codex"); buildErr != nil {
 			return
 		}
-		bins.plugin = b["agenthost-plugin-codex"]
-		if b, buildErr = codextest.Build(binDir, map[string]string{"codex": "./testdata/fakecodex"}); buildErr != nil {
-			return
-		}
-		bins.fake = b["codex"]
+		bins.fake, buildErr = plugintest.Build(binDir, "./testdata/fakecodex")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -82,67 +83,80 @@ func newHome(t *testing.T, auth bool) home {
 	return h
 }
 
-// env is the plugin's whole environment: the fake CLI, the home, extras.
-func (h home) env(extra ...string) []string {
-	return append([]string{
-		"PATH=/usr/bin:/bin", "HOME=" + h.dir, "CODEX_HOME=" + h.codexHome, "AGENTHOST_CODEX_PATH=" + bins.fake,
-		"AGENTHOST_PLUGIN_LOG_LEVEL=debug", noExitSleep,
-	}, extra...)
+// setenv makes h the agent's environment for the rest of test t (the
+// agent takes it when its first session opens): the fake CLI, the home,
+// then extra (KEY=VALUE), which wins; none of the provider credentials the
+// test process inherited.
+func (h home) setenv(t *testing.T, extra ...string) {
+	t.Helper()
+	plugintest.Unsetenv(t, codex.CredentialVariables()...)
+	plugintest.Setenv(t, "HOME="+h.dir, "CODEX_HOME="+h.codexHome, codex.EnvCodexPath+"="+bins.fake)
+	plugintest.Setenv(t, extra...)
 }
 
-// open starts the plugin and opens a new session.
-func open(t *testing.T, h home, opts map[string]string, extra ...string) (*codextest.Plugin, string) {
+// start sets h's environment plus extra for test t and serves the agent
+// in-process.
+func start(t *testing.T, h home, extra ...string) *sdktest.Harness {
 	t.Helper()
-	p := codextest.Start(t, bins.plugin, h.env(extra...))
-	handle, err := p.NewSession(h.workspace, opts)
+	h.setenv(t, extra...)
+	return sdktest.NewHarness(t, codex.New)
+}
+
+// open serves the agent and opens a new session.
+func open(t *testing.T, h home, opts map[string]string, extra ...string) (*sdktest.Harness, string) {
+	t.Helper()
+	p := start(t, h, extra...)
+	info, err := p.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: h.workspace, Options: opts})
 	if err != nil {
-		t.Fatalf("NewSession: %v\nplugin stderr:\n%s", err, p.Stderr())
+		t.Fatalf("NewSession: %v", err)
 	}
-	return p, handle
+	return p, info.Handle
+}
+
+func resume(t *testing.T, p *sdktest.Harness, h home, handle string) (string, error) {
+	info, err := p.ResumeSession(t.Context(), sdk.ResumeSessionRequest{Workspace: h.workspace, Handle: handle})
+	return info.Handle, err
 }
 
 const turnWait = 10 * time.Second
 
-// noExitSleep stops a race-enabled plugin from sleeping a second at exit.
-const noExitSleep = "GORACE=atexit_sleep_ms=0"
-
-func stopOf(t *testing.T, ups []*agentpb.Update, st *agentpb.TurnStopped, reason string) {
+func stopOf(t *testing.T, ups []sdktest.Update, st journal.Stop, reason string) {
 	t.Helper()
 	if st.StopReason != reason {
-		t.Fatalf("turn stopped with %q (error %q), want %q; updates %s", st.StopReason, st.Error, reason, codextest.Describe(ups))
+		t.Fatalf("turn stopped with %q (error %q), want %q; updates %s", st.StopReason, st.Error, reason, sdktest.Describe(ups))
 	}
 }
 
-func kinds(ups []*agentpb.Update, kind string) []*agentpb.Update {
-	var out []*agentpb.Update
+func kinds(ups []sdktest.Update, kind string) []sdktest.Update {
+	var out []sdktest.Update
 	for _, u := range ups {
-		if codextest.Kind(u) == kind {
+		if u.Kind == kind {
 			out = append(out, u)
 		}
 	}
 	return out
 }
 
-// run runs one turn of prompt and checks that it ends with reason.
-func run(t *testing.T, p *codextest.Plugin, prompt, reason string) ([]*agentpb.Update, *agentpb.TurnStopped) {
+// run runs one turn of text and checks that it ends with reason.
+func run(t *testing.T, p *sdktest.Harness, text, reason string) ([]sdktest.Update, journal.Stop) {
 	t.Helper()
-	ups, st := p.Turn(p.Prompt(prompt), turnWait)
+	ups, st := p.Turn(plugintest.Prompt(t, p, text), turnWait)
 	stopOf(t, ups, st, reason)
 	return ups, st
 }
 
 // noHandleChange fails the test if ups report the handle (again).
-func noHandleChange(t *testing.T, ups []*agentpb.Update, who string) {
+func noHandleChange(t *testing.T, ups []sdktest.Update, who string) {
 	t.Helper()
 	if hc := kinds(ups, "handle_changed"); len(hc) != 0 {
-		t.Errorf("%s reported its handle again: %v", who, hc)
+		t.Errorf("%s reported its handle again: %s", who, sdktest.Describe(hc))
 	}
 }
 
 func TestConformance(t *testing.T) {
 	h := newHome(t, true)
 	sdktest.Run(t, bins.plugin,
-		sdktest.WithEnv("AGENTHOST_CODEX_PATH="+bins.fake, "HOME="+h.dir, "CODEX_HOME="+h.codexHome, noExitSleep),
+		sdktest.WithEnv("AGENTHOST_CODEX_PATH="+bins.fake, "HOME="+h.dir, "CODEX_HOME="+h.codexHome),
 		sdktest.WithPrompts(sdktest.Prompts{Stream: "count 3", Hold: "sleep 30s", Replay: "count 20 10ms"}))
 }
 
@@ -150,7 +164,6 @@ func TestConformance(t *testing.T) {
 // handle is reported again, as created, when the first turn starts (the
 // thread is saved then), and not at later turns.
 func TestStreamUsageAndHandle(t *testing.T) {
-	t.Parallel()
 	h := newHome(t, true)
 	p, handle := open(t, h, nil)
 	if len(handle) != 36 || handle[14] != '7' {
@@ -159,21 +172,21 @@ func TestStreamUsageAndHandle(t *testing.T) {
 	ups, _ := run(t, p, "count 3", "end_turn")
 	var chunks []string
 	for _, u := range kinds(ups, "agent_message_chunk") {
-		chunks = append(chunks, u.GetAgentMessageChunk().GetContent().GetText())
+		chunks = append(chunks, u.SessionUpdate().(*journal.Chunk).Content.Text())
 	}
 	if strings.Join(chunks, ",") != "1,2,3" {
 		t.Errorf("message chunks %q, want 1,2,3", chunks)
 	}
 	hc := kinds(ups, "handle_changed")
-	if len(hc) != 1 || hc[0].GetHandleChanged().Handle != handle || hc[0].GetHandleChanged().Origin != "created" {
-		t.Errorf("handle changes %v, want one (%s, created)", hc, handle)
+	if len(hc) != 1 || hc[0].SessionUpdate().(*journal.HandleChanged).Handle != handle || hc[0].SessionUpdate().(*journal.HandleChanged).Origin != "created" {
+		t.Errorf("handle changes %s, want one (%s, created)", sdktest.Describe(hc), handle)
 	}
 	us := kinds(ups, "usage")
 	if len(us) != 1 {
-		t.Fatalf("usage updates: %s", codextest.Describe(ups))
+		t.Fatalf("usage updates: %s", sdktest.Describe(ups))
 	}
-	if u := us[0].GetUsage(); u.InputTokens != 100 || u.OutputTokens != 3 || u.CachedInputTokens != 20 || u.ReasoningTokens != 5 {
-		t.Errorf("usage %v, want input 100, output 3, cached 20, reasoning 5", u)
+	if u := us[0].SessionUpdate().(*journal.Usage).Tokens; u.InputTokens != 100 || u.OutputTokens != 3 || u.CachedInputTokens != 20 || u.ReasoningTokens != 5 {
+		t.Errorf("usage %+v, want input 100, output 3, cached 20, reasoning 5", u)
 	}
 	// The rollout exists now, named after the thread.
 	if m, _ := filepath.Glob(filepath.Join(h.codexHome, "sessions", "*", "*", "*", "rollout-*-"+handle+".jsonl")); len(m) != 1 {
@@ -187,16 +200,15 @@ func TestStreamUsageAndHandle(t *testing.T) {
 // A session whose thread ran a turn resumes under the same handle in a
 // new plugin process.
 func TestResumeAfterFirstTurn(t *testing.T) {
-	t.Parallel()
 	h := newHome(t, true)
 	p, handle := open(t, h, nil)
 	run(t, p, "hello", "end_turn")
-	if err := p.Close(5 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(p, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
-	p2 := codextest.Start(t, bins.plugin, h.env())
-	got, err := p2.Resume(h.workspace, handle, nil)
+	p2 := start(t, h)
+	got, err := resume(t, p2, h, handle)
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
@@ -204,18 +216,17 @@ func TestResumeAfterFirstTurn(t *testing.T) {
 		t.Errorf("resumed handle %q, want %q", got, handle)
 	}
 	ups, _ := run(t, p2, "again", "end_turn")
-	if msg := codextest.Messages(ups); msg != "again" {
+	if msg := sdktest.Messages(ups); msg != "again" {
 		t.Errorf("message %q", msg)
 	}
 	noHandleChange(t, ups, "a resumed thread")
 }
 
 func TestResumeErrors(t *testing.T) {
-	t.Parallel()
 	h := newHome(t, true)
 	// A thread that never ran a turn was never saved.
 	p, handle := open(t, h, nil)
-	if err := p.Close(5 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(p, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -228,8 +239,8 @@ func TestResumeErrors(t *testing.T) {
 		{"not an id", "bogus", nil, []string{`"bogus" is not a codex thread id`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := codextest.Start(t, bins.plugin, h.env(tt.env...))
-			_, err := p.Resume(h.workspace, tt.handle, nil)
+			p := start(t, h, tt.env...)
+			_, err := resume(t, p, h, tt.handle)
 			plugintest.ErrorContains(t, err, "Resume", tt.want...)
 		})
 	}
@@ -237,16 +248,15 @@ func TestResumeErrors(t *testing.T) {
 
 // A resume reply naming another thread is refused.
 func TestResumeReplyNamesAnotherThread(t *testing.T) {
-	t.Parallel()
 	h := newHome(t, true)
 	p, handle := open(t, h, nil)
-	_, st := p.Turn(p.Prompt("hello"), turnWait)
+	_, st := p.Turn(plugintest.Prompt(t, p, "hello"), turnWait)
 	if st.StopReason != "end_turn" {
 		t.Fatal(st)
 	}
-	p.Close(5 * time.Second)
-	p2 := codextest.Start(t, bins.plugin, h.env("FAKECODEX_RESUME_OTHER=1"))
-	_, err := p2.Resume(h.workspace, handle, nil)
+	plugintest.CloseWithin(p, 5*time.Second)
+	p2 := start(t, h, "FAKECODEX_RESUME_OTHER=1")
+	_, err := resume(t, p2, h, handle)
 	if err == nil || !strings.Contains(err.Error(), "asked to resume thread "+handle+", codex resumed thread") ||
 		!strings.Contains(err.Error(), "refusing to continue a different conversation") {
 		t.Fatalf("resume error %v", err)
@@ -254,7 +264,6 @@ func TestResumeReplyNamesAnotherThread(t *testing.T) {
 }
 
 func TestReadinessFailures(t *testing.T) {
-	t.Parallel()
 	empty := t.TempDir()
 	for _, tt := range []struct {
 		name string
@@ -284,8 +293,8 @@ func TestReadinessFailures(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHome(t, tt.auth)
-			p := codextest.Start(t, bins.plugin, h.env(tt.env...))
-			_, err := p.NewSession(h.workspace, tt.opts)
+			p := start(t, h, tt.env...)
+			_, err := p.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: h.workspace, Options: tt.opts})
 			plugintest.ErrorContains(t, err, "NewSession", tt.want...)
 		})
 	}
@@ -294,15 +303,14 @@ func TestReadinessFailures(t *testing.T) {
 // The credential variables are stripped from the CLI's environment unless
 // the session allows them; a key allowed through satisfies the auth check.
 func TestCredentialPolicy(t *testing.T) {
-	t.Parallel()
 	h := newHome(t, true)
 	if err := os.WriteFile(filepath.Join(h.codexHome, "config.toml"), []byte("[model_providers.mine]\nname = \"mine\"\nenv_key = \"MY_PROVIDER_KEY\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{"OPENAI_API_KEY=sk-test", "CODEX_ACCESS_TOKEN=tok", "MY_PROVIDER_KEY=mine", "UNRELATED=kept"}
-	ask := func(p *codextest.Plugin, name string) string {
+	ask := func(p *sdktest.Harness, name string) string {
 		ups, _ := run(t, p, "env "+name, "end_turn")
-		return codextest.Messages(ups)
+		return sdktest.Messages(ups)
 	}
 	p, _ := open(t, h, nil, keys...)
 	for _, k := range []string{"OPENAI_API_KEY", "CODEX_ACCESS_TOKEN", "MY_PROVIDER_KEY"} {
@@ -319,6 +327,8 @@ func TestCredentialPolicy(t *testing.T) {
 	if v := ask(p2, "OPENAI_API_KEY"); v != "sk-test" {
 		t.Errorf("allowed OPENAI_API_KEY reached codex as %q", v)
 	}
+	// The last agent's environment holds none of the keys.
+	plugintest.Unsetenv(t, "OPENAI_API_KEY", "CODEX_ACCESS_TOKEN", "MY_PROVIDER_KEY", "UNRELATED")
 	p3, _ := open(t, newHome(t, false), map[string]string{"skip_auth_check": "true"})
 	if v := ask(p3, "OPENAI_API_KEY"); v != "<unset>" {
 		t.Errorf("OPENAI_API_KEY = %q", v)
@@ -326,15 +336,14 @@ func TestCredentialPolicy(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil)
-	turn := p.Prompt("sleep 30s")
-	p.Until(turnWait, "the turn's first update", func(u *agentpb.Update) bool { return u.TurnId == turn })
-	start := time.Now()
-	p.Cancel()
+	turn := plugintest.Prompt(t, p, "sleep 30s")
+	p.Until(turnWait, "the turn's first update", func(u sdktest.Update) bool { return u.TurnID == turn })
+	begun := time.Now()
+	plugintest.Cancel(t, p)
 	ups, st := p.Turn(turn, turnWait)
 	stopOf(t, ups, st, "cancelled")
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(begun); d > 2*time.Second {
 		t.Errorf("cancel took %s", d)
 	}
 	// The session goes on.
@@ -342,7 +351,6 @@ func TestCancel(t *testing.T) {
 }
 
 func TestApprovals(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "on-request"})
 	for _, tt := range []struct {
 		prompt, answer, toolStatus, reply string
@@ -351,100 +359,97 @@ func TestApprovals(t *testing.T) {
 		{"tool", "decline", "failed", "approval: decline"},
 		{"edit", "acceptForSession", "completed", "approval: acceptForSession"},
 	} {
-		turn := p.Prompt(tt.prompt)
-		ups := p.Until(turnWait, "a permission request", func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
-		req := ups[len(ups)-1].GetPermissionRequest()
+		turn := plugintest.Prompt(t, p, tt.prompt)
+		ups := p.Until(turnWait, "a permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+		req := ups[len(ups)-1].SessionUpdate().(*journal.PermissionRequest)
 		calls := kinds(ups, "tool_call")
-		if len(calls) != 1 || calls[0].GetToolCall().ToolCallId != req.ToolCall.ToolCallId {
-			t.Fatalf("%s: tool calls before the request %s; request for %q", tt.prompt, codextest.Describe(ups), req.ToolCall.ToolCallId)
+		if len(calls) != 1 || calls[0].SessionUpdate().(*journal.ToolCall).ToolCallID != req.ToolCall.ToolCallID {
+			t.Fatalf("%s: tool calls before the request %s; request for %q", tt.prompt, sdktest.Describe(ups), req.ToolCall.ToolCallID)
 		}
 		wantKind, wantTitle := "execute", "ls"
 		if tt.prompt == "edit" {
 			wantKind, wantTitle = "edit", "edit "
 		}
 		if req.ToolCall.Kind != wantKind || !strings.HasPrefix(req.ToolCall.Title, wantTitle) {
-			t.Errorf("%s: permission tool call %v", tt.prompt, req.ToolCall)
+			t.Errorf("%s: permission tool call %+v", tt.prompt, req.ToolCall)
 		}
 		var opts []string
 		for _, o := range req.Options {
-			opts = append(opts, o.OptionId+"/"+o.Kind)
+			opts = append(opts, string(o.OptionId)+"/"+string(o.Kind))
 		}
 		if got := strings.Join(opts, ","); got != "accept/allow_once,acceptForSession/allow_always,decline/reject_once" {
 			t.Errorf("options %s", got)
 		}
-		p.Answer(req.RequestId, tt.answer)
+		plugintest.Answer(t, p, req.RequestID, tt.answer)
 		rest, st := p.Turn(turn, turnWait)
 		stopOf(t, rest, st, "end_turn")
-		if msg := codextest.Messages(rest); msg != tt.reply {
+		if msg := sdktest.Messages(rest); msg != tt.reply {
 			t.Errorf("%s answered %s: the fake replied %q, want %q", tt.prompt, tt.answer, msg, tt.reply)
 		}
 		upd := kinds(rest, "tool_call_update")
-		if len(upd) != 1 || upd[0].GetToolCallUpdate().Status != tt.toolStatus {
-			t.Errorf("%s answered %s: tool call updates %v, want status %s", tt.prompt, tt.answer, upd, tt.toolStatus)
+		if len(upd) != 1 || upd[0].SessionUpdate().(*journal.ToolCallUpdate).Status != tt.toolStatus {
+			t.Errorf("%s answered %s: tool call updates %s, want status %s", tt.prompt, tt.answer, sdktest.Describe(upd), tt.toolStatus)
 		}
-		if tt.answer == "accept" && tt.prompt == "tool" {
-			if c := upd[0].GetToolCallUpdate().Content; len(c) != 1 || c[0].Text != "README.md\nmain.go\n" {
+		if tt.answer == "accept" && tt.prompt == "tool" && len(upd) == 1 {
+			if c := upd[0].SessionUpdate().(*journal.ToolCallUpdate).Content; len(c) != 1 || c[0].Text() != "README.md\nmain.go\n" {
 				t.Errorf("command output %v", c)
 			}
 		}
 	}
 
 	// Cancelling the turn while the user is asked: codex gets "cancel".
-	turn := p.Prompt("tool")
-	p.Until(turnWait, "a permission request", func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
-	p.Cancel()
+	turn := plugintest.Prompt(t, p, "tool")
+	p.Until(turnWait, "a permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+	plugintest.Cancel(t, p)
 	ups, st := p.Turn(turn, turnWait)
 	stopOf(t, ups, st, "cancelled")
-	if r := kinds(ups, "permission_resolved"); len(r) != 1 || r[0].GetPermissionResolved().Outcome.Outcome != "cancelled" {
-		t.Errorf("permission resolution %s", codextest.Describe(ups))
+	if r := kinds(ups, "permission_resolved"); len(r) != 1 || r[0].SessionUpdate().(*journal.PermissionResolved).Outcome.Outcome != "cancelled" {
+		t.Errorf("permission resolution %s", sdktest.Describe(ups))
 	}
 
 	// The permissions request echoes what was asked for, or grants nothing.
-	turn = p.Prompt("perm")
-	ups = p.Until(turnWait, "a permission request", func(u *agentpb.Update) bool { return u.GetPermissionRequest() != nil })
-	p.Answer(ups[len(ups)-1].GetPermissionRequest().RequestId, "accept")
+	turn = plugintest.Prompt(t, p, "perm")
+	ups = p.Until(turnWait, "a permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+	plugintest.Answer(t, p, ups[len(ups)-1].SessionUpdate().(*journal.PermissionRequest).RequestID, "accept")
 	ups, _ = p.Turn(turn, turnWait)
-	if msg := codextest.Messages(ups); msg != `permissions: {"permissions":{"network":{"enabled":true}},"scope":"turn"}` {
+	if msg := sdktest.Messages(ups); msg != `permissions: {"permissions":{"network":{"enabled":true}},"scope":"turn"}` {
 		t.Errorf("perm reply %q", msg)
 	}
 }
 
 func TestNoApprovalWhenPolicyNever(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "never"})
 	ups, _ := run(t, p, "tool", "end_turn")
 	if r := kinds(ups, "permission_request"); len(r) != 0 {
-		t.Errorf("asked for permission: %s", codextest.Describe(ups))
+		t.Errorf("asked for permission: %s", sdktest.Describe(ups))
 	}
-	if msg := codextest.Messages(ups); msg != "approval: not asked" {
+	if msg := sdktest.Messages(ups); msg != "approval: not asked" {
 		t.Errorf("reply %q", msg)
 	}
 }
 
 func TestThoughtsAndPlans(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil)
 	ups, _ := run(t, p, "think", "end_turn")
 	var thought string
 	for _, u := range kinds(ups, "agent_thought_chunk") {
-		thought += u.GetAgentThoughtChunk().GetContent().GetText()
+		thought += u.SessionUpdate().(*journal.Chunk).Content.Text()
 	}
 	if thought != "thinking hard" {
-		t.Errorf("thought %q (%s)", thought, codextest.Describe(ups))
+		t.Errorf("thought %q (%s)", thought, sdktest.Describe(ups))
 	}
 	ups, _ = run(t, p, "plan", "end_turn")
 	plans := kinds(ups, "plan")
 	if len(plans) != 1 {
-		t.Fatalf("plans: %s", codextest.Describe(ups))
+		t.Fatalf("plans: %s", sdktest.Describe(ups))
 	}
-	e := plans[0].GetPlan().Entries
+	e := plans[0].SessionUpdate().(*journal.Plan).Entries
 	if len(e) != 2 || e[0].Content != "read the code" || e[0].Status != "completed" || e[1].Status != "in_progress" {
-		t.Errorf("plan %v", e)
+		t.Errorf("plan %+v", e)
 	}
 }
 
 func TestTurnFailures(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"model_retry_timeout": "300ms"})
 	_, st := run(t, p, "fail out of tokens", "failed")
 	if st.Error != "out of tokens" {
@@ -463,7 +468,6 @@ func TestTurnFailures(t *testing.T) {
 // A CLI that dies mid-turn fails the turn with its exit status and stderr,
 // and later turns say the app-server is gone.
 func TestCLIDiesMidTurn(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil)
 	_, st := run(t, p, "die", "failed")
 	for _, w := range []string{"exited unexpectedly (exit status 3)", "asked to die", "resume it"} {
@@ -480,13 +484,13 @@ func TestCLIDiesMidTurn(t *testing.T) {
 // A line over the cap ends the app-server with an error naming the cap;
 // one under it passes.
 func TestHugeLine(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), map[string]string{"max_message_bytes": "100000"})
 	ups, _ := run(t, p, "huge 100000", "end_turn")
-	if msg := codextest.Messages(ups); len(msg) < 99000 || !strings.HasSuffix(msg, "huge done") {
+	if msg := sdktest.Messages(ups); len(msg) < 99000 || !strings.HasSuffix(msg, "huge done") {
 		t.Errorf("message of %d bytes", len(msg))
 	}
-	kids := codextest.Children(p.Pid)
+	// The agent runs in the test process: the app-server is its child.
+	kids := plugintest.Children(os.Getpid())
 	_, st := run(t, p, "huge 100001", "failed")
 	for _, w := range []string{"line too long", "over the limit of 100000 bytes", "max_message_bytes"} {
 		if !strings.Contains(st.Error, w) {
@@ -494,7 +498,7 @@ func TestHugeLine(t *testing.T) {
 		}
 	}
 	for _, k := range kids {
-		if !codextest.WaitGone(k, 5*time.Second) {
+		if !plugintest.WaitGone(k, 5*time.Second) {
 			t.Errorf("app-server %d still running after the oversized line", k)
 		}
 	}
@@ -503,17 +507,16 @@ func TestHugeLine(t *testing.T) {
 // Non-JSON lines, unknown notifications, items and fields are ignored, and
 // an unknown request gets a JSON-RPC error; a slow stream completes.
 func TestNoiseAndSlowStream(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_SLOW=10ms")
 	ups, _ := run(t, p, "noise", "end_turn")
-	if msg := codextest.Messages(ups); !strings.Contains(msg, `"code":-32601`) || !strings.Contains(msg, "does not handle fake/unknownRequest") {
+	if msg := sdktest.Messages(ups); !strings.Contains(msg, `"code":-32601`) || !strings.Contains(msg, "does not handle fake/unknownRequest") {
 		t.Errorf("reply %q", msg)
 	}
 	if n := len(kinds(ups, "tool_call")); n != 0 {
 		t.Errorf("an unknown item became %d tool calls", n)
 	}
 	ups, _ = run(t, p, "count 5", "end_turn")
-	if msg := codextest.Messages(ups); msg != "12345" {
+	if msg := sdktest.Messages(ups); msg != "12345" {
 		t.Errorf("slow stream %q", msg)
 	}
 }
@@ -521,57 +524,61 @@ func TestNoiseAndSlowStream(t *testing.T) {
 // Close stops an app-server that ignores stdin EOF and SIGTERM, within its
 // deadline, and reaps it.
 func TestCloseKillsStubbornCLI(t *testing.T) {
-	t.Parallel()
-	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_IGNORE_SIGTERM=1")
-	kids := codextest.Children(p.Pid)
-	if len(kids) != 1 {
-		t.Fatalf("children of the plugin: %v", kids)
+	h := newHome(t, true)
+	h.setenv(t, "FAKECODEX_IGNORE_SIGTERM=1")
+	logs := &logtest.Buffer{}
+	p := sdktest.NewHarness(t, codex.New, sdktest.WithAgentLogger(hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})))
+	if _, err := p.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: h.workspace}); err != nil {
+		t.Fatalf("NewSession: %v", err)
 	}
-	start := time.Now()
-	if err := p.Close(1500 * time.Millisecond); err != nil {
+	// The agent runs in the test process: the app-server is its child.
+	kids := plugintest.Children(os.Getpid())
+	if len(kids) != 1 {
+		t.Fatalf("children of the test process: %v", kids)
+	}
+	begun := time.Now()
+	if err := plugintest.CloseWithin(p, 1500*time.Millisecond); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	// Within its deadline, give or take the scheduling of a busy machine;
 	// the graces it would wait without one add up to 4s.
-	if d := time.Since(start); d > 2500*time.Millisecond {
+	if d := time.Since(begun); d > 2500*time.Millisecond {
 		t.Errorf("close with a 1.5s deadline took %s", d)
 	}
-	if codextest.Alive(kids[0]) {
+	if plugintest.Alive(kids[0]) {
 		t.Errorf("app-server %d survived Close", kids[0])
 	}
-	// The plugin's log reaches us through go-plugin's stderr relay.
-	for deadline := time.Now().Add(3 * time.Second); !strings.Contains(p.Stderr(), "signal: killed"); time.Sleep(10 * time.Millisecond) {
+	// The agent logs how the app-server ended.
+	for deadline := time.Now().Add(3 * time.Second); !strings.Contains(logs.String(), "signal: killed"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the plugin did not log a SIGKILL: %s", p.Stderr())
+			t.Fatalf("the agent did not log a SIGKILL: %s", logs)
 		}
 	}
 }
 
 // SIGKILL of the plugin during a turn takes the app-server with it, even
-// one that ignores stdin EOF (which the plugin's death also causes).
+// one that ignores stdin EOF (which the plugin's death also causes). The
+// plugin runs as a process of its own, which the test kills.
 func TestPluginSIGKILLTakesCLI(t *testing.T) {
-	t.Parallel()
-	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_IGNORE_SIGTERM=1")
-	turn := p.Prompt("sleep 30s")
-	p.Until(turnWait, "the turn's first update", func(u *agentpb.Update) bool { return u.TurnId == turn })
-	kids := codextest.Children(p.Pid)
-	if len(kids) != 1 {
-		t.Fatalf("children of the plugin: %v", kids)
+	h := newHome(t, true)
+	h.setenv(t, "FAKECODEX_IGNORE_SIGTERM=1")
+	p := sdktest.NewProcessHarness(t, bins.plugin)
+	if _, err := p.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: h.workspace}); err != nil {
+		t.Fatalf("NewSession: %v", err)
 	}
-	p.Kill()
-	if !codextest.WaitGone(kids[0], 5*time.Second) {
-		t.Fatalf("app-server %d still alive 5s after the plugin was SIGKILLed", kids[0])
-	}
+	pid := plugintest.PluginPID(t, p)
+	turn := plugintest.Prompt(t, p, "sleep 30s")
+	p.Until(turnWait, "the turn's first update", func(u sdktest.Update) bool { return u.TurnID == turn })
+	plugintest.KillPlugin(t, pid, plugintest.OnlyChild(t, pid))
 }
 
 // A cancel that arrives before codex has answered turn/start interrupts
 // the turn once its id is known: the next turn is not refused as "already
 // in progress".
 func TestCancelBeforeTurnStarts(t *testing.T) {
-	t.Parallel()
 	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_SLOW=50ms")
-	turn := p.Prompt("sleep 30s")
-	p.Cancel()
+	turn := plugintest.Prompt(t, p, "sleep 30s")
+	plugintest.Cancel(t, p)
 	ups, st := p.Turn(turn, turnWait)
 	stopOf(t, ups, st, "cancelled")
 	run(t, p, "count 1", "end_turn")

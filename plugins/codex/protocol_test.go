@@ -8,13 +8,13 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
+	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
 // sampleLines are the lines codex wrote in the stored transcripts: real
@@ -23,21 +23,11 @@ import (
 // messages at all.
 func sampleLines(tb testing.TB) [][]byte {
 	tb.Helper()
-	var out [][]byte
-	for _, name := range []string{"appserver_0.171.0.jsonl", "reference_ephemeral_interrupt.txt", "reference_exec_json_offline.jsonl"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "samples", name))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for l := range bytes.SplitSeq(b, []byte("\n")) {
-			l = bytes.TrimPrefix(l, []byte("<< "))
-			l = bytes.TrimPrefix(l, []byte(">> "))
-			if len(l) > 0 {
-				out = append(out, l)
-			}
-		}
-	}
-	return out
+	return plugintest.SampleLines(tb, func(_ string, line []byte) ([]byte, bool) {
+		line = bytes.TrimPrefix(line, []byte("<< "))
+		line = bytes.TrimPrefix(line, []byte(">> "))
+		return line, len(line) > 0
+	}, "appserver_0.171.0.jsonl", "reference_ephemeral_interrupt.txt", "reference_exec_json_offline.jsonl")
 }
 
 func TestDecodeSamples(t *testing.T) {

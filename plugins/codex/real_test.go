@@ -24,9 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
-	"github.com/agenthost/agenthost/plugins/codex/internal/codextest"
+	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
 
@@ -136,17 +137,6 @@ func TestRealHandshake(t *testing.T) {
 	}
 }
 
-// realPlugin builds the plugin binary for one test (go build's cache makes
-// the second build a link).
-func realPlugin(t *testing.T) string {
-	t.Helper()
-	b, err := codextest.Build(t.TempDir(), map[string]string{"agenthost-plugin-codex": "./cmd/agenthost-plugin-codex"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b["agenthost-plugin-codex"]
-}
-
 // provider returns session options pointing codex at a model provider at
 // url, with a fake key passed through.
 func provider(url string, extra map[string]string) map[string]string {
@@ -161,9 +151,25 @@ func provider(url string, extra map[string]string) map[string]string {
 	return opts
 }
 
-func startReal(t *testing.T, bin string, h realHome) *codextest.Plugin {
+// startReal makes h, the real CLI and a fake key the agent's environment
+// for the rest of the test, and serves the agent in-process.
+func startReal(t *testing.T, h realHome) *sdktest.Harness {
 	t.Helper()
-	return codextest.Start(t, bin, h.env("AGENTHOST_CODEX_PATH="+realCLI(t), "OPENAI_API_KEY=sk-agenthost-fake", "AGENTHOST_PLUGIN_LOG_LEVEL=debug"))
+	plugintest.Unsetenv(t, credentialVars...)
+	plugintest.Setenv(t, h.env(EnvCodexPath+"="+realCLI(t), "OPENAI_API_KEY=sk-agenthost-fake")...)
+	return sdktest.NewHarness(t, New)
+}
+
+// openReal opens a new session in h's workspace.
+func openReal(t *testing.T, p *sdktest.Harness, h realHome, opts map[string]string) (string, error) {
+	info, err := p.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: h.workspace, Options: opts})
+	return info.Handle, err
+}
+
+// resumeReal resumes handle in h's workspace.
+func resumeReal(t *testing.T, p *sdktest.Harness, h realHome, handle string, opts map[string]string) (string, error) {
+	info, err := p.ResumeSession(t.Context(), sdk.ResumeSessionRequest{Workspace: h.workspace, Handle: handle, Options: opts})
+	return info.Handle, err
 }
 
 // Through the plugin: a turn whose model answers 401 fails with codex's
@@ -179,54 +185,53 @@ func TestRealPluginTurnsAndResume(t *testing.T) {
 	defer srv.Close()
 	h := newRealHome(t)
 	opts := provider(srv.URL+"/v1", nil)
-	bin := realPlugin(t)
 
-	p := startReal(t, bin, h)
-	handle, err := p.NewSession(h.workspace, opts)
+	p := startReal(t, h)
+	handle, err := openReal(t, p, h, opts)
 	if err != nil {
-		t.Fatalf("NewSession: %v\n%s", err, p.Stderr())
+		t.Fatalf("NewSession: %v", err)
 	}
-	ups, st := p.Turn(p.Prompt("say hi"), 60*time.Second)
+	ups, st := p.Turn(plugintest.Prompt(t, p, "say hi"), 60*time.Second)
 	if st.StopReason != "failed" || !strings.Contains(st.Error, "401 Unauthorized") || !strings.Contains(st.Error, "Incorrect API key") {
-		t.Fatalf("turn stopped %v; updates %s", st, codextest.Describe(ups))
+		t.Fatalf("turn stopped %v; updates %s", st, sdktest.Describe(ups))
 	}
 	var reported bool
 	for _, u := range ups {
-		if hc := u.GetHandleChanged(); hc != nil && hc.Handle == handle && hc.Origin == "created" {
+		if hc, ok := u.SessionUpdate().(*journal.HandleChanged); ok && hc.Handle == handle && hc.Origin == "created" {
 			reported = true
 		}
 	}
 	if !reported {
-		t.Errorf("the handle was not reported when the first turn started: %s", codextest.Describe(ups))
+		t.Errorf("the handle was not reported when the first turn started: %s", sdktest.Describe(ups))
 	}
 	start := time.Now()
-	if err := p.Close(10 * time.Second); err != nil {
+	if err := plugintest.CloseWithin(p, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Close took %s", time.Since(start))
 
-	p2 := startReal(t, bin, h)
-	got, err := p2.Resume(h.workspace, handle, opts)
+	p2 := startReal(t, h)
+	got, err := resumeReal(t, p2, h, handle, opts)
 	if err != nil || got != handle {
-		t.Fatalf("resume: %q, %v\n%s", got, err, p2.Stderr())
+		t.Fatalf("resume: %q, %v", got, err)
 	}
-	_, st = p2.Turn(p2.Prompt("again"), 60*time.Second)
+	_, st = p2.Turn(plugintest.Prompt(t, p2, "again"), 60*time.Second)
 	if st.StopReason != "failed" || !strings.Contains(st.Error, "401") {
 		t.Errorf("resumed turn %v", st)
 	}
 
-	p3 := startReal(t, bin, h)
-	unused, err := p3.NewSession(h.workspace, opts)
+	p3 := startReal(t, h)
+	unused, err := openReal(t, p3, h, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p3.Close(10 * time.Second)
+	plugintest.CloseWithin(p3, 10*time.Second)
 	for _, tt := range []struct{ handle, want string }{
 		{unused, "no saved conversation for thread " + unused},
 		{"00000000-0000-0000-0000-000000000000", "no rollout found for thread id 00000000-0000-0000-0000-000000000000"},
 	} {
-		p4 := startReal(t, bin, h)
-		if _, err := p4.Resume(h.workspace, tt.handle, opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+		p4 := startReal(t, h)
+		if _, err := resumeReal(t, p4, h, tt.handle, opts); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("resume %s: %v, want %q", tt.handle, err, tt.want)
 		}
 	}
@@ -244,27 +249,26 @@ func TestRealPluginUnreachableModel(t *testing.T) {
 	l.Close() // nothing listens: connections are refused
 
 	h := newRealHome(t)
-	bin := realPlugin(t)
-	p := startReal(t, bin, h)
-	if _, err := p.NewSession(h.workspace, provider(url, nil)); err != nil {
+	p := startReal(t, h)
+	if _, err := openReal(t, p, h, provider(url, nil)); err != nil {
 		t.Fatal(err)
 	}
-	turn := p.Prompt("say hi")
-	p.Until(30*time.Second, "the turn's start", func(u *agentpb.Update) bool { return u.GetHandleChanged() != nil })
+	id := plugintest.Prompt(t, p, "say hi")
+	p.Until(30*time.Second, "the turn's start", func(u sdktest.Update) bool { return u.Kind == "handle_changed" })
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
-	p.Cancel()
-	ups, st := p.Turn(turn, 10*time.Second)
+	plugintest.Cancel(t, p)
+	ups, st := p.Turn(id, 10*time.Second)
 	if st.StopReason != "cancelled" {
-		t.Fatalf("cancelled turn stopped %v: %s", st, codextest.Describe(ups))
+		t.Fatalf("cancelled turn stopped %v: %s", st, sdktest.Describe(ups))
 	}
 	t.Logf("turn/interrupt took %s", time.Since(start))
 
-	p2 := startReal(t, bin, newRealHome(t))
-	if _, err := p2.NewSession(h.workspace, provider(url, map[string]string{"model_retry_timeout": "2s"})); err != nil {
+	p2 := startReal(t, newRealHome(t))
+	if _, err := openReal(t, p2, h, provider(url, map[string]string{"model_retry_timeout": "2s"})); err != nil {
 		t.Fatal(err)
 	}
-	_, st = p2.Turn(p2.Prompt("say hi"), 30*time.Second)
+	_, st = p2.Turn(plugintest.Prompt(t, p2, "say hi"), 30*time.Second)
 	if st.StopReason != "failed" || !strings.Contains(st.Error, "could not reach its model for 2s") || !strings.Contains(st.Error, "Reconnecting") {
 		t.Errorf("turn stopped %v", st)
 	}

@@ -30,8 +30,10 @@
 // test's to give: session options in that request, environment variables
 // (the path of a fake CLI, a HOME holding a fake login) with t.Setenv
 // before it. A CLI the agent starts is a child of the test process. What
-// needs a plugin process of its own (its exit, signals sent to it, its
-// stdout) is for Run, or a test that starts the binary.
+// needs a plugin process of its own (its exit, signals sent to it) is for
+// NewProcessHarness, which starts the plugin binary with the test's
+// environment and drives it with the same methods; a test that kills it
+// must not use NewHarness, whose agent is the test's own process.
 //
 // When the test ends, the harness cancels the running turn, closes the
 // agent and waits for every goroutine it started; an agent whose Close

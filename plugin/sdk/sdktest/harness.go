@@ -51,21 +51,24 @@ type harnessConfig struct {
 	logger hclog.Logger
 }
 
-// WithAgentName sets the agent name Identify reports (default "sdktest").
+// WithAgentName sets the agent name Identify reports (default "sdktest");
+// NewHarness only: a plugin binary names itself.
 func WithAgentName(name string) HarnessOption {
 	return func(c *harnessConfig) { c.name = name }
 }
 
 // WithAgentLogger sets the agent's Environment.Logger (default: the test's
-// log, through t.Log).
+// log, through t.Log). With NewProcessHarness the plugin's log lines are
+// relayed to it, and the plugin logs at its level.
 func WithAgentLogger(l hclog.Logger) HarnessOption {
 	return func(c *harnessConfig) { c.logger = l }
 }
 
-// Harness serves one session's agent in-process and drives it as a host
-// does: over real gRPC, through the host's own plugin client, attached at
-// fence 1 to SessionID, with the session's updates collected as they come.
-// Create it with NewHarness. Its methods are safe for concurrent use.
+// Harness drives one session's agent as a host does: over real gRPC,
+// through the host's own plugin client, attached at fence 1 to SessionID,
+// with the session's updates collected as they come. Create it with
+// NewHarness (the agent served in-process) or NewProcessHarness (a plugin
+// binary). Its methods are safe for concurrent use.
 type Harness struct {
 	t      testing.TB
 	client *pluginclient.Client
@@ -96,13 +99,7 @@ type Harness struct {
 // of the harness ended; a failed agent Close fails the test.
 func NewHarness(t testing.TB, factory sdk.Factory, opts ...HarnessOption) *Harness {
 	t.Helper()
-	cfg := harnessConfig{name: "sdktest"}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.logger == nil {
-		cfg.logger = logtest.New(t)
-	}
+	cfg := newHarnessConfig(t, opts)
 	env := sdk.Environment{SessionDir: t.TempDir(), Logger: cfg.logger}
 
 	lis := bufconn.Listen(1 << 20)
@@ -118,18 +115,39 @@ func NewHarness(t testing.TB, factory sdk.Factory, opts ...HarnessOption) *Harne
 		<-served
 		t.Fatalf("sdktest: connect to the agent: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &Harness{t: t, client: pluginclient.New(conn), ctx: ctx, wake: make(chan struct{}, 1)}
-	t.Cleanup(func() {
-		h.mu.Lock()
-		h.unfollow()
-		h.mu.Unlock()
-		cancel()
+	return attach(t, pluginclient.New(conn), func() {
 		stopServe()
 		if err := <-served; err != nil {
 			t.Errorf("sdktest: the agent did not close cleanly: %v", err)
 		}
 		_ = conn.Close()
+	})
+}
+
+func newHarnessConfig(t testing.TB, opts []HarnessOption) harnessConfig {
+	cfg := harnessConfig{name: "sdktest"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = logtest.New(t)
+	}
+	return cfg
+}
+
+// attach makes the Harness of client: it attaches at fence 1 and follows
+// the session's updates from seq 1. When the test ends it stops following
+// and calls stop, which ends the agent's serving.
+func attach(t testing.TB, client *pluginclient.Client, stop func()) *Harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Harness{t: t, client: client, ctx: ctx, wake: make(chan struct{}, 1)}
+	t.Cleanup(func() {
+		h.mu.Lock()
+		h.unfollow()
+		h.mu.Unlock()
+		cancel()
+		stop()
 	})
 
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
@@ -205,7 +223,8 @@ func (h *Harness) attachment() *pluginclient.Attachment {
 type Identity struct {
 	// SessionID is SessionID once attached.
 	SessionID string
-	// PID is the test's own process id: the agent runs in-process.
+	// PID is the plugin server's process id: the test's own with
+	// NewHarness, the plugin process's with NewProcessHarness.
 	PID        int
 	InstanceID string
 	// ProtocolVersion is sdk.ProtocolVersion.

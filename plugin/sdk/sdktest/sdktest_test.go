@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -24,7 +23,11 @@ var marker = rand.Text()
 
 func TestMain(m *testing.M) {
 	os.Setenv(markerVar, marker)
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if scriptedBin.dir != "" {
+			os.RemoveAll(scriptedBin.dir)
+		}
+	}))
 }
 
 // leftovers lists live processes whose environment holds the marker.
@@ -53,12 +56,7 @@ func leftovers() []int {
 // TestScripted runs the kit through Run, with its default prompts, against
 // the scripted example plugin, which every check must pass.
 func TestScripted(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "scripted")
-	cmd := exec.Command("go", "build", "-o", bin, "../../../examples/scripted/cmd/agenthost-plugin-scripted")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	Run(t, bin)
+	Run(t, scriptedBinary(t))
 	if left := leftovers(); len(left) > 0 {
 		for _, pid := range left {
 			_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -1,5 +1,0 @@
-//go:build !race
-
-package claude
-
-const raceEnabled = false
