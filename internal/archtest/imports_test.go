@@ -14,17 +14,11 @@ import (
 // importRule lets only the files of the packages matched by allow import
 // pkg directly, test files included; dependencies through them are the
 // point. Unlike a depRule it is about who speaks a package's vocabulary,
-// not who links it.
-//
-// Patterns are those of depRule; temporary patterns also match files, by
-// their path in the module ("./host/journal.go"). Each temporary entry is
-// an exemption some other change is due to remove, with a TODO saying
-// which.
+// not who links it. Patterns are those of depRule.
 type importRule struct {
-	pkg       string
-	allow     []string
-	temporary []string
-	reason    string
+	pkg    string
+	allow  []string
+	reason string
 }
 
 var importRules = []importRule{
@@ -77,8 +71,7 @@ func checkImportRule(r importRule, mod string, files map[string][]string) []stri
 			continue
 		}
 		dir := file[:strings.LastIndexByte(file, '/')]
-		if dir == pkg || slices.ContainsFunc(r.allow, func(a string) bool { return match(expand(mod, a), dir) }) ||
-			slices.ContainsFunc(r.temporary, func(a string) bool { return match(expand(mod, a), file) }) {
+		if dir == pkg || slices.ContainsFunc(r.allow, func(a string) bool { return match(expand(mod, a), dir) }) {
 			continue
 		}
 		out = append(out, strings.TrimPrefix(file, mod+"/")+" must not import "+pkg+": "+r.reason)
