@@ -272,7 +272,13 @@ func QueryVersion(ctx context.Context, path string, q VersionQuery) (Version, er
 	case <-p.Exited():
 	case <-qctx.Done():
 		killed = true
-		_ = p.Kill()
+		if err := p.Kill(); err != nil {
+			// Not reaped: Done may never close, and the output readers
+			// were ended by Kill; report rather than wait.
+			verr.Err = err
+			verr.Stderr = strings.Join(p.Stderr().Last(8), "\n")
+			return Version{}, verr
+		}
 	}
 	<-p.Done()
 	verr.Stdout = Clip(strings.TrimSpace(ansi.ReplaceAllString(string(<-out), "")), 500)

@@ -382,6 +382,11 @@ func (p *Process) Kill() error {
 		return nil
 	}
 	p.log.Error("not reaped after SIGKILL", "pid", p.pid, "waited", KillWait)
+	// The reaper still waits in wait4 and has not closed the read ends:
+	// end their readers now, so nobody draining stdout or stderr waits
+	// for a child that may never be reaped.
+	_ = p.stdout.f.SetReadDeadline(time.Now())
+	_ = p.stderr.f.SetReadDeadline(time.Now())
 	return fmt.Errorf("%w: %s (pid %d), %s after SIGKILL", ErrNotReaped, p.cfg.Path, p.pid, KillWait)
 }
 
