@@ -287,21 +287,14 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 			return 0, nil
 		}
 		for i := len(entries) - 1; i >= 0; i-- {
-			rec, err := journal.Decode(entries[i])
-			if err != nil {
+			if seq, ok := journal.PluginSeq(entries[i]); ok {
+				return seq, nil
+			}
+			if entries[i].Kind != leasestore.KindLifecycle {
 				continue
 			}
-			switch r := rec.(type) {
-			case *journal.Update:
-				if r.PluginSeq > 0 {
-					return r.PluginSeq, nil
-				}
-			case *journal.Stop:
-				if r.PluginSeq > 0 {
-					return r.PluginSeq, nil
-				}
-			case *journal.Lifecycle:
-				if r.EntryKind() == leasestore.KindLifecycle && r.Event == "owner-committed" {
+			if rec, err := journal.Decode(entries[i]); err == nil {
+				if r, ok := rec.(*journal.Lifecycle); ok && r.Event == "owner-committed" {
 					return 0, nil
 				}
 			}

@@ -143,3 +143,22 @@ func DecodePayload(kind leasestore.EntryKind, payload []byte) (Record, error) {
 	}
 	return r, nil
 }
+
+// PluginSeq returns the plugin's sequence number an update or stop entry
+// records, reading that member alone: a host that resumes a plugin's
+// stream must find where it left off even in an entry whose update it
+// cannot decode (a kind or a member shape a newer build wrote). ok is
+// false for other kinds, for a payload that is not a JSON object with a
+// numeric pluginSeq, and for the stops the host wrote itself (seq 0).
+func PluginSeq(e leasestore.Entry) (seq uint64, ok bool) {
+	if e.Kind != leasestore.KindUpdate && e.Kind != leasestore.KindStop {
+		return 0, false
+	}
+	var p struct {
+		PluginSeq uint64 `json:"pluginSeq"`
+	}
+	if json.Unmarshal(e.Payload, &p) != nil || p.PluginSeq == 0 {
+		return 0, false
+	}
+	return p.PluginSeq, true
+}
