@@ -72,8 +72,14 @@ type Config struct {
 	// agent's plugin, for example a login shell's. It passes through the
 	// agent's credential policy. Default: none beyond the allowlist.
 	ResolveEnvironment func(ctx context.Context, agent string) ([]string, error)
-	// Credentials maps agents to credential policies. Default: none, and
-	// an agent without one has nothing stripped.
+	// Credentials maps agents to credential policies, applied to what
+	// ResolveEnvironment returns (the host's own environment reaches a
+	// plugin only through the allowlist). Default: none, and an agent
+	// without one has nothing stripped: the host knows no provider. Each
+	// reference plugin exports its provider's variables (the
+	// CredentialVariables function of its package under plugins/); the
+	// agenthost binary fills this from them, and an embedder that resolves
+	// a login shell's environment for those plugins should too.
 	Credentials map[string]CredentialPolicy
 	// OnError receives failures of background work (the orphan reaper,
 	// re-probes, journaling) with a scope name. Default: logged at error
