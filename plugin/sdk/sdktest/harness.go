@@ -219,35 +219,18 @@ func (h *Harness) attachment() *pluginclient.Attachment {
 	return h.att
 }
 
-// Identity is who the agent's plugin server says it is.
-type Identity struct {
-	// SessionID is SessionID once attached.
-	SessionID string
-	// PID is the plugin server's process id: the test's own with
-	// NewHarness, the plugin process's with NewProcessHarness.
-	PID        int
-	InstanceID string
-	// ProtocolVersion is sdk.ProtocolVersion.
-	ProtocolVersion int
-	AgentName       string
-	// AgentVersion is what a sdk.Describer agent reports, once a session
-	// is open.
-	AgentVersion string
-	Fence        uint64
-	// Handle is the provider handle of the open session, if any.
-	Handle string
-	// LastSeq is the newest update seq produced.
-	LastSeq uint64
-}
+// Identity is who the agent's plugin server says it is, as a host reads
+// it: the session id once attached (SessionID), the process id (the
+// test's own with NewHarness, the plugin process's with
+// NewProcessHarness), a per-start instance id, the protocol version
+// (sdk.ProtocolVersion), the agent's name and version (the version once a
+// sdk.Describer agent has a session open), the fence attached, the open
+// session's provider handle, and the newest update seq produced.
+type Identity = pluginclient.Identity
 
 // Identify asks who the plugin server is.
 func (h *Harness) Identify(ctx context.Context) (Identity, error) {
-	id, err := h.client.Identify(ctx)
-	if err != nil {
-		return Identity{}, err
-	}
-	return Identity{SessionID: id.SessionID, PID: id.PID, InstanceID: id.InstanceID, ProtocolVersion: id.ProtocolVersion,
-		AgentName: id.AgentName, AgentVersion: id.AgentVersion, Fence: id.Fence, Handle: id.Handle, LastSeq: id.LastSeq}, nil
+	return h.client.Identify(ctx)
 }
 
 // Attach attaches at the next fence, as a host that took the session over
