@@ -69,7 +69,7 @@ func binaries(t testing.TB) (pluginBin, fakeBin string) {
 		if bins.dir, bins.err = os.MkdirTemp("", "claude-plugin-test-"); bins.err != nil {
 			return
 		}
-		if bins.plugin, bins.err = plugintest.Build(bins.dir, "./cmd/agenthost-plugin-claude"); bins.err != nil {
+		if bins.plugin, bins.err = plugintest.BuildPlugin(bins.dir, "./cmd/agenthost-plugin-claude"); bins.err != nil {
 			return
 		}
 		bins.fake, bins.err = plugintest.Build(bins.dir, "./testdata/fakeclaude")

@@ -49,7 +49,7 @@ func built(t *testing.T) {
 		if binDir, buildErr = os.MkdirTemp("", "codex-plugin-test-"); buildErr != nil {
 			return
 		}
-		if bins.plugin, buildErr = plugintest.Build(binDir, "./cmd/agenthost-plugin-codex"); buildErr != nil {
+		if bins.plugin, buildErr = plugintest.BuildPlugin(binDir, "./cmd/agenthost-plugin-codex"); buildErr != nil {
 			return
 		}
 		bins.fake, buildErr = plugintest.Build(binDir, "./testdata/fakecodex")

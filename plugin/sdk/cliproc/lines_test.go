@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,8 @@ func readAll(t *testing.T, in string, max int) []string {
 		var long *LineTooLongError
 		switch {
 		case errors.As(err, &long):
-			if !errors.Is(err, ErrLineTooLong) || long.Max != max {
+			if !errors.Is(err, ErrLineTooLong) || long.Max != max ||
+				!strings.Contains(err.Error(), "over the cap of "+strconv.Itoa(max)) {
 				t.Errorf("too long: %v", err)
 			}
 			got = append(got, "TOO LONG "+strings.Repeat("#", long.Len/100))

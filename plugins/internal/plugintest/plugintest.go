@@ -39,6 +39,27 @@ func Build(dir, pkg string) (string, error) {
 	return bin, nil
 }
 
+// BuildPlugin builds a plugin's main package as Build does, with the race
+// detector when the tests run with it, so the code a plugin process runs
+// (its serve path, what a test reaches only by killing it) is race-checked
+// too. It also makes a race halt the plugin (GORACE halt_on_error, which
+// the plugins it starts inherit): a race ends its test with a dead plugin
+// instead of a report nobody reads in a log.
+func BuildPlugin(dir, pkg string) (string, error) {
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+		if err := os.Setenv("GORACE", "halt_on_error=1"); err != nil {
+			return "", err
+		}
+	}
+	if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
 // RealCLI is the absolute path of the real CLI named by the environment
 // variable envVar (the realclis tests' opt-in); the test is skipped when
 // it is not set.
