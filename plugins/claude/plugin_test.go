@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
@@ -132,10 +133,13 @@ func TestTurnMapping(t *testing.T) {
 		}
 	}
 	// The fake's result: input 12 + cache creation 3 + cache read 100,
-	// output 5, 2 thinking tokens, $0.0123.
+	// output 5, 2 thinking tokens, $0.0123, a 200000-token window. The
+	// context then holds all it read and wrote: 120 tokens.
 	if usage == nil || usage.Tokens.InputTokens != 115 || usage.Tokens.CachedInputTokens != 100 || usage.Tokens.OutputTokens != 5 ||
 		usage.Tokens.ReasoningTokens != 2 || usage.Cost == nil || usage.Cost.Amount != 0.0123 {
 		t.Errorf("usage = %+v", usage)
+	} else if usage.Used != 120 || usage.Size != 200000 {
+		t.Errorf("usage_update used %d of %d, want 120 of 200000", usage.Used, usage.Size)
 	}
 
 	ups, stop = h.Run("think", wait)
@@ -382,7 +386,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestBinaryMissing(t *testing.T) {
 	for _, p := range fallbackPaths {
-		if _, err := os.Stat(p); filepath.IsAbs(p) && err == nil {
+		if filepath.IsAbs(p) && cliproc.CheckExecutable(p) == nil {
 			t.Skipf("%s exists on this machine", p)
 		}
 	}

@@ -188,6 +188,11 @@ func TestStreamUsageAndHandle(t *testing.T) {
 	if u := us[0].SessionUpdate().(*journal.Usage).Tokens; u.InputTokens != 100 || u.OutputTokens != 3 || u.CachedInputTokens != 20 || u.ReasoningTokens != 5 {
 		t.Errorf("usage %+v, want input 100, output 3, cached 20, reasoning 5", u)
 	}
+	// The last request's total (input 100 + cached 20 + output 3 +
+	// reasoning 5) is what the context holds, of the model's window.
+	if u := us[0].SessionUpdate().(*journal.Usage); u.Used != 128 || u.Size != 272000 {
+		t.Errorf("usage_update used %d of %d, want 128 of 272000", u.Used, u.Size)
+	}
 	// The rollout exists now, named after the thread.
 	if m, _ := filepath.Glob(filepath.Join(h.codexHome, "sessions", "*", "*", "*", "rollout-*-"+handle+".jsonl")); len(m) != 1 {
 		t.Errorf("rollout files for %s: %v", handle, m)

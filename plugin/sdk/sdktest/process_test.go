@@ -96,6 +96,14 @@ func TestProcessHarness(t *testing.T) {
 			break
 		}
 	}
+	// Next also gives up when nothing arrives in time: the stream must
+	// have ended, not gone quiet.
+	h.mu.Lock()
+	ended := h.ended
+	h.mu.Unlock()
+	if ended == nil {
+		t.Error("the update stream did not end when its plugin was killed")
+	}
 	if _, err := h.Identify(ctx); err == nil {
 		t.Error("Identify succeeded after the plugin was killed")
 	}

@@ -490,7 +490,13 @@ func (f *fake) result(subtype string, isError bool, resultText string, stopReaso
 			"cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens,
 			"server_tool_use": map[string]any{"web_search_requests": 0, "web_fetch_requests": 0}, "service_tier": "standard",
 		},
-		"modelUsage": map[string]any{}, "permission_denials": []any{}, "terminal_reason": terminal,
+		// One entry per model the turn used, each naming its context
+		// window (the failures the reference captured carry none).
+		"modelUsage": map[string]any{"claude-sonnet-4-5": map[string]any{
+			"inputTokens": 12, "outputTokens": outTokens, "cacheReadInputTokens": 100, "cacheCreationInputTokens": 3,
+			"costUSD": 0.0123, "contextWindow": 200000, "maxOutputTokens": 64000,
+		}},
+		"permission_denials": []any{}, "terminal_reason": terminal,
 		"uuid": uuid.NewString(), "queued_turn_count": 0, "result_index": 0,
 	}
 	if resultText != "" || !isError {
