@@ -108,6 +108,9 @@ func openaiError(w http.ResponseWriter, status int, message string) {
 	case status < 500:
 		typ, code = "invalid_request_error", "invalid_request_error"
 	}
+	if message == "" && status == 401 {
+		message = "Incorrect API key provided"
+	}
 	if message == "" {
 		message = defaultMessage(status)
 	}

@@ -63,7 +63,7 @@ func (s *sse) delta(name string, data any) error {
 		case <-s.ctx.Done():
 			return errStreamEnded
 		case <-s.done:
-			return errStreamEnded
+			drop()
 		}
 	}
 	s.deltas++
@@ -75,6 +75,10 @@ func (s *sse) cutPoint() error {
 	if s.deltas < s.reply.CutAfter {
 		return nil
 	}
+	return s.cut()
+}
+
+func (s *sse) cut() error {
 	switch s.reply.Cut {
 	case Drop:
 		drop()
@@ -87,17 +91,20 @@ func (s *sse) cutPoint() error {
 
 // finish applies a cut that no delta reached (CutAfter at or beyond the
 // reply's delta count) before the stream's last events.
-func (s *sse) finish() error { return s.cutPoint() }
+func (s *sse) finish() error { return s.cut() }
 
 // drop aborts the response: the server closes the connection without
 // ending the chunked body, so the client sees the stream cut.
 func drop() { panic(http.ErrAbortHandler) }
 
-// waitEnd waits until the request's context ends or the server closes.
+// waitEnd waits until the request's context ends or the server closes;
+// a close drops the connection, so the client sees the answer cut rather
+// than a clean end.
 func waitEnd(ctx context.Context, done <-chan struct{}) {
 	select {
 	case <-ctx.Done():
 	case <-done:
+		drop()
 	}
 }
 
