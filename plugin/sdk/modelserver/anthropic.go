@@ -111,42 +111,16 @@ func defaultMessage(status int) string {
 	return "error"
 }
 
-func (s *Server) serveAnthropic(w http.ResponseWriter, r *http.Request, req *Request) {
-	if err := decodeAnthropic(req); err != nil {
-		req.Kind = Unmatched
-		s.record(req, false)
-		anthropicError(w, http.StatusBadRequest, "modelserver: cannot decode the request: "+err.Error())
-		return
+// anthropicAPI is the Messages API for serveModel.
+func (s *Server) anthropicAPI() wireAPI {
+	return wireAPI{
+		decode:   decodeAnthropic,
+		fail:     anthropicError,
+		idHeader: "Request-Id",
+		answer: func(req *Request, reply Reply) answer {
+			return s.anthropicMessage(req, reply)
+		},
 	}
-	req.Kind = Turn
-	reply, ok := s.record(req, true)
-	if !ok {
-		anthropicError(w, http.StatusBadRequest, s.exhaustedMessage(req))
-		return
-	}
-	w.Header().Set("Request-Id", s.newID("req_"))
-	switch {
-	case reply.Cut == Hang:
-		waitEnd(r.Context(), s.done)
-		return
-	case reply.Status != 0:
-		setRetryAfter(w.Header(), reply.RetryAfter)
-		anthropicError(w, reply.Status, reply.Message)
-		return
-	}
-	msg := s.anthropicMessage(req, reply)
-	if !req.Stream {
-		switch reply.Cut {
-		case Drop:
-			drop()
-		case Stall:
-			waitEnd(r.Context(), s.done)
-			return
-		}
-		writeJSON(w, http.StatusOK, msg.full())
-		return
-	}
-	_ = msg.stream(newSSE(w, r.Context(), s.done, reply))
 }
 
 // anthropicMessage is one reply as a Messages API message.
@@ -208,7 +182,7 @@ func (m *anthropicMessage) blocks() []map[string]any {
 }
 
 // full is the non-streaming response.
-func (m *anthropicMessage) full() map[string]any {
+func (m *anthropicMessage) full() any {
 	return map[string]any{
 		"id": m.id, "type": "message", "role": "assistant", "model": m.model,
 		"content": m.blocks(), "stop_reason": m.stopReason, "stop_sequence": nil,

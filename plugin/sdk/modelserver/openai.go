@@ -2,6 +2,7 @@ package modelserver
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -119,42 +120,16 @@ func openaiError(w http.ResponseWriter, status int, message string) {
 	})
 }
 
-func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *Request) {
-	if err := decodeOpenAI(req); err != nil {
-		req.Kind = Unmatched
-		s.record(req, false)
-		openaiError(w, http.StatusBadRequest, "modelserver: cannot decode the request: "+err.Error())
-		return
+// openaiAPI is the Responses API for serveModel.
+func (s *Server) openaiAPI() wireAPI {
+	return wireAPI{
+		decode:   decodeOpenAI,
+		fail:     openaiError,
+		idHeader: "X-Request-Id",
+		answer: func(req *Request, reply Reply) answer {
+			return s.openaiResponse(req, reply)
+		},
 	}
-	req.Kind = Turn
-	reply, ok := s.record(req, true)
-	if !ok {
-		openaiError(w, http.StatusBadRequest, s.exhaustedMessage(req))
-		return
-	}
-	w.Header().Set("X-Request-Id", s.newID("req_"))
-	switch {
-	case reply.Cut == Hang:
-		waitEnd(r.Context(), s.done)
-		return
-	case reply.Status != 0:
-		setRetryAfter(w.Header(), reply.RetryAfter)
-		openaiError(w, reply.Status, reply.Message)
-		return
-	}
-	resp := s.openaiResponse(req, reply)
-	if !req.Stream {
-		switch reply.Cut {
-		case Drop:
-			drop()
-		case Stall:
-			waitEnd(r.Context(), s.done)
-			return
-		}
-		writeJSON(w, http.StatusOK, resp.object("completed", resp.items(), true))
-		return
-	}
-	_ = resp.stream(newSSE(w, r.Context(), s.done, reply))
 }
 
 // openaiResponse is one reply as a Responses API response.
@@ -195,6 +170,8 @@ func (s *Server) openaiResponse(req *Request, reply Reply) *openaiResponse {
 	}
 	return o
 }
+
+func (o *openaiResponse) full() any { return o.object("completed", o.items(), true) }
 
 func (o *openaiResponse) object(status string, output []map[string]any, withUsage bool) map[string]any {
 	resp := map[string]any{
@@ -253,11 +230,7 @@ func (o *openaiResponse) stream(s *sse) error {
 	send := func(typ string, fields map[string]any) error { return s.event(typ, ev(typ, fields)) }
 	deltas := func(typ string, text string, fields map[string]any) error {
 		for _, c := range chunks(text, o.reply.ChunkSize) {
-			f := map[string]any{"delta": c}
-			for k, v := range fields {
-				f[k] = v
-			}
-			if err := s.delta(typ, ev(typ, f)); err != nil {
+			if err := s.delta(typ, ev(typ, merge(fields, map[string]any{"delta": c}))); err != nil {
 				return err
 			}
 		}
@@ -273,10 +246,7 @@ func (o *openaiResponse) stream(s *sse) error {
 	for idx, done := range items {
 		id := done["id"]
 		at := map[string]any{"item_id": id, "output_index": idx}
-		added := map[string]any{}
-		for k, v := range done {
-			added[k] = v
-		}
+		added := merge(done, nil)
 		var err error
 		switch done["type"] {
 		case "reasoning":
@@ -354,12 +324,8 @@ func (o *openaiResponse) steps(send func(string, map[string]any) error, deltas f
 // merge returns a new map with a's entries and then b's.
 func merge(a, b map[string]any) map[string]any {
 	out := make(map[string]any, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
+	maps.Copy(out, a)
+	maps.Copy(out, b)
 	return out
 }
 

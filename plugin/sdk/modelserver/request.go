@@ -119,24 +119,17 @@ const (
 )
 
 // ToolResults returns every tool result part of the request, in order.
-func (r Request) ToolResults() []Part {
-	var out []Part
-	for _, m := range r.Messages {
-		for _, p := range m.Parts {
-			if p.Type == ToolResultPart {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
+func (r Request) ToolResults() []Part { return r.PartsOf(ToolResultPart) }
 
 // ToolCalls returns every tool call part of the request's history.
-func (r Request) ToolCalls() []Part {
+func (r Request) ToolCalls() []Part { return r.PartsOf(ToolCallPart) }
+
+// PartsOf returns every part of type t in the request's messages, in order.
+func (r Request) PartsOf(t PartType) []Part {
 	var out []Part
 	for _, m := range r.Messages {
 		for _, p := range m.Parts {
-			if p.Type == ToolCallPart {
+			if p.Type == t {
 				out = append(out, p)
 			}
 		}

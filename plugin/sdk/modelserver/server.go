@@ -243,11 +243,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		s.serveAnthropic(w, r, &req)
+		s.serveModel(w, r, &req, s.anthropicAPI())
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
 		s.serveCountTokens(w, &req)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/responses":
-		s.serveOpenAI(w, r, &req)
+		s.serveModel(w, r, &req, s.openaiAPI())
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 		s.serveModels(w, &req)
 	default:
@@ -282,4 +282,57 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("modelserver: body larger than %d bytes", limit)
 	}
 	return buf.Bytes(), nil
+}
+
+// wireAPI is what differs between the two APIs for a model request.
+type wireAPI struct {
+	decode   func(*Request) error
+	fail     func(w http.ResponseWriter, status int, message string)
+	idHeader string // the response header carrying a request id
+	answer   func(*Request, Reply) answer
+}
+
+// answer is one reply in an API's shape.
+type answer interface {
+	full() any           // the non-streaming response body
+	stream(s *sse) error // the streaming response's events
+}
+
+// serveModel answers a model request with the next scripted reply.
+func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, req *Request, api wireAPI) {
+	if err := api.decode(req); err != nil {
+		req.Kind = Unmatched
+		s.record(req, false)
+		api.fail(w, http.StatusBadRequest, "modelserver: cannot decode the request: "+err.Error())
+		return
+	}
+	req.Kind = Turn
+	reply, ok := s.record(req, true)
+	if !ok {
+		api.fail(w, http.StatusBadRequest, s.exhaustedMessage(req))
+		return
+	}
+	w.Header().Set(api.idHeader, s.newID("req_"))
+	switch {
+	case reply.Cut == Hang:
+		waitEnd(r.Context(), s.done)
+		return
+	case reply.Status != 0:
+		setRetryAfter(w.Header(), reply.RetryAfter)
+		api.fail(w, reply.Status, reply.Message)
+		return
+	}
+	a := api.answer(req, reply)
+	if req.Stream {
+		_ = a.stream(newSSE(w, r.Context(), s.done, reply))
+		return
+	}
+	switch reply.Cut {
+	case Drop:
+		drop()
+	case Stall:
+		waitEnd(r.Context(), s.done)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.full())
 }
