@@ -41,9 +41,18 @@ type AgentPlugin struct {
 // (through Config.ResolveEnvironment) unless the session allows them, so a
 // key in a developer's shell never silently overrides the login a user
 // chose for a session. The host knows no provider: whoever wires it (the
-// agenthost binary, from its built-in plugins) names the variables.
+// agenthost binary, from its built-in plugins and its configuration) names
+// the variables.
+//
+// Inherit is the operator's explicit opt-in, for API-key and gateway users
+// whose credentials live in the host's own environment: the named
+// variables the host has are copied from its environment to the plugin's
+// (it otherwise passes only an allowlist), and every session of the agent
+// allows credentials, as if each SessionRequest said AllowCredentials. An
+// Inherit policy without Variables inherits nothing.
 type CredentialPolicy struct {
 	Variables []string
+	Inherit   bool
 }
 
 // Config configures a Host. StateDir and Store are required; every other
@@ -74,7 +83,8 @@ type Config struct {
 	ResolveEnvironment func(ctx context.Context, agent string) ([]string, error)
 	// Credentials maps agents to credential policies, applied to what
 	// ResolveEnvironment returns (the host's own environment reaches a
-	// plugin only through the allowlist). Default: none, and an agent
+	// plugin only through the allowlist, and the variables of a policy
+	// that inherits them). Default: none, and an agent
 	// without one has nothing stripped: the host knows no provider. Each
 	// reference plugin exports its provider's variables (the
 	// CredentialVariables function of its package under plugins/); the
@@ -361,12 +371,19 @@ func allowlist() []string {
 }
 
 // environment builds a plugin's environment by policy: an allowlist of the
-// host's variables, the resolved environment less the agent's credential
-// variables (unless the session allows them), and the agent's configured
-// extras. Nothing else is inherited.
+// host's variables, the agent's credential variables from the host's own
+// environment when its policy inherits them, the resolved environment less
+// the agent's credential variables (unless the session allows them), and
+// the agent's configured extras. Nothing else is inherited; a later entry
+// of the same key wins.
 func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, allowCredentials bool) ([]string, error) {
+	policy := h.cfg.Credentials[name]
+	keys := allowlist()
+	if policy.Inherit {
+		keys = append(keys, policy.Variables...)
+	}
 	var env []string
-	for _, k := range allowlist() {
+	for _, k := range keys {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
@@ -376,7 +393,7 @@ func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, 
 		if err != nil {
 			return nil, fmt.Errorf("resolve environment for agent %q: %w", name, err)
 		}
-		strip := h.cfg.Credentials[name].Variables
+		strip := policy.Variables
 		for _, kv := range resolved {
 			k, _, _ := strings.Cut(kv, "=")
 			if !allowCredentials && slices.Contains(strip, k) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -267,6 +268,61 @@ func TestCredentialPolicyStripsProviderKeys(t *testing.T) {
 	}
 	if env := envOf(s2); !strings.Contains(env, "ANTHROPIC_API_KEY=from-login-shell") || strings.Contains(env, "from-the-host-shell") {
 		t.Errorf("allowed credentials: plugin environment %q", env)
+	}
+}
+
+// A policy that inherits copies its variables from the host's own
+// environment to the plugin's and allows credentials in every session; the
+// same variable under the default policy never leaves the host.
+func TestCredentialPolicyInheritPassesTheHostsOwnVariables(t *testing.T) {
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	t.Setenv("MY_PROVIDER_KEY", "from-the-host")
+	t.Setenv("UNNAMED_SECRET", "never-passed")
+	cfg := hostConfig(t, dir)
+	cfg.Agents = map[string]AgentPlugin{"inherits": {Path: bins.scripted}, "strips": {Path: bins.scripted}}
+	cfg.Credentials = map[string]CredentialPolicy{
+		"inherits": {Variables: []string{"MY_PROVIDER_KEY", "ABSENT_KEY"}, Inherit: true},
+		"strips":   {Variables: []string{"MY_PROVIDER_KEY"}},
+	}
+	h := mustOpen(t, cfg)
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	envOf := func(s *Session) []string {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID()), "environ"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(string(b), "\x00")
+	}
+	s, err := h.StartSession(ctx, SessionRequest{ID: "inherits", Agent: "inherits", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(s)
+	if !slices.Contains(env, "MY_PROVIDER_KEY=from-the-host") || slices.ContainsFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, "UNNAMED_SECRET=") || strings.HasPrefix(kv, "ABSENT_KEY=")
+	}) {
+		t.Errorf("inheriting policy: plugin environment %q", env)
+	}
+	optionsOf := func(id string) map[string]string {
+		rec, err := h.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Options
+	}
+	if got := optionsOf("inherits")["allow_credentials"]; got != "true" {
+		t.Errorf("inheriting policy: session option allow_credentials = %q, want true", got)
+	}
+	s2, err := h.StartSession(ctx, SessionRequest{ID: "strips", Agent: "strips", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := envOf(s2); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "MY_PROVIDER_KEY=") }) {
+		t.Errorf("default policy: plugin environment %q", env)
+	}
+	if opts := optionsOf("strips"); opts["allow_credentials"] != "" {
+		t.Errorf("default policy: session options %q", opts)
 	}
 }
 

@@ -29,6 +29,8 @@ type SessionRequest struct {
 	Options   map[string]string
 	// AllowCredentials passes the agent's credential variables from the
 	// resolved environment through to the plugin (see CredentialPolicy).
+	// An agent whose policy inherits credentials allows them in every
+	// session, whatever this says.
 	AllowCredentials bool
 }
 
@@ -87,6 +89,9 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		if rec, err = store.Get(ctx, rec.ID); err != nil {
 			return nil, err
 		}
+	}
+	if h.cfg.Credentials[req.Agent].Inherit {
+		req.AllowCredentials = true
 	}
 	if req.AllowCredentials {
 		// Plugins strip their provider's credentials too, unless told.
