@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/host"
 )
 
 func write(t *testing.T, path, content string, mode os.FileMode) {
@@ -33,7 +34,7 @@ func TestLoadAgents(t *testing.T) {
 	}
 	digest := strings.Repeat("a", 64)
 	write(t, filepath.Join(dir, ConfigName), `{"agents": {"mine": {"path": "/opt/mine", "args": ["--x"], "env": ["A=B"], "sha256": "`+digest+`"}}}`, 0o600)
-	agents, err := loadAgents(dir, "/bin/agenthost", []string{"claude", "scripted"})
+	agents, err := loadAgents(dir, "/bin/agenthost", []string{"claude", "scripted"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,13 +65,60 @@ func TestConfigErrorsNameTheProblem(t *testing.T) {
 		{`{"agents": {"a/b": {"path": "/p"}}}`, `"a/b" is not a usable agent name`},
 		{`{"agents": {"x": {"path": "/p", "sha": "1"}}}`, `unknown field "sha"`},
 		{`{"agents": [}`, `expected {"agents"`},
+		{`{"agents": {"x": {"path": "/p", "credentials": "yes"}}}`, `"credentials" must be "strip" (the default) or "inherit", got "yes"`},
+		{`{"agents": {"x": {"credentials": "inherit"}}}`, `no built-in is named "x" (the built-ins are claude, scripted)`},
+		{`{"agents": {"claude": {"credentialVariables": ["K"]}}}`, `"credentialVariables" need a "path"`},
+		{`{"agents": {"claude": {"sha256": "` + strings.Repeat("a", 64) + `"}}}`, `"args" and "sha256" need a "path"`},
+		{`{"agents": {"x": {"path": "/p", "credentialVariables": ["A=B"]}}}`, `"credentialVariables" entries must be variable names`},
 	} {
 		dir := t.TempDir()
 		write(t, filepath.Join(dir, ConfigName), tc.config, 0o600)
-		_, err := loadAgents(dir, "/x", nil)
+		_, err := loadAgents(dir, "/x", []string{"claude", "scripted"}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), filepath.Join(dir, ConfigName)) {
 			t.Errorf("config %s: got %v, want an error naming the file and %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+// An entry without a path configures the built-in of its name; an entry
+// with one names its own credential variables. Only "inherit" opts in.
+func TestAgentCredentials(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, ConfigName), `{"agents": {
+		"claude": {"credentials": "inherit", "env": ["A=B"]},
+		"scripted": {"credentials": "strip"},
+		"mine": {"path": "/opt/mine", "credentials": "inherit", "credentialVariables": ["MY_PROVIDER_KEY"]},
+		"bare": {"path": "/opt/bare", "credentials": "inherit"},
+		"quiet": {"path": "/opt/quiet", "credentialVariables": ["QUIET_KEY"]}}}`, 0o600)
+	policies := map[string]host.CredentialPolicy{"claude": {Variables: []string{"ANTHROPIC_API_KEY"}}, "codex": {Variables: []string{"OPENAI_API_KEY"}}}
+	agents, err := loadAgents(dir, "/bin/agenthost", []string{"claude", "codex", "scripted"}, policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range agents {
+		got = append(got, e.Name+"="+e.Source+":"+strings.Join(e.Plugin.Args, " ")+":"+strings.Join(e.Plugin.Env, ",")+":"+describeCredentials(e.Credentials))
+	}
+	want := []string{
+		"bare=agenthost.json:::inherit (no variables named: nothing inherited)",
+		"claude=built-in, agenthost.json:__plugin claude:A=B:inherit ANTHROPIC_API_KEY",
+		"codex=built-in:__plugin codex::strip OPENAI_API_KEY",
+		"mine=agenthost.json:::inherit MY_PROVIDER_KEY",
+		"quiet=agenthost.json:::strip QUIET_KEY",
+		"scripted=built-in, agenthost.json:__plugin scripted::strip (no variables named)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("agents:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	creds := hostCredentials(agents)
+	if p := creds["claude"]; !p.Inherit || strings.Join(p.Variables, ",") != "ANTHROPIC_API_KEY" {
+		t.Errorf("claude's policy: %+v", p)
+	}
+	if p := creds["codex"]; p.Inherit {
+		t.Errorf("codex's policy, not configured: %+v", p)
+	}
+	if _, ok := creds["scripted"]; ok {
+		t.Errorf("scripted has a policy: %+v", creds["scripted"])
 	}
 }
 

@@ -39,10 +39,12 @@ type App struct {
 	// Builtins are the plugins this binary serves itself, by agent name
 	// (agenthost __plugin NAME).
 	Builtins map[string]sdk.Factory
-	// Credentials are the host's credential policies, by agent name: the
-	// variables stripped from a plugin's environment unless its session
-	// allows credentials. The binary fills them from its built-in
-	// plugins, which know their providers; the host knows none.
+	// Credentials are the built-in agents' credential policies, by agent
+	// name: the variables stripped from a plugin's environment unless its
+	// session allows credentials, or passed from the host's own when the
+	// operator opts the agent in (agenthost.json "credentials": "inherit").
+	// The binary fills them from its built-in plugins, which know their
+	// providers; the host knows none.
 	Credentials map[string]host.CredentialPolicy
 	// Version is reported by agenthost version and the local API; empty
 	// means the module version recorded by the go command, or "devel".

@@ -103,19 +103,20 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = resolved
 	}
-	agents, err := loadAgents(dir, exe, a.builtinNames())
+	agents, err := a.loadAgents(dir, exe)
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range agents {
-		log.Debug("agent", "name", e.Name, "source", e.Source, "path", e.Plugin.Path, "sha256", e.Plugin.SHA256 != "")
+		log.Debug("agent", "name", e.Name, "source", e.Source, "path", e.Plugin.Path, "sha256", e.Plugin.SHA256 != "",
+			"credentials", credentialsChoice(e.Credentials), "credentialVariables", len(e.Credentials.Variables))
 	}
 	hostLog := log.Named("host")
 	store, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: hostLog.Named("store")})
 	if err != nil {
 		return nil, err
 	}
-	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: a.Credentials, Logger: hostLog})
+	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog})
 	if err != nil {
 		return nil, err
 	}
