@@ -183,7 +183,14 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // gone.
 func serve(t *testing.T, dir string, extra ...string) *server {
 	t.Helper()
-	s := startServe(t, dir, extra...)
+	return serveCmd(t, dir, nil, extra...)
+}
+
+// serveCmd is serve with a chance to change the command (setup may be nil)
+// before it starts.
+func serveCmd(t *testing.T, dir string, setup func(*exec.Cmd), extra ...string) *server {
+	t.Helper()
+	s := startServeCmd(t, dir, setup, extra...)
 	t.Cleanup(func() {
 		select {
 		case <-s.done:

@@ -5,7 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -128,5 +131,114 @@ func TestThirdPartyPlugins(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(bad, "agenthost.json"), []byte(`{"agents": {"x": {"path": "/bin/true", "sha": "1"}}}`), 0o600)
 	if r := ah(t, "--state-dir", bad, "agents"); r.code != 1 || !strings.Contains(r.stderr, `unknown field "sha"`) {
 		t.Errorf("agents with a misspelt field: %s", r)
+	}
+}
+
+// Provider credentials reach a plugin only by the operator's opt-in: an
+// agenthost.json entry with "credentials": "inherit" gets the variables it
+// names from agenthost's own environment, and every session of it allows
+// credentials; without it they are stripped. An entry without a path
+// configures the built-in of its name.
+func TestCredentialsInherit(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	cfg := `{"agents": {
+		"keyed":  {"path": "` + bins.scripted + `", "credentials": "inherit", "credentialVariables": ["MY_PROVIDER_KEY"]},
+		"strict": {"path": "` + bins.scripted + `", "credentialVariables": ["MY_PROVIDER_KEY"]},
+		"none":   {"path": "` + bins.scripted + `", "credentials": "inherit"},
+		"claude": {"credentials": "inherit", "env": ["CLAUDE_SETTING=1"]}}}`
+	if err := os.WriteFile(filepath.Join(dir, "agenthost.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mustAH(t, "--state-dir", dir, "agents")
+	for _, want := range []string{
+		`AGENT\s+SOURCE\s+COMMAND\s+SHA256\s+CREDENTIALS`,
+		`claude\s+built-in, agenthost.json\s+\(this binary\) __plugin claude\s+-\s+inherit \(29 variables\)`,
+		`codex\s+built-in\s+\(this binary\) __plugin codex\s+-\s+strip \(6 variables\)`,
+		`keyed\s+agenthost.json\s+` + bins.scripted + `\s+-\s+inherit MY_PROVIDER_KEY`,
+		`none\s+agenthost.json\s+` + bins.scripted + `\s+-\s+inherit \(no variables named: nothing inherited\)`,
+		`scripted\s+built-in\s+\(this binary\) __plugin scripted\s+-\s+strip \(no variables named\)`,
+		`strict\s+agenthost.json\s+` + bins.scripted + `\s+-\s+strip MY_PROVIDER_KEY`,
+	} {
+		if !regexpMatch(want, r.stdout) {
+			t.Errorf("agents does not match %q:\n%s", want, r.stdout)
+		}
+	}
+	var listed struct {
+		Agents []struct {
+			Name                string   `json:"name"`
+			Source              string   `json:"source"`
+			Credentials         string   `json:"credentials"`
+			CredentialVariables []string `json:"credentialVariables"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal([]byte(mustAH(t, "--state-dir", dir, "agents", "--json").stdout), &listed); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, a := range listed.Agents {
+		got[a.Name] = a.Credentials + " " + strings.Join(a.CredentialVariables, ",")
+		if a.Name == "claude" && (a.Source != "built-in, agenthost.json" || len(a.CredentialVariables) != 29 ||
+			!slices.Contains(a.CredentialVariables, "ANTHROPIC_API_KEY")) {
+			t.Errorf("agents --json: claude %+v", a)
+		}
+	}
+	for name, want := range map[string]string{"keyed": "inherit MY_PROVIDER_KEY", "strict": "strip MY_PROVIDER_KEY", "none": "inherit ", "scripted": "strip "} {
+		if got[name] != want {
+			t.Errorf("agents --json: %s has %q, want %q", name, got[name], want)
+		}
+	}
+
+	// The plugins' environments, read from the process table.
+	serveCmd(t, dir, func(c *exec.Cmd) {
+		c.Env = append(c.Env, "MY_PROVIDER_KEY=from-agenthosts-environment", "ANTHROPIC_API_KEY=not-for-scripted")
+	})
+	environ := func(agent string) (env []string, options map[string]string) {
+		t.Helper()
+		mustAH(t, "--state-dir", dir, "run", "--agent", agent, "--session", agent+"-1", "count 1")
+		var info struct {
+			Session struct {
+				Options map[string]string `json:"options"`
+				Lease   struct {
+					Owner struct {
+						PID int `json:"pid"`
+					} `json:"owner"`
+				} `json:"lease"`
+			} `json:"session"`
+		}
+		if err := json.Unmarshal([]byte(mustAH(t, "--state-dir", dir, "sessions", "show", agent+"-1", "--json").stdout), &info); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(info.Session.Lease.Owner.PID), "environ"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(string(b), "\x00"), info.Session.Options
+	}
+	has := func(env []string, key string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, key+"=") })
+	}
+	env, opts := environ("keyed")
+	if !slices.Contains(env, "MY_PROVIDER_KEY=from-agenthosts-environment") || has(env, "ANTHROPIC_API_KEY") || opts["allow_credentials"] != "true" {
+		t.Errorf("inheriting agent: environment %q, options %q", env, opts)
+	}
+	for _, agent := range []string{"strict", "none"} {
+		if env, opts := environ(agent); has(env, "MY_PROVIDER_KEY") || has(env, "ANTHROPIC_API_KEY") || agent == "strict" && opts["allow_credentials"] != "" {
+			t.Errorf("%s: environment %q, options %q", agent, env, opts)
+		}
+	}
+
+	// Mistakes name the file, the agent and what is allowed.
+	bad := stateDir(t)
+	for config, want := range map[string]string{
+		`{"agents": {"x": {"path": "/bin/true", "credentials": "yes"}}}`: `agent "x": "credentials" must be "strip" (the default) or "inherit", got "yes"`,
+		`{"agents": {"x": {"credentials": "inherit"}}}`:                  `agent "x": "path" is required: no built-in is named "x" (the built-ins are claude, codex, scripted)`,
+	} {
+		_ = os.WriteFile(filepath.Join(bad, "agenthost.json"), []byte(config), 0o600)
+		for _, cmd := range []string{"agents", "serve"} {
+			if r := ah(t, "--state-dir", bad, cmd); r.code != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, filepath.Join(bad, "agenthost.json")) {
+				t.Errorf("%s with %s: %s", cmd, config, r)
+			}
+		}
 	}
 }
