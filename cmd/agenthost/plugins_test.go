@@ -196,19 +196,7 @@ func TestCredentialsInherit(t *testing.T) {
 	environ := func(agent string) (env []string, options map[string]string) {
 		t.Helper()
 		mustAH(t, "--state-dir", dir, "run", "--agent", agent, "--session", agent+"-1", "count 1")
-		var info struct {
-			Session struct {
-				Options map[string]string `json:"options"`
-				Lease   struct {
-					Owner struct {
-						PID int `json:"pid"`
-					} `json:"owner"`
-				} `json:"lease"`
-			} `json:"session"`
-		}
-		if err := json.Unmarshal([]byte(mustAH(t, "--state-dir", dir, "sessions", "show", agent+"-1", "--json").stdout), &info); err != nil {
-			t.Fatal(err)
-		}
+		info := showSession(t, dir, agent+"-1")
 		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(info.Session.Lease.Owner.PID), "environ"))
 		if err != nil {
 			t.Fatal(err)

@@ -62,10 +62,7 @@ func TestHostKilledMidTurnIsReadopted(t *testing.T) {
 	if seen < 10 {
 		t.Fatalf("run streamed %d chunks before ending: %s", seen, runErr.String())
 	}
-	var info sessionJSON
-	if err := json.Unmarshal([]byte(mustAH(t, "--state-dir", dir, "sessions", "show", "crash", "--json").stdout), &info); err != nil {
-		t.Fatal(err)
-	}
+	info := showSession(t, dir, "crash")
 	pid := info.Session.Lease.Owner.PID
 
 	s.kill()
@@ -166,9 +163,11 @@ func TestHostKilledMidTurnIsReadopted(t *testing.T) {
 	_ = s2
 }
 
+// sessionJSON is what sessions show --json says of a session, in part.
 type sessionJSON struct {
 	Session struct {
-		Lease struct {
+		Options map[string]string `json:"options"`
+		Lease   struct {
 			Owner struct {
 				PID int `json:"pid"`
 			} `json:"owner"`
@@ -176,6 +175,16 @@ type sessionJSON struct {
 	} `json:"session"`
 	LastSeq uint64 `json:"lastSeq"`
 	Running bool   `json:"running"`
+}
+
+// showSession is sessions show --json of session id of the host on dir.
+func showSession(t *testing.T, dir, id string) sessionJSON {
+	t.Helper()
+	var info sessionJSON
+	if err := json.Unmarshal([]byte(mustAH(t, "--state-dir", dir, "sessions", "show", id, "--json").stdout), &info); err != nil {
+		t.Fatal(err)
+	}
+	return info
 }
 
 // serve without --shutdown-sessions detaches on SIGTERM: the plugins live
