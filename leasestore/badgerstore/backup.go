@@ -127,30 +127,14 @@ func writeBackupOf(db *badger.DB, stateDir string, log hclog.Logger) error {
 		log.Warn("the store holds no session; keeping the existing backup rather than replacing it with an empty one", "backup", path)
 		return nil
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	err := writeFileAtomic(path, func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		if err := db.View(func(txn *badger.Txn) error { return backupRecords(txn, bw) }); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
 	if err != nil {
-		return fmt.Errorf("create backup: %w", err)
-	}
-	w := bufio.NewWriter(f)
-	err = db.View(func(txn *badger.Txn) error { return backupRecords(txn, w) })
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(stateDir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("write backup %s: %w", path, err)
 	}
 	return nil

@@ -31,21 +31,11 @@ func runChild(role string) int {
 	case "append-forever":
 		return appendForever(dir)
 	case "open":
-		return openOnce(dir)
+		return openOnce(dir, true)
 	case "open-and-die":
 		// Open, say how it went, and exit without closing: a host that
 		// died before it got to tell anyone.
-		s, err := badgerstore.Open(context.Background(), dir, badgerstore.Options{})
-		if err != nil {
-			fmt.Println("error:", err)
-			return 3
-		}
-		if r := s.Recovery(); r != nil {
-			fmt.Println("recovered:", r)
-		} else {
-			fmt.Println("opened")
-		}
-		return 0
+		return openOnce(dir, false)
 	case "probe":
 		// The child's half of Options.ProbeOpen, as a host would run it.
 		if err := badgerstore.ProbeStore(dir); err != nil {
@@ -96,8 +86,9 @@ func appendForever(dir string) int {
 	}
 }
 
-// openOnce opens the store in dir and reports how it went.
-func openOnce(dir string) int {
+// openOnce opens the store in dir, reports how it went and, when asked
+// to, closes it again.
+func openOnce(dir string, thenClose bool) int {
 	ctx := context.Background()
 	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
 	if err != nil {
@@ -108,6 +99,9 @@ func openOnce(dir string) int {
 		fmt.Println("recovered:", r)
 	} else {
 		fmt.Println("opened")
+	}
+	if !thenClose {
+		return 0
 	}
 	if err := s.Close(ctx); err != nil {
 		fmt.Println("close error:", err)

@@ -329,7 +329,10 @@ func (o *opener) restore(reason string) error {
 	if err != nil {
 		return fmt.Errorf("encode restore report: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(fresh, restoreReportName), report); err != nil {
+	if err := writeFileAtomic(filepath.Join(fresh, restoreReportName), func(w io.Writer) error {
+		_, err := w.Write(report)
+		return err
+	}); err != nil {
 		return fmt.Errorf("mark restored store complete: %w", err)
 	}
 	o.restoreStep("complete")
@@ -429,15 +432,18 @@ func fileExists(path string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// writeFileAtomic replaces path with data: a reader sees the old content or
-// all of the new, never part of it, even after a power cut.
-func writeFileAtomic(path string, data []byte) error {
+// writeFileAtomic replaces path with what fill writes: a reader sees the
+// old content or all of the new, never part of it, even after a power cut.
+// The new content goes to path.tmp, is synced and renamed over path, and
+// the directory is synced; on any failure path.tmp is removed and path is
+// left as it was.
+func writeFileAtomic(path string, fill func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	err = fill(f)
 	if err == nil {
 		err = f.Sync()
 	}
