@@ -49,3 +49,9 @@ const (
 	// CodeNotFound: no such session, or it does not run in this host.
 	CodeNotFound = -32002
 )
+
+// ErrorData is the data member of a CodeInvalidParams error: what was
+// wrong with the params, for the user.
+type ErrorData struct {
+	Error string `json:"error"`
+}

@@ -235,7 +235,7 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 	var p api.Params
 	if len(params) > 0 && string(params) != "null" {
 		if err := json.Unmarshal(params, &p); err != nil {
-			return nil, acp.NewInvalidParams(map[string]any{"error": err.Error()})
+			return nil, acp.NewInvalidParams(api.ErrorData{Error: err.Error()})
 		}
 	}
 	h := a.srv.Host

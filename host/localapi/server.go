@@ -236,5 +236,5 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 
 // errf makes an error whose message reaches the client.
 func errf(format string, args ...any) error {
-	return acp.NewInvalidParams(map[string]any{"error": fmt.Sprintf(format, args...)})
+	return acp.NewInvalidParams(api.ErrorData{Error: fmt.Sprintf(format, args...)})
 }

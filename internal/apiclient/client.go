@@ -51,9 +51,7 @@ type Error struct {
 
 func (e *Error) Error() string {
 	msg := e.Message
-	var data struct {
-		Error string `json:"error"`
-	}
+	var data api.ErrorData
 	if len(e.Data) > 0 && json.Unmarshal(e.Data, &data) == nil && data.Error != "" {
 		msg += ": " + data.Error
 	} else if len(e.Data) > 0 && string(e.Data) != "null" {
