@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/agenthost/agenthost/internal/agentconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/host"
@@ -92,9 +94,9 @@ to pick up changes. This command reads the files itself; no host is needed.`,
 // credentialsChoice is the operator's choice a policy records.
 func credentialsChoice(p host.CredentialPolicy) string {
 	if p.Inherit {
-		return CredentialsInherit
+		return agentconfig.CredentialsInherit
 	}
-	return CredentialsStrip
+	return agentconfig.CredentialsStrip
 }
 
 // describeCredentials says what a policy does, for a table cell.
