@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -19,9 +20,22 @@ func TestReadNewSessionMeta(t *testing.T) {
 		{map[string]any{"agenthost": map[string]any{"agent": 7, "sessionId": "s1"}}, NewSessionMeta{SessionID: "s1"}},
 		{map[string]any{"agenthost": map[string]any{"Agent": "claude"}}, NewSessionMeta{}},
 	} {
-		if got := ReadNewSessionMeta(tt.meta); got != tt.want {
-			t.Errorf("ReadNewSessionMeta(%v) = %+v, want %+v", tt.meta, got, tt.want)
+		if got, err := ReadNewSessionMeta(tt.meta); err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ReadNewSessionMeta(%v) = %+v, %v; want %+v", tt.meta, got, err, tt.want)
 		}
+	}
+}
+
+// Session options are strings; any other value is an error naming the
+// option.
+func TestReadNewSessionMetaOptions(t *testing.T) {
+	got, err := ReadNewSessionMeta(map[string]any{"agenthost": map[string]any{"agent": "claude", "options": map[string]any{"model": "m1"}}})
+	if err != nil || !reflect.DeepEqual(got, NewSessionMeta{Agent: "claude", Options: map[string]string{"model": "m1"}}) {
+		t.Errorf("options: %+v, %v", got, err)
+	}
+	_, err = ReadNewSessionMeta(map[string]any{"agenthost": map[string]any{"options": map[string]any{"max_turns": 3.0}}})
+	if err == nil || !strings.Contains(err.Error(), "_meta.agenthost.options.max_turns is float64") {
+		t.Errorf("a number as an option: %v", err)
 	}
 }
 

@@ -1,6 +1,9 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // What agenthost puts under _meta.agenthost of ACP messages. The ACP
 // library carries _meta as map[string]any; the server puts these types in
@@ -12,16 +15,32 @@ type NewSessionMeta struct {
 	Agent string `json:"agent"`
 	// SessionID is the new session's id; empty generates one.
 	SessionID string `json:"sessionId,omitempty"`
+	// Options are the agent's session options (each agent documents its
+	// own, as the plugins' Opt constants do). They are stored with the
+	// session and passed to the plugin when the session starts.
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // ReadNewSessionMeta reads NewSessionMeta from the _meta of a session/new
-// request as the ACP library decodes it. Member names match exactly, and
-// a member that is not a string reads as empty.
-func ReadNewSessionMeta(meta map[string]any) NewSessionMeta {
+// request as the ACP library decodes it. Member names match exactly; an
+// agent or session id that is not a string reads as empty, and an option
+// that is not a string is an error naming it.
+func ReadNewSessionMeta(meta map[string]any) (NewSessionMeta, error) {
 	m, _ := meta[MetaKey].(map[string]any)
 	agent, _ := m["agent"].(string)
 	id, _ := m["sessionId"].(string)
-	return NewSessionMeta{Agent: agent, SessionID: id}
+	out := NewSessionMeta{Agent: agent, SessionID: id}
+	if opts, ok := m["options"].(map[string]any); ok {
+		out.Options = make(map[string]string, len(opts))
+		for k, v := range opts {
+			s, ok := v.(string)
+			if !ok {
+				return NewSessionMeta{}, fmt.Errorf("_meta.%s.options.%s is %T: a session option's value is a string", MetaKey, k, v)
+			}
+			out.Options[k] = s
+		}
+	}
+	return out, nil
 }
 
 // MetaKey is the member of an ACP _meta object that holds agenthost's own.

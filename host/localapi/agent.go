@@ -74,7 +74,10 @@ func (a *agent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.Auth
 }
 
 func (a *agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
-	meta := api.ReadNewSessionMeta(p.Meta)
+	meta, err := api.ReadNewSessionMeta(p.Meta)
+	if err != nil {
+		return acp.NewSessionResponse{}, errf("%v", err)
+	}
 	name := meta.Agent
 	if name == "" {
 		name = a.srv.DefaultAgent
@@ -82,7 +85,7 @@ func (a *agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.Ne
 	if name == "" {
 		return acp.NewSessionResponse{}, errf("name the agent in _meta.agenthost.agent; configured agents: %q", a.srv.Host.Agents())
 	}
-	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: meta.SessionID, Agent: name, Workspace: p.Cwd})
+	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: meta.SessionID, Agent: name, Workspace: p.Cwd, Options: meta.Options})
 	if err != nil {
 		return acp.NewSessionResponse{}, apiError(err)
 	}

@@ -117,6 +117,13 @@ func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 		title := q.ToolCall.Title
 		req.ToolCall.Title = &title
 	}
+	if q.ToolCall.Kind != "" {
+		kind := acp.ToolKind(q.ToolCall.Kind)
+		req.ToolCall.Kind = &kind
+	}
+	if len(q.ToolCall.RawInput) > 0 {
+		req.ToolCall.RawInput = q.ToolCall.RawInput
+	}
 	for _, o := range q.Options {
 		req.Options = append(req.Options, acp.PermissionOption{OptionId: o.OptionId, Name: o.Name, Kind: o.Kind})
 	}
