@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo tidy check-tidy clean test-real-clis
+.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo tidy check-tidy clean clis test-real-clis
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -33,8 +33,15 @@ build: ## Build every package, and bin/agenthost.
 	go build ./...
 	go build -o bin/agenthost ./cmd/agenthost
 
-test: lint ## Run lint, then every test with the race detector (the fault-injection suite included).
-	go test -race -count=1 -timeout 9m ./...
+# Where the pinned CLIs are installed (make clis), the tests that drive
+# them run too: the realclis build tag and the variables that name them.
+test: lint clis ## Run lint, then every test with the race detector (the fault-injection suite and, where npm is, the real CLIs included).
+	@if [[ -e "$(CLI_STAMP)" ]]; then \
+		echo "go test: with the pinned claude $(CLAUDE_CLI_VERSION) and codex $(CODEX_CLI_VERSION) from $(CLI_CACHE)"; \
+		export AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex; \
+		tags="-tags realclis"; \
+	fi; \
+	go test -race -count=1 -timeout 9m $${tags:-} ./...
 
 # The faults need root for a small tmpfs and a read-only bind mount; as
 # another user those two skip and say so. The host's own log lines (routed
@@ -98,15 +105,27 @@ clean: ## Remove build output (bin/).
 	rm -rf bin/
 
 # The real agent CLIs, pinned, installed into a cache folder (never
-# globally) for the opt-in tests that exercise them offline.
+# globally) for the tests that drive them offline against a scripted model
+# server. The stamp names both versions, so a changed pin reinstalls;
+# without npm the tests skip, and this says so.
 CLI_CACHE ?= $(CURDIR)/.cache/clis
 CLAUDE_CLI_VERSION := 2.1.332
 CODEX_CLI_VERSION := 0.171.0
+CLI_STAMP = $(CLI_CACHE)/.installed-claude-$(CLAUDE_CLI_VERSION)-codex-$(CODEX_CLI_VERSION)
 
-test-real-clis: ## Install the pinned claude and codex CLIs with npm into .cache/clis and run the offline real-CLI tests.
-	mkdir -p $(CLI_CACHE)
-	npm install --no-save --no-audit --no-fund --prefix $(CLI_CACHE) \
-		@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION)
+clis: ## Install the pinned claude and codex CLIs with npm into .cache/clis (without npm, say so: their tests skip).
+	@if [[ -e "$(CLI_STAMP)" ]]; then exit 0; fi; \
+	if ! command -v npm >/dev/null; then \
+		echo "npm not found: the tests of the real claude and codex CLIs will skip (install Node.js and npm to run them)"; exit 0; \
+	fi; \
+	echo "installing claude $(CLAUDE_CLI_VERSION) and codex $(CODEX_CLI_VERSION) into $(CLI_CACHE)"; \
+	rm -rf "$(CLI_CACHE)"; mkdir -p "$(CLI_CACHE)"; \
+	npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(CLI_CACHE)" \
+		@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION); \
+	touch "$(CLI_STAMP)"
+
+test-real-clis: clis ## Run only the tests of the real claude and codex CLIs, verbosely.
+	@[[ -e "$(CLI_STAMP)" ]] || { echo "the pinned CLIs are not installed: make clis needs npm"; exit 1; }
 	AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude \
 	AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex \
-		go test -tags realclis -count=1 -run Real -v ./plugins/...
+		go test -race -tags realclis -count=1 -v ./internal/realcli ./plugins/...
