@@ -111,7 +111,12 @@ func newRig(t *testing.T, c cli) *rig {
 		}
 		env = append(env, kv)
 	}
+	guard, err := realcli.StartGuard()
+	if err != nil {
+		t.Fatal(err)
+	}
 	setup := c.setup(t, path, home, srv)
+	setup.Env = append(setup.Env, guard.Env()...)
 	config, err := realcli.Config(setup)
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +127,12 @@ func newRig(t *testing.T, c cli) *rig {
 	env = append(env, "HOME="+home, "AGENTHOST_LOG_LEVEL=debug")
 	env = append(env, setup.Credentials...)
 	r := &rig{t: t, cli: c, srv: srv, dir: dir, workspace: workspace, env: env}
+	t.Cleanup(func() {
+		guard.Close()
+		if hosts := guard.Hosts(); len(hosts) > 0 {
+			t.Logf("the %s CLI tried to reach %q; the guard refused", c.name, hosts)
+		}
+	})
 	t.Cleanup(func() {
 		if r.serve != nil {
 			r.serve.stop()
