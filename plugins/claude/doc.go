@@ -15,7 +15,8 @@
 // credential the CLI will find. Then the plugin starts, in the workspace,
 //
 //	claude -p --output-format stream-json --input-format stream-json --verbose
-//	       --permission-prompt-tool stdio [options] --session-id=<uuid>|--resume=<id>
+//	       --include-partial-messages --permission-prompt-tool stdio [options]
+//	       --session-id=<uuid>|--resume=<id>
 //
 // and sends the control protocol's initialize request. The handle is the
 // Claude session id: a new session gets a pre-assigned UUID (or
@@ -24,7 +25,11 @@
 // session's error quotes.
 //
 // Prompt writes one user line and maps stdout until the turn's result
-// line: text blocks become message chunks, thinking blocks thoughts,
+// line: the model's text and thinking deltas (stream_event lines, which
+// --include-partial-messages asks for) become message chunks and thoughts
+// as they arrive, and the assistant line that completes each block adds
+// only what the deltas did not carry; text blocks that were not streamed
+// become message chunks, thinking blocks thoughts,
 // tool_use blocks tool calls (TodoWrite also a plan), tool_result blocks
 // tool call updates, the result's usage a usage update. A can_use_tool
 // control request becomes turn.RequestPermission (allow, allow_always when

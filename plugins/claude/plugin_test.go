@@ -53,7 +53,7 @@ func TestArgvAndEnvironment(t *testing.T) {
 		t.Fatalf("want one CLI started, got %d", len(inv))
 	}
 	want := []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-		"--permission-prompt-tool", "stdio", "--model=sonnet", "--permission-mode=acceptEdits",
+		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--model=sonnet", "--permission-mode=acceptEdits",
 		"--allowedTools=Read,Bash(git log:*)", "--append-system-prompt=-be brief", "--session-id=" + handle}
 	if !slices.Equal(inv[0].Args, want) {
 		t.Errorf("argv:\n got %q\nwant %q", inv[0].Args, want)
@@ -153,6 +153,23 @@ func TestTurnMapping(t *testing.T) {
 		t.Errorf("think: messages %q", texts(ups))
 	}
 
+	// Partial messages: every delta is a chunk as it arrives, and the
+	// assistant lines completing the blocks add nothing.
+	const said = "streamed in many small pieces"
+	ups, stop = h.Run("stream "+said, wait)
+	if got := texts(ups); stop.StopReason != "end_turn" || strings.Join(got, "") != said || len(got) != 10 {
+		t.Errorf("stream: %v, messages %q; want %q once, in 10 chunks", stop, got, said)
+	}
+	var thought strings.Builder
+	for _, u := range ups {
+		if c, ok := u.SessionUpdate().(*journal.Chunk); ok && c.Kind == journal.KindAgentThoughtChunk {
+			thought.WriteString(c.Content.Text())
+		}
+	}
+	if thought.String() != "Thinking about "+said {
+		t.Errorf("stream: thought %q", thought.String())
+	}
+
 	ups, stop = h.Run("todo", wait)
 	if stop.StopReason != "end_turn" {
 		t.Fatalf("todo: %v", stop)
@@ -221,7 +238,7 @@ func TestPermissions(t *testing.T) {
 		if want := []string{"allow/allow_once", "allow_always/allow_always", "reject/reject_once"}; !slices.Equal(opts, want) {
 			t.Errorf("options = %v, want %v", opts, want)
 		}
-		if call == nil || req.ToolCall.ToolCallID != call.ToolCallID || req.ToolCall.Title != "Claude wants to run ls" {
+		if call == nil || req.ToolCall.ToolCallID != call.ToolCallID || req.ToolCall.Title != "Bash ls" {
 			t.Errorf("permission request tool call = %+v", req.ToolCall)
 		}
 		plugintest.Answer(t, h, req.RequestID, tt.option)

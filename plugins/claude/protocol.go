@@ -58,6 +58,11 @@ type message struct {
 	ModelUsage map[string]modelUsage `json:"modelUsage"`
 	NumTurns   int                   `json:"num_turns"`
 
+	// stream_event (--include-partial-messages): one event of the
+	// Messages API stream, and the id of the message it belongs to.
+	Event        *streamEvent `json:"event"`
+	APIMessageID string       `json:"api_message_id"`
+
 	// control_request, control_cancel_request (CLI → plugin).
 	RequestID string          `json:"request_id"`
 	Request   json.RawMessage `json:"request"`
@@ -98,6 +103,20 @@ func (m *apiMessage) blocks() []contentBlock {
 		return nil
 	}
 	return out
+}
+
+// streamEvent is one Messages API server-sent event as the CLI relays it
+// in a stream_event line. The plugin reads the text and thinking deltas;
+// tool calls are reported from the complete assistant message, whose
+// input is whole.
+type streamEvent struct {
+	Type  string `json:"type"` // content_block_delta, message_start, …
+	Index int    `json:"index"`
+	Delta struct {
+		Type     string `json:"type"` // text_delta, thinking_delta, input_json_delta, signature_delta
+		Text     string `json:"text"`
+		Thinking string `json:"thinking"`
+	} `json:"delta"`
 }
 
 // contentBlock is an Anthropic content block: text, thinking, tool_use,

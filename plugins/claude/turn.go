@@ -43,7 +43,16 @@ type turnRun struct {
 	cancelled   bool
 	interruptID string
 	authFailed  bool
+
+	// streamed is the text and thinking reported from stream_event deltas
+	// and not yet matched by the assistant message that completes them,
+	// by API message id (see assistant).
+	streamed map[string]*streamedText
 }
+
+// streamedText is what the deltas of one API message reported ahead of
+// its assistant lines.
+type streamedText struct{ text, thinking string }
 
 // pendingPerm is a can_use_tool request waiting for the user.
 type pendingPerm struct {
@@ -143,6 +152,8 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 		} else {
 			r.log.Debug("claude system message", "subtype", m.Subtype)
 		}
+	case "stream_event":
+		r.streamEvent(m)
 	case "assistant":
 		r.assistant(m)
 	case "user":
@@ -162,9 +173,63 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 	return "", nil, false
 }
 
-// assistant reports an assistant message's text, thinking and tool calls.
-// A synthetic message that reports a failed API call is not the agent
-// speaking: its error surfaces with the result.
+// streamEvent reports a text or thinking delta of the model's stream as
+// a message chunk or thought as it arrives, and remembers it so that the
+// assistant line completing the block does not report it again.
+func (r *turnRun) streamEvent(m *message) {
+	e := m.Event
+	if e == nil || e.Type != "content_block_delta" {
+		return
+	}
+	if r.streamed == nil {
+		r.streamed = map[string]*streamedText{}
+	}
+	s := r.streamed[m.APIMessageID]
+	if s == nil {
+		s = &streamedText{}
+		r.streamed[m.APIMessageID] = s
+	}
+	switch e.Delta.Type {
+	case "text_delta":
+		if e.Delta.Text != "" {
+			s.text += e.Delta.Text
+			r.turn.Message(e.Delta.Text)
+		}
+	case "thinking_delta":
+		if e.Delta.Thinking != "" {
+			s.thinking += e.Delta.Thinking
+			r.turn.Thought(e.Delta.Thinking)
+		}
+	}
+}
+
+// unstreamed returns the part of a completed block's text that its deltas
+// did not report, consuming what they did from *streamed. With partial
+// messages the CLI prints each block's deltas and then an assistant line
+// holding the whole block (one line per block, or a line of several);
+// without them, or for a block the deltas never reached, all of it is new.
+func unstreamed(streamed *string, block string) string {
+	switch {
+	case *streamed == "":
+		return block
+	case strings.HasPrefix(*streamed, block):
+		*streamed = (*streamed)[len(block):]
+		return ""
+	case strings.HasPrefix(block, *streamed):
+		rest := block[len(*streamed):]
+		*streamed = ""
+		return rest
+	}
+	// The deltas and the block disagree: the deltas were reported; do not
+	// report the block's text a second time.
+	*streamed = ""
+	return ""
+}
+
+// assistant reports an assistant message's text, thinking and tool calls,
+// less what its stream events reported already. A synthetic message that
+// reports a failed API call is not the agent speaking: its error surfaces
+// with the result.
 func (r *turnRun) assistant(m *message) {
 	if m.IsAPIErrorMessage || m.Error != "" {
 		if m.Error == "authentication_failed" {
@@ -173,15 +238,19 @@ func (r *turnRun) assistant(m *message) {
 		r.log.Debug("claude reports an API error", "error", m.Error)
 		return
 	}
+	s := &streamedText{}
+	if m.Message != nil && r.streamed[m.Message.ID] != nil {
+		s = r.streamed[m.Message.ID]
+	}
 	for _, b := range m.Message.blocks() {
 		switch b.Type {
 		case "text":
-			if b.Text != "" {
-				r.turn.Message(b.Text)
+			if t := unstreamed(&s.text, b.Text); t != "" {
+				r.turn.Message(t)
 			}
 		case "thinking":
-			if b.Thinking != "" {
-				r.turn.Thought(b.Thinking)
+			if t := unstreamed(&s.thinking, b.Thinking); t != "" {
+				r.turn.Thought(t)
 			}
 		case "tool_use", "server_tool_use", "mcp_tool_use":
 			r.turn.ToolCall(sdk.ToolCall{

@@ -2,7 +2,10 @@
 // stream-json mode, for the claude plugin's tests. It accepts the argv the
 // plugin and the official SDKs use, answers the control protocol's
 // initialize and interrupt requests like the real CLI, emits system/init
-// lazily on the first user message, writes a transcript under
+// lazily on the first user message, prints the model's stream as
+// stream_event lines before each block's assistant line when asked
+// (--include-partial-messages; one delta per block unless the model below
+// says otherwise), writes a transcript under
 // $CLAUDE_CONFIG_DIR (or ~/.claude)/projects, fails an unknown --resume and
 // a --session-id already in use with the real CLI's texts, and adds
 // unknown fields to every message it prints.
@@ -15,6 +18,7 @@
 //	                    (with --permission-prompt-tool stdio), its tool_result
 //	todo                a TodoWrite tool_use and its tool_result
 //	think               a thinking block, then a text block
+//	stream TEXT         a thinking block and TEXT, streamed in 3-rune deltas
 //	huge N              one assistant line of at least N bytes
 //	die                 one assistant message, then exit status 3
 //	noauth              the real unauthenticated answer (also every turn
@@ -107,6 +111,7 @@ type fake struct {
 	initSent         bool
 	lastIsError      bool
 	permWaiters      map[string]chan map[string]any
+	blocks           map[string]int // content blocks streamed so far, by message id
 
 	turns chan string
 	done  chan struct{}
@@ -116,7 +121,7 @@ type fake struct {
 type turn = fakecli.Turn
 
 func newFake(a args) *fake {
-	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, turns: make(chan string, 64), done: make(chan struct{})}
+	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, blocks: map[string]int{}, turns: make(chan string, 64), done: make(chan struct{})}
 	f.cwd, _ = os.Getwd()
 	f.configDir = os.Getenv("CLAUDE_CONFIG_DIR")
 	if f.configDir == "" {
@@ -447,7 +452,77 @@ func (f *fake) systemInit() map[string]any {
 	}
 }
 
-// assistant returns an assistant line with the given content blocks.
+// block prints one content block of message msgID as the real CLI does:
+// with --include-partial-messages, its stream events (message_start
+// before the message's first block, content_block_start, the deltas of
+// deltaRunes runes each, zero meaning one delta) and, after the deltas
+// and before content_block_stop, an assistant line holding the whole
+// block. Without the flag, only the assistant line.
+func (f *fake) block(msgID string, b map[string]any, deltaRunes int) {
+	if !f.a.partial {
+		f.emit(f.assistant(msgID, nil, b))
+		return
+	}
+	f.mu.Lock()
+	index := f.blocks[msgID]
+	f.blocks[msgID] = index + 1
+	f.mu.Unlock()
+	if index == 0 {
+		f.streamEvent(msgID, map[string]any{"type": "message_start", "message": map[string]any{
+			"id": msgID, "type": "message", "role": "assistant", "model": f.model(), "content": []any{},
+			"stop_reason": nil, "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 100}}})
+	}
+	var start map[string]any
+	var field, deltaType, body string
+	switch b["type"] {
+	case "text":
+		start, field, deltaType = map[string]any{"type": "text", "text": ""}, "text", "text_delta"
+		body, _ = b["text"].(string)
+	case "thinking":
+		start, field, deltaType = map[string]any{"type": "thinking", "thinking": "", "signature": ""}, "thinking", "thinking_delta"
+		body, _ = b["thinking"].(string)
+	case "tool_use":
+		start = map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}
+		field, deltaType = "partial_json", "input_json_delta"
+		in, _ := json.Marshal(b["input"])
+		body = string(in)
+	}
+	f.streamEvent(msgID, map[string]any{"type": "content_block_start", "index": index, "content_block": start})
+	for _, d := range splitRunes(body, deltaRunes) {
+		f.streamEvent(msgID, map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": deltaType, field: d}})
+	}
+	if sig, ok := b["signature"]; ok {
+		f.streamEvent(msgID, map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "signature_delta", "signature": sig}})
+	}
+	f.emit(f.assistant(msgID, nil, b))
+	f.streamEvent(msgID, map[string]any{"type": "content_block_stop", "index": index})
+}
+
+// streamEvent prints one stream_event line.
+func (f *fake) streamEvent(msgID string, event map[string]any) {
+	f.emit(map[string]any{"type": "stream_event", "event": event, "session_id": f.sessionID, "parent_tool_use_id": nil,
+		"uuid": uuid.NewString(), "api_message_id": msgID})
+}
+
+// splitRunes splits s into pieces of n runes; n <= 0 is one piece.
+func splitRunes(s string, n int) []string {
+	r := []rune(s)
+	if n <= 0 || len(r) <= n {
+		return []string{s}
+	}
+	var out []string
+	for len(r) > 0 {
+		k := min(n, len(r))
+		out = append(out, string(r[:k]))
+		r = r[k:]
+	}
+	return out
+}
+
+// assistant returns an assistant line with the given content blocks. The
+// real CLI prints each block's line before the stream's message_delta, so
+// its stop_reason is null but for synthetic messages.
 func (f *fake) assistant(msgID string, stopReason any, blocks ...map[string]any) map[string]any {
 	for _, b := range blocks {
 		b["fake_block_field"] = true
@@ -561,7 +636,7 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	}
 	msgID := "msg_01" + randHex(10)
 	say := func(s string) {
-		f.emit(f.assistant(msgID, nil, text(s)))
+		f.block(msgID, text(s), 0)
 		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": uuid.NewString()})
 	}
 	done := func(last string, n int) bool {
@@ -586,9 +661,16 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		say("slept " + d.String())
 		return done("slept "+d.String(), 1)
 	case "think":
-		f.emit(f.assistant(msgID, nil, map[string]any{"type": "thinking", "thinking": "Let me think about it.", "signature": "c2lnbmF0dXJl"}))
+		f.block(msgID, map[string]any{"type": "thinking", "thinking": "Let me think about it.", "signature": "c2lnbmF0dXJl"}, 0)
 		say("thought it through")
 		return done("thought it through", 1)
+	case "stream":
+		// A thought and a text, each streamed in deltas of 3 runes.
+		rest := strings.TrimSpace(strings.TrimPrefix(prompt, "stream"))
+		f.block(msgID, map[string]any{"type": "thinking", "thinking": "Thinking about " + rest, "signature": "c2lnbmF0dXJl"}, 3)
+		f.block(msgID, text(rest), 3)
+		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(rest)}}, "uuid": uuid.NewString()})
+		return done(rest, 1)
 	case "tool":
 		return f.tool(t, msgID)
 	case "todo":
@@ -597,7 +679,7 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 			map[string]any{"content": "write the code", "status": "completed", "activeForm": "Writing the code"},
 			map[string]any{"content": "test it", "status": "in_progress", "activeForm": "Testing it"},
 		}}
-		f.emit(f.assistant(msgID, "tool_use", map[string]any{"type": "tool_use", "id": id, "name": "TodoWrite", "input": input}))
+		f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": "TodoWrite", "input": input}, 0)
 		f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result",
 			"content": "Todos have been modified successfully. Ensure that you continue to use the todo list to track your progress."}}, nil))
 		say("planned")
@@ -664,7 +746,7 @@ func (f *fake) noAuth() {
 func (f *fake) tool(t *turn, msgID string) bool {
 	id := "toolu_01" + randHex(10)
 	input := map[string]any{"command": "ls", "description": "List files in the workspace"}
-	f.emit(f.assistant(msgID, "tool_use", map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": input}))
+	f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": input}, 0)
 	ask := f.a.permPromptTool == "stdio" && f.a.permMode != "bypassPermissions" && f.a.permMode != "dontAsk"
 	note := ""
 	if ask {
@@ -677,8 +759,8 @@ func (f *fake) tool(t *turn, msgID string) bool {
 			"subtype": "can_use_tool", "tool_name": "Bash", "input": input,
 			"permission_suggestions": []any{map[string]any{"type": "addRules",
 				"rules": []any{map[string]any{"toolName": "Bash", "ruleContent": "ls"}}, "behavior": "allow", "destination": "localSettings"}},
-			"tool_use_id": id, "agent_id": nil, "blocked_path": nil, "decision_reason": nil,
-			"title": "Claude wants to run ls", "display_name": "Bash", "description": "List files in the workspace",
+			"decision_reason_type": "subcommandResults", "tool_use_id": id,
+			"display_name": "Bash", "description": "List files in the workspace",
 		}})
 		var resp map[string]any
 		select {
@@ -692,11 +774,12 @@ func (f *fake) tool(t *turn, msgID string) bool {
 		}
 		if resp["behavior"] != "allow" {
 			msg, _ := resp["message"].(string)
-			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}}, nil))
+			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}},
+				map[string]any{"tool_use_result": "Error: " + msg}))
 			if resp["interrupt"] == true {
 				return f.interrupted("[Request interrupted by user for tool use]")
 			}
-			f.emit(f.assistant("msg_01"+randHex(10), nil, text("permission denied: "+msg)))
+			f.block("msg_01"+randHex(10), text("permission denied: "+msg), 0)
 			f.emit(f.result("success", false, "permission denied: "+msg, "end_turn", "completed", 2, 5))
 			return false
 		}
@@ -711,7 +794,7 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": out, "is_error": false}},
 		map[string]any{"tool_use_result": map[string]any{"stdout": out, "stderr": "", "interrupted": false, "isImage": false, "command": input["command"]}}))
 	say := "listed 2 files" + note
-	f.emit(f.assistant("msg_01"+randHex(10), "end_turn", text(say)))
+	f.block("msg_01"+randHex(10), text(say), 0)
 	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
 	return false
 }
@@ -724,7 +807,7 @@ const lingerVar = "FAKECLAUDE_LINGER"
 // with its stdout and stderr, waits for none of them and exits mid-turn.
 func (f *fake) forkGrandchildrenAndDie(n int) {
 	msgID := "msg_01" + randHex(10)
-	f.emit(f.assistant(msgID, nil, text(fmt.Sprintf("forking %d grandchildren", n))))
+	f.block(msgID, text(fmt.Sprintf("forking %d grandchildren", n)), 0)
 	self, err := os.Executable()
 	if err != nil {
 		fatal(1, "fakeclaude: "+err.Error())
