@@ -1,0 +1,129 @@
+package realcli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
+)
+
+// The claude scenarios of the real-CLI suite: each drives the pinned
+// claude CLI through agenthost serve's socket API against the scripted
+// model server, and asserts what really happened: in the workspace, in
+// the journal, and in the requests the CLI sent the model.
+
+// A tool call that needs permission reaches the client with its title,
+// kind and input; allowed, the tool runs and the model reads its result;
+// rejected, nothing runs and the model is told.
+func TestClaudePermission(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, tool string
+		allow      bool
+	}{
+		{"write-allow", "Write", true},
+		{"write-reject", "Write", false},
+		{"bash-allow", "Bash", true},
+		{"bash-reject", "Bash", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			testClaudePermission(t, tt.tool, tt.allow)
+		})
+	}
+}
+
+func testClaudePermission(t *testing.T, tool string, allow bool) {
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	api := r.dial(s)
+	answer := acp.PermissionOptionKindRejectOnce
+	if allow {
+		answer = acp.PermissionOptionKindAllowOnce
+	}
+	api.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
+
+	// The file each tool writes: Write's own, or the one Bash's command
+	// tees its output into (a command that writes asks for permission in
+	// the default mode; a read-only one would not).
+	target := filepath.Join(r.workspace, "hello.txt")
+	const content = "hello from the real claude\n"
+	const output = "bash-output-4711"
+	var input, wantKind, wantTitle, wantInput, wantResult string
+	switch tool {
+	case "Write":
+		input = `{"file_path":` + asJSONString(target) + `,"content":` + asJSONString(content) + `}`
+		wantKind, wantTitle, wantInput, wantResult = "edit", "Write "+target, `"file_path":`+asJSONString(target), "File created successfully"
+	case "Bash":
+		input = `{"command":"echo ` + output + ` | tee hello.txt","description":"Write the marker"}`
+		wantKind, wantTitle, wantInput, wantResult = "execute", "Bash echo "+output+" | tee hello.txt", `"command":"echo `+output, output
+	}
+	r.srv.Script(modelserver.Tool(tool, input), modelserver.Text("All done."))
+	id := api.newSession(r, nil)
+	api.mustPrompt(id, "use the tool", "end_turn")
+
+	asked := api.permissionRequests()
+	if len(asked) != 1 {
+		t.Fatalf("%d permission requests reached the client, want 1", len(asked))
+	}
+	tc := asked[0].ToolCall
+	if tc.Title == nil || *tc.Title != wantTitle || tc.Kind == nil || string(*tc.Kind) != wantKind || !strings.Contains(asJSON(t, tc.RawInput), wantInput) {
+		t.Errorf("the permission request's tool call: title %v, kind %v, rawInput %s; want %q, %q, %s",
+			deref(tc.Title), deref(tc.Kind), asJSON(t, tc.RawInput), wantTitle, wantKind, wantInput)
+	}
+
+	b, err := os.ReadFile(target)
+	switch {
+	case allow && tool == "Write" && (err != nil || string(b) != content):
+		t.Errorf("allowed Write: the file holds %q (%v), want %q", b, err, content)
+	case allow && tool == "Bash" && (err != nil || string(b) != output+"\n"):
+		t.Errorf("allowed Bash: the file holds %q (%v), want the command's output", b, err)
+	case !allow && !os.IsNotExist(err):
+		t.Errorf("rejected %s: %s exists (%v): the tool ran", tool, target, err)
+	}
+
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 2 {
+		t.Fatalf("the model was asked %d times, want 2 (the tool call, then its result)", len(reqs))
+	}
+	calls, results := reqs[1].ToolCalls(), reqs[1].ToolResults()
+	if len(calls) != 1 || len(results) != 1 || results[0].ToolID != calls[0].ToolID || calls[0].ToolName != tool {
+		t.Fatalf("the second model request carries tool calls %+v and results %+v; want the %s call and its result", calls, results, tool)
+	}
+	res := results[0]
+	switch {
+	case allow && (res.IsError || !strings.Contains(res.Text, wantResult)):
+		t.Errorf("allowed: the model read the result %q (error %v), want one with %q", res.Text, res.IsError, wantResult)
+	case !allow && (!res.IsError || !strings.Contains(res.Text, "denied")):
+		t.Errorf("rejected: the model read the result %q (error %v), want an error saying it was denied", res.Text, res.IsError)
+	}
+
+	// The journal holds the tool call's outcome, the command's output
+	// included.
+	var status, text string
+	for _, u := range toolCallUpdates(r.journal(s, id)) {
+		if u.ToolCallID == calls[0].ToolID {
+			status = u.Status
+			for _, c := range u.Content {
+				text += c.Text()
+			}
+		}
+	}
+	switch {
+	case allow && (status != "completed" || !strings.Contains(text, wantResult)):
+		t.Errorf("allowed: the journal's tool call update is %q with %q, want completed with %q", status, text, wantResult)
+	case !allow && status != "failed":
+		t.Errorf("rejected: the journal's tool call update is %q with %q, want failed", status, text)
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

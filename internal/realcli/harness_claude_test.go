@@ -1,0 +1,143 @@
+package realcli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/journal"
+)
+
+// Helpers of the claude scenarios (claude_test.go).
+
+// updates returns the agent updates a journal holds, in order.
+func updates(entries []entry) []*journal.Update {
+	var out []*journal.Update
+	for _, e := range entries {
+		if u, ok := e.Record.(*journal.Update); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// toolCallUpdates returns the journal's tool call updates.
+func toolCallUpdates(entries []entry) []*journal.ToolCallUpdate {
+	var out []*journal.ToolCallUpdate
+	for _, u := range updates(entries) {
+		if x, ok := u.Update.(*journal.ToolCallUpdate); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// messageText joins the agent message chunks of updates.
+func messageText(ups []journal.SessionUpdate) (text string, chunks int) {
+	var b strings.Builder
+	for _, u := range ups {
+		if c, ok := u.(*journal.Chunk); ok && c.Kind == journal.KindAgentMessageChunk {
+			b.WriteString(c.Content.Text())
+			chunks++
+		}
+	}
+	return b.String(), chunks
+}
+
+// sessionUpdates returns what the client received, without the numbering.
+func (c *client) sessionUpdates() []journal.SessionUpdate {
+	var out []journal.SessionUpdate
+	for _, r := range c.received() {
+		out = append(out, r.Update)
+	}
+	return out
+}
+
+// asJSON marshals v (a permission request's rawInput) for a substring
+// check.
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// childrenOf returns the live processes whose parent is pid.
+func childrenOf(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after ')'.
+		i := strings.LastIndexByte(string(st), ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid runs (and is not a zombie).
+func alive(pid int) bool {
+	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(st), ')')
+	f := strings.Fields(string(st[i+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// pluginAndCLI returns the rig's one plugin process and the claude CLI it
+// runs (its child), waiting a little for both.
+func (r *rig) pluginAndCLI() (plugin, cli int) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ps := r.processes()
+		if len(ps) == 1 {
+			if kids := childrenOf(ps[0]); len(kids) == 1 {
+				return ps[0], kids[0]
+			}
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("want one plugin running one CLI; the rig's processes are %v", ps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitUntil polls cond every 20 ms for up to d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// asJSONString is s as a JSON string literal.
+func asJSONString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
