@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/acp-go-sdk"
 
@@ -126,4 +127,52 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// session/cancel in the middle of a slow stream ends the turn cancelled
+// within 2 s, and the next prompt runs on the same conversation.
+func TestClaudeCancelMidStream(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	api := r.dial(s)
+	slow := modelserver.Text(strings.Repeat("slowly ", 60))
+	slow.Delay = 50 * time.Millisecond // 140 deltas: 7 s unless cancelled
+	r.srv.Script(slow, modelserver.Text("Second answer."))
+	id := api.newSession(r, nil)
+
+	stop := api.promptAsync(id, "talk slowly")
+	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
+		_, n := messageText(api.sessionUpdates())
+		return n >= 3
+	})
+	api.cancelWithin(t, id, stop, 2*time.Second)
+
+	before := len(api.received())
+	api.mustPrompt(id, "now answer", "end_turn")
+	if text, _ := messageText(updatesOf(api.received()[before:])); text != "Second answer." {
+		t.Errorf("the turn after the cancel said %q", text)
+	}
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 2 || !strings.Contains(reqs[1].LastUserText(), "now answer") {
+		t.Fatalf("the model was asked %d times; want the second turn's request", len(reqs))
+	}
+}
+
+// A model server that never answers: session/cancel still ends the turn
+// cancelled within 2 s, and the next prompt works.
+func TestClaudeCancelHungServer(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	api := r.dial(s)
+	r.srv.Script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
+	id := api.newSession(r, nil)
+
+	stop := api.promptAsync(id, "wait forever")
+	if _, err := r.srv.WaitModelRequests(ctxFor(t, 30*time.Second), 1); err != nil {
+		t.Fatalf("the CLI never asked the model: %v", err)
+	}
+	api.cancelWithin(t, id, stop, 2*time.Second)
+	api.mustPrompt(id, "try again", "end_turn")
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/journal"
 )
 
@@ -49,13 +52,7 @@ func messageText(ups []journal.SessionUpdate) (text string, chunks int) {
 }
 
 // sessionUpdates returns what the client received, without the numbering.
-func (c *client) sessionUpdates() []journal.SessionUpdate {
-	var out []journal.SessionUpdate
-	for _, r := range c.received() {
-		out = append(out, r.Update)
-	}
-	return out
-}
+func (c *client) sessionUpdates() []journal.SessionUpdate { return updatesOf(c.received()) }
 
 // asJSON marshals v (a permission request's rawInput) for a substring
 // check.
@@ -140,4 +137,54 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 func asJSONString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// turnEnd is how a prompt ended.
+type turnEnd struct {
+	stop acp.StopReason
+	err  error
+	at   time.Time
+}
+
+// promptAsync runs a turn in the background; its end arrives on the
+// channel. The goroutine ends with the prompt, which the test's context
+// bounds.
+func (c *client) promptAsync(id, text string) <-chan turnEnd {
+	ctx := ctxFor(c.t, 90*time.Second)
+	ch := make(chan turnEnd, 1)
+	go func() {
+		stop, err := c.prompt(ctx, id, text)
+		ch <- turnEnd{stop: stop, err: err, at: time.Now()}
+	}()
+	return ch
+}
+
+// cancelWithin sends session/cancel and fails the test unless the turn
+// ends cancelled within d.
+func (c *client) cancelWithin(t *testing.T, id string, turn <-chan turnEnd, d time.Duration) {
+	t.Helper()
+	sent := time.Now()
+	if err := c.c.Notify(api.MethodSessionCancel, acp.CancelNotification{SessionId: acp.SessionId(id)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case end := <-turn:
+		if end.err != nil || end.stop != acp.StopReasonCancelled {
+			t.Fatalf("the cancelled turn ended with %q, error %v; want cancelled", end.stop, end.err)
+		}
+		if took := end.at.Sub(sent); took > d {
+			t.Errorf("the turn ended %s after session/cancel, want within %s", took, d)
+		}
+	case <-time.After(d + 10*time.Second):
+		t.Fatalf("the turn had not ended %s after session/cancel", d+10*time.Second)
+	}
+}
+
+// updatesOf strips the numbering of received updates.
+func updatesOf(rs []received) []journal.SessionUpdate {
+	var out []journal.SessionUpdate
+	for _, r := range rs {
+		out = append(out, r.Update)
+	}
+	return out
 }
