@@ -3,6 +3,7 @@ package realcli_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
+	"github.com/agenthost/agenthost/plugins/claude"
 )
 
 // The claude scenarios of the real-CLI suite: each drives the pinned
@@ -175,4 +177,62 @@ func TestClaudeCancelHungServer(t *testing.T) {
 	}
 	api.cancelWithin(t, id, stop, 2*time.Second)
 	api.mustPrompt(id, "try again", "end_turn")
+}
+
+// The session option model is the model the CLI asks the server for.
+func TestClaudeModelOption(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	api := r.dial(s)
+	r.srv.Script(modelserver.Text("Hi."))
+	id := api.newSession(r, map[string]string{claude.OptModel: "claude-x-test"})
+	api.mustPrompt(id, "hello", "end_turn")
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 1 || reqs[0].Model != "claude-x-test" {
+		var models []string
+		for _, q := range reqs {
+			models = append(models, q.Model)
+		}
+		t.Errorf("the CLI asked for the models %q, want [claude-x-test]", models)
+	}
+}
+
+// A failing model server fails the turn with what to do about it: 401 as
+// an authentication failure naming what to configure; 529 and 500 after
+// the CLI's own retries (bounded to one), with the provider's message.
+func TestClaudeModelFailures(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		status  int
+		message string
+		want    []string
+	}{
+		{401, "invalid x-api-key", []string{"authentication failed", "ANTHROPIC_API_KEY"}},
+		{529, "Overloaded right now", []string{"529", "Overloaded right now"}},
+		{500, "Internal boom", []string{"500", "Internal boom"}},
+	} {
+		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, claudeCLI)
+			s := r.start()
+			api := r.dial(s)
+			// Every attempt fails: the first, the retry, and a
+			// non-streaming fallback if the CLI makes one.
+			r.srv.Script(modelserver.Repeat(4, modelserver.Failure(tt.status, tt.message))...)
+			id := api.newSession(r, nil)
+			stop, err := api.prompt(ctxFor(t, 60*time.Second), id, "hello")
+			if err == nil {
+				t.Fatalf("the turn ended %q, want it failed", stop)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the turn failed with %q, want it to say %q", err, w)
+				}
+			}
+			if n := len(r.srv.ModelRequests()); n < 2 {
+				t.Errorf("the CLI asked the model %d times, want its retry too", n)
+			}
+		})
+	}
 }

@@ -435,7 +435,8 @@ func TestTurnErrors(t *testing.T) {
 		h := f.start(t)
 		f.open(t, h, map[string]string{OptSkipAuthCheck: "true"})
 		ups, stop := h.Run("count 3", wait)
-		want := "claude could not authenticate (Not logged in · Please run /login): run `claude auth login`, or set ANTHROPIC_API_KEY and allow it for this session with the session option allow_credentials=true"
+		want := "claude: authentication failed (Not logged in · Please run /login): claude has no usable credential: log in with `claude auth login`, " +
+			"or set ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option allow_credentials=true)"
 		if stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
 		}
@@ -447,7 +448,7 @@ func TestTurnErrors(t *testing.T) {
 		f := newFixture(t)
 		h := f.start(t)
 		f.open(t, h, nil)
-		if _, stop := h.Run("noauth", wait); stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate") {
+		if _, stop := h.Run("noauth", wait); stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude: authentication failed") {
 			t.Errorf("turn: %v", stop)
 		}
 		// The session goes on.
@@ -460,7 +461,7 @@ func TestTurnErrors(t *testing.T) {
 		h := f.start(t)
 		f.open(t, h, nil)
 		_, stop := h.Run("fail", wait)
-		if want := `claude failed the turn: API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`; stop.StopReason != "failed" || stop.Error != want {
+		if want := "claude failed the turn: API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8080)."; stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
 		}
 	})

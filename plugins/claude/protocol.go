@@ -262,6 +262,9 @@ type cli struct {
 	mu      sync.Mutex
 	pending map[string]chan controlResponse
 	seq     int
+	// source is where the CLI found its API key (system/init's
+	// apiKeySource), for an authentication failure's advice.
+	source string
 }
 
 // startCLI starts path with args in dir as a cliproc child: pipes of its
@@ -282,6 +285,20 @@ func startCLI(ctx context.Context, log hclog.Logger, path string, args, env []st
 	}
 	go c.readStdout(maxLine)
 	return c, nil
+}
+
+// keySource is where the CLI said it found its API key; "" before its
+// system/init.
+func (c *cli) keySource() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.source
+}
+
+func (c *cli) setKeySource(s string) {
+	c.mu.Lock()
+	c.source = s
+	c.mu.Unlock()
 }
 
 // pid is the CLI's process id.

@@ -25,8 +25,22 @@ const (
 	optReject      = "reject"
 )
 
-// authHelp is what a user reads when the CLI could not authenticate.
-const authHelp = "run `claude auth login`, or set ANTHROPIC_API_KEY and allow it for this session with the session option " + OptAllowCredentials + "=true"
+// authError is the error of a turn the provider refused to authenticate:
+// what the CLI said, and what to configure. source is where the CLI said
+// (system/init's apiKeySource) it found its key: a variable the host let
+// through was rejected and must be fixed where it is set; with none
+// ("none", or unknown) the CLI had no usable credential at all.
+func authError(said, source string) error {
+	said = orDefault(said, "no reason given")
+	if source != "" && source != "none" {
+		return fmt.Errorf("claude: authentication failed: the provider rejected the credential claude read from %s (%s): "+
+			"set a valid one where %s comes from (agenthost passes it only to an agent whose agenthost.json entry says \"credentials\": \"inherit\", or a session with %s=true), or log in with `claude auth login`",
+			source, said, source, OptAllowCredentials)
+	}
+	return fmt.Errorf("claude: authentication failed (%s): claude has no usable credential: log in with `claude auth login`, "+
+		"or set ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option %s=true)",
+		said, OptAllowCredentials)
+}
 
 // turnRun maps one turn's stdout messages to SDK updates and answers the
 // CLI's permission requests, until the result line.
@@ -148,6 +162,7 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 		if m.Subtype == "init" {
 			r.log.Debug("claude session", "session_id", m.SessionID, "model", m.Model, "version", m.ClaudeCodeVersion,
 				"permission_mode", m.PermissionMode, "api_key_source", m.APIKeySource)
+			r.c.setKeySource(m.APIKeySource)
 			r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
 		} else {
 			r.log.Debug("claude system message", "subtype", m.Subtype)
@@ -316,7 +331,7 @@ func (r *turnRun) result(m *message) (sdk.StopReason, error) {
 	case m.Subtype == "error_max_turns":
 		return sdk.StopMaxTurnRequests, nil
 	case m.IsError && (r.authFailed || isAuthText(m.Result)):
-		return "", fmt.Errorf("claude could not authenticate (%s): %s", orDefault(resultText(m), "authentication failed"), authHelp)
+		return "", authError(resultText(m), r.c.keySource())
 	case m.IsError:
 		return "", fmt.Errorf("claude failed the turn: %s", resultText(m))
 	}

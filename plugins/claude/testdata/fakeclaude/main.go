@@ -694,7 +694,9 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		f.noAuth()
 		return true
 	case "fail":
-		const msg = `API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`
+		// 2.1.332's words for a 500 from a model server at a custom
+		// ANTHROPIC_BASE_URL, once its retries are spent.
+		const msg = "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8080)."
 		a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
 		a["error"] = "server_error"
 		a["is_api_error_message"] = true
