@@ -10,6 +10,8 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
+	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/claude"
 )
@@ -43,12 +45,12 @@ func TestClaudePermission(t *testing.T) {
 func testClaudePermission(t *testing.T, tool string, allow bool) {
 	r := newRig(t, claudeCLI)
 	s := r.start()
-	api := r.dial(s)
+	cl := r.dial(s)
 	answer := acp.PermissionOptionKindRejectOnce
 	if allow {
 		answer = acp.PermissionOptionKindAllowOnce
 	}
-	api.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
+	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
 
 	// The file each tool writes: Write's own, or the one Bash's command
 	// tees its output into (a command that writes asks for permission in
@@ -66,10 +68,10 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 		wantKind, wantTitle, wantInput, wantResult = "execute", "Bash echo "+output+" | tee hello.txt", `"command":"echo `+output, output
 	}
 	r.srv.Script(modelserver.Tool(tool, input), modelserver.Text("All done."))
-	id := api.newSession(r, nil)
-	api.mustPrompt(id, "use the tool", "end_turn")
+	id := cl.newSession(r, nil)
+	cl.mustPrompt(id, "use the tool", "end_turn")
 
-	asked := api.permissionRequests()
+	asked := cl.permissionRequests()
 	if len(asked) != 1 {
 		t.Fatalf("%d permission requests reached the client, want 1", len(asked))
 	}
@@ -137,22 +139,22 @@ func TestClaudeCancelMidStream(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, claudeCLI)
 	s := r.start()
-	api := r.dial(s)
+	cl := r.dial(s)
 	slow := modelserver.Text(strings.Repeat("slowly ", 60))
 	slow.Delay = 50 * time.Millisecond // 140 deltas: 7 s unless cancelled
 	r.srv.Script(slow, modelserver.Text("Second answer."))
-	id := api.newSession(r, nil)
+	id := cl.newSession(r, nil)
 
-	stop := api.promptAsync(id, "talk slowly")
+	stop := cl.promptAsync(id, "talk slowly")
 	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
-		_, n := messageText(api.sessionUpdates())
+		_, n := messageText(cl.sessionUpdates())
 		return n >= 3
 	})
-	api.cancelWithin(t, id, stop, 2*time.Second)
+	cl.cancelWithin(t, id, stop, 2*time.Second)
 
-	before := len(api.received())
-	api.mustPrompt(id, "now answer", "end_turn")
-	if text, _ := messageText(updatesOf(api.received()[before:])); text != "Second answer." {
+	before := len(cl.received())
+	cl.mustPrompt(id, "now answer", "end_turn")
+	if text, _ := messageText(updatesOf(cl.received()[before:])); text != "Second answer." {
 		t.Errorf("the turn after the cancel said %q", text)
 	}
 	reqs := r.srv.ModelRequests()
@@ -167,16 +169,16 @@ func TestClaudeCancelHungServer(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, claudeCLI)
 	s := r.start()
-	api := r.dial(s)
+	cl := r.dial(s)
 	r.srv.Script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
-	id := api.newSession(r, nil)
+	id := cl.newSession(r, nil)
 
-	stop := api.promptAsync(id, "wait forever")
+	stop := cl.promptAsync(id, "wait forever")
 	if _, err := r.srv.WaitModelRequests(ctxFor(t, 30*time.Second), 1); err != nil {
 		t.Fatalf("the CLI never asked the model: %v", err)
 	}
-	api.cancelWithin(t, id, stop, 2*time.Second)
-	api.mustPrompt(id, "try again", "end_turn")
+	cl.cancelWithin(t, id, stop, 2*time.Second)
+	cl.mustPrompt(id, "try again", "end_turn")
 }
 
 // The session option model is the model the CLI asks the server for.
@@ -184,10 +186,10 @@ func TestClaudeModelOption(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, claudeCLI)
 	s := r.start()
-	api := r.dial(s)
+	cl := r.dial(s)
 	r.srv.Script(modelserver.Text("Hi."))
-	id := api.newSession(r, map[string]string{claude.OptModel: "claude-x-test"})
-	api.mustPrompt(id, "hello", "end_turn")
+	id := cl.newSession(r, map[string]string{claude.OptModel: "claude-x-test"})
+	cl.mustPrompt(id, "hello", "end_turn")
 	reqs := r.srv.ModelRequests()
 	if len(reqs) != 1 || reqs[0].Model != "claude-x-test" {
 		var models []string
@@ -216,12 +218,12 @@ func TestClaudeModelFailures(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, claudeCLI)
 			s := r.start()
-			api := r.dial(s)
+			cl := r.dial(s)
 			// Every attempt fails: the first, the retry, and a
 			// non-streaming fallback if the CLI makes one.
 			r.srv.Script(modelserver.Repeat(4, modelserver.Failure(tt.status, tt.message))...)
-			id := api.newSession(r, nil)
-			stop, err := api.prompt(ctxFor(t, 60*time.Second), id, "hello")
+			id := cl.newSession(r, nil)
+			stop, err := cl.prompt(ctxFor(t, 60*time.Second), id, "hello")
 			if err == nil {
 				t.Fatalf("the turn ended %q, want it failed", stop)
 			}
@@ -235,4 +237,90 @@ func TestClaudeModelFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The host is SIGKILLed in the middle of a turn and started again on the
+// same state directory: the plugin and its CLI lived on, the new host
+// readopts the session, the turn completes, and the journal holds every
+// update of it exactly once.
+func TestClaudeHostKilledMidTurn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	cl := r.dial(s)
+	const answer = "Every word of this answer arrives exactly once, in order, whatever happens to the host."
+	slow := modelserver.Text(answer)
+	slow.Delay = 40 * time.Millisecond // 30 deltas: 1.2 s
+	r.srv.Script(slow, modelserver.Text("Still here."))
+	id := cl.newSession(r, nil)
+
+	cl.promptAsync(id, "a long answer, please")
+	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
+		_, n := messageText(cl.sessionUpdates())
+		return n >= 3
+	})
+	plugin, cli := r.pluginAndCLI()
+	killed := time.Now()
+	s.kill()
+
+	s = r.start()
+	if !alive(plugin) || !alive(cli) {
+		t.Fatalf("after the host was killed: plugin %d alive %v, CLI %d alive %v; want both alive", plugin, alive(plugin), cli, alive(cli))
+	}
+	if p, c := r.pluginAndCLI(); p != plugin || c != cli {
+		t.Errorf("the new host runs plugin %d with CLI %d, want the same %d and %d", p, c, plugin, cli)
+	}
+	var st api.StatusResult
+	cl = r.dial(s)
+	if err := cl.c.Call(ctxFor(t, 10*time.Second), api.MethodStatus, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Host.Decided["readopted"] != 1 {
+		t.Errorf("the new host decided %v, want the session readopted", st.Host.Decided)
+	}
+
+	// The turn completes in the readopted plugin; its stop reaches the
+	// journal.
+	var entries []entry
+	waitUntil(t, 30*time.Second, "the turn's stop in the journal", func() bool {
+		entries = r.journal(s, id)
+		return stopOf(entries) != nil
+	})
+	if st := stopOf(entries); st.StopReason != "end_turn" {
+		t.Errorf("the turn ended %q (%s), want end_turn", st.StopReason, st.Error)
+	}
+	var seqs []uint64
+	var ups []journal.SessionUpdate
+	afterKill := 0
+	for _, u := range updates(entries) {
+		seqs = append(seqs, u.PluginSeq)
+		ups = append(ups, u.Update)
+		if time.Unix(0, u.PluginTime).After(killed) {
+			afterKill++
+		}
+	}
+	if afterKill == 0 {
+		t.Errorf("no update was produced after the host was killed: the turn was not interrupted by the kill")
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Errorf("the journal's plugin seqs are %v, want 1..%d without gaps or duplicates", seqs, len(seqs))
+			break
+		}
+	}
+	if text, _ := messageText(ups); text != answer {
+		t.Errorf("the journal holds the text %q, want the answer exactly once:\n%q", text, answer)
+	}
+	readopted := false
+	for _, e := range entries {
+		if l, ok := e.Record.(*journal.Lifecycle); ok && l.Event == "readopted" {
+			readopted = true
+		}
+	}
+	if !readopted {
+		t.Errorf("the journal has no readopted lifecycle entry")
+	}
+
+	// The readopted session takes the next prompt.
+	cl.mustPrompt(id, "still there?", "end_turn")
 }

@@ -188,3 +188,14 @@ func updatesOf(rs []received) []journal.SessionUpdate {
 	}
 	return out
 }
+
+// stopOf returns the journal's last turn stop, or nil.
+func stopOf(entries []entry) *journal.Stop {
+	var out *journal.Stop
+	for _, e := range entries {
+		if s, ok := e.Record.(*journal.Stop); ok {
+			out = s
+		}
+	}
+	return out
+}
