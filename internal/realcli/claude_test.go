@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,4 +324,49 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 
 	// The readopted session takes the next prompt.
 	cl.mustPrompt(id, "still there?", "end_turn")
+}
+
+// The plugin and its CLI are SIGKILLed between turns: session/resume
+// through the API starts them again on the same provider conversation, so
+// the model's next request carries the earlier turn.
+func TestClaudePluginKilledResumes(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	cl := r.dial(s)
+	r.srv.Script(modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
+	id := cl.newSession(r, nil)
+	cl.mustPrompt(id, "What is the capital of France?", "end_turn")
+
+	plugin, cli := r.pluginAndCLI()
+	for _, pid := range []int{cli, plugin} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, "the killed processes gone", func() bool { return !alive(plugin) && !alive(cli) })
+
+	cl.resumeSession(t, r, id)
+	cl.mustPrompt(id, "And of Germany?", "end_turn")
+	if p, c := r.pluginAndCLI(); p == plugin || c == cli {
+		t.Errorf("the session runs plugin %d with CLI %d: not new processes", p, c)
+	}
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 2 {
+		t.Fatalf("the model was asked %d times, want 2", len(reqs))
+	}
+	var said []string
+	for _, m := range reqs[1].Messages {
+		for _, p := range m.Parts {
+			if p.Type == modelserver.TextPart {
+				said = append(said, m.Role+": "+p.Text)
+			}
+		}
+	}
+	history := strings.Join(said, "\n")
+	for _, want := range []string{"user: What is the capital of France?", "assistant: The capital of France is Paris.", "user: And of Germany?"} {
+		if !strings.Contains(history, want) {
+			t.Errorf("the resumed conversation's request lacks %q; it carries:\n%s", want, history)
+		}
+	}
 }

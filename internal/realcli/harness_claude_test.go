@@ -199,3 +199,12 @@ func stopOf(entries []entry) *journal.Stop {
 	}
 	return out
 }
+
+// resumeSession resumes a session through session/resume, as a client
+// does after its plugin died.
+func (c *client) resumeSession(t *testing.T, r *rig, id string) {
+	t.Helper()
+	if err := c.c.Call(ctxFor(t, 60*time.Second), api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: acp.SessionId(id), Cwd: r.workspace}, nil); err != nil {
+		t.Fatalf("session/resume %s: %v", id, err)
+	}
+}
