@@ -12,6 +12,7 @@ import (
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/claude"
@@ -368,5 +369,35 @@ func TestClaudePluginKilledResumes(t *testing.T) {
 		if !strings.Contains(history, want) {
 			t.Errorf("the resumed conversation's request lacks %q; it carries:\n%s", want, history)
 		}
+	}
+}
+
+// A claude session that cannot authenticate fails at session/new, in
+// seconds, saying what to do: the host holds an API key, but the agent's
+// agenthost.json entry does not inherit it, and there is no login in the
+// CLI's config directory.
+func TestClaudeNoCredentialsFailsAtStart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	r.writeConfig(func(a *agentconfig.Agent) { a.Credentials = "" })
+	s := r.start()
+	cl := r.dial(s)
+	start := time.Now()
+	err := cl.tryNewSession(r, nil)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("session/new succeeded without credentials")
+	}
+	for _, want := range []string{"no credentials", "claude auth login", "ANTHROPIC_API_KEY", `"credentials": "inherit"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("session/new failed with %q, want it to say %q", err, want)
+		}
+	}
+	t.Logf("session/new failed in %s: %v", took, err)
+	if took > 10*time.Second {
+		t.Errorf("session/new took %s to fail", took)
+	}
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("the model server saw %d requests; nothing should have reached it", n)
 	}
 }

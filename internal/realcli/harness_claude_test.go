@@ -12,6 +12,7 @@ import (
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
 )
 
@@ -207,4 +208,36 @@ func (c *client) resumeSession(t *testing.T, r *rig, id string) {
 	if err := c.c.Call(ctxFor(t, 60*time.Second), api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: acp.SessionId(id), Cwd: r.workspace}, nil); err != nil {
 		t.Fatalf("session/resume %s: %v", id, err)
 	}
+}
+
+// writeConfig rewrites the rig's agenthost.json, its agent's entry changed
+// by edit. Call it before start.
+func (r *rig) writeConfig(edit func(*agentconfig.Agent)) {
+	r.t.Helper()
+	path := filepath.Join(r.dir, agentconfig.Name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var f agentconfig.File
+	if err := json.Unmarshal(b, &f); err != nil {
+		r.t.Fatal(err)
+	}
+	a := f.Agents[r.cli.name]
+	edit(&a)
+	f.Agents[r.cli.name] = a
+	if b, err = json.MarshalIndent(f, "", "  "); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// tryNewSession starts a session of the rig's agent and returns the
+// error session/new answered with.
+func (c *client) tryNewSession(r *rig, options map[string]string) error {
+	meta := map[string]any{api.MetaKey: api.NewSessionMeta{Agent: r.cli.name, Options: options}}
+	var res acp.NewSessionResponse
+	return c.c.Call(ctxFor(c.t, 60*time.Second), api.MethodSessionNew, acp.NewSessionRequest{Cwd: r.workspace, McpServers: []acp.McpServer{}, Meta: meta}, &res)
 }

@@ -370,7 +370,7 @@ func TestOpenErrors(t *testing.T) {
 		{name: "not claude", env: []string{"FAKECLAUDE_VERSION=banana"},
 			want: []string{`printed an unexpected version "banana (Claude Code)"`}},
 		{name: "no credentials", noLogin: true,
-			want: []string{"claude has no credentials: log in with `claude auth login`", "ANTHROPIC_API_KEY and the session option allow_credentials=true", "skip_auth_check=true"}},
+			want: []string{"claude has no credentials: log in with `claude auth login`", "ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option allow_credentials=true)", "skip_auth_check=true"}},
 		{name: "credentials not allowed", noLogin: true, env: []string{"ANTHROPIC_API_KEY=sk-ant-test"},
 			want: []string{"ANTHROPIC_API_KEY is set, but provider credentials are removed from claude's environment unless the session option allow_credentials=true"}},
 		{name: "binary does not run", opts: map[string]string{OptCLIPath: "broken"},
