@@ -401,3 +401,38 @@ func TestClaudeNoCredentialsFailsAtStart(t *testing.T) {
 		t.Errorf("the model server saw %d requests; nothing should have reached it", n)
 	}
 }
+
+// session/cancel while a permission request waits at the client ends the
+// turn cancelled within 2 s; the tool does not run, and the next prompt
+// works.
+func TestClaudeCancelDuringPermission(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	cl := r.dial(s)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	// The user never decides: the answer comes only when the test ends.
+	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		<-release
+		return acp.PermissionOptionKindAllowOnce
+	}
+	target := filepath.Join(r.workspace, "never.txt")
+	r.srv.Script(modelserver.Tool("Write", `{"file_path":`+asJSONString(target)+`,"content":"no"}`), modelserver.Text("Stopped."))
+	id := cl.newSession(r, nil)
+
+	stop := cl.promptAsync(id, "write it")
+	waitUntil(t, 30*time.Second, "the permission request", func() bool { return len(cl.permissionRequests()) > 0 })
+	cl.cancelWithin(t, id, stop, 2*time.Second)
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("%s exists (%v): the tool ran after the cancel", target, err)
+	}
+	cl.mustPrompt(id, "never mind", "end_turn")
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 2 {
+		t.Fatalf("the model was asked %d times, want 2", len(reqs))
+	}
+	if res := reqs[1].ToolResults(); len(res) != 1 || !res[0].IsError {
+		t.Errorf("the next request carries the tool results %+v, want the cancelled call rejected", res)
+	}
+}

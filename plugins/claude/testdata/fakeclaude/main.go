@@ -2,7 +2,7 @@
 // stream-json mode, for the claude plugin's tests. It accepts the argv the
 // plugin and the official SDKs use, answers the control protocol's
 // initialize and interrupt requests like the real CLI, emits system/init
-// lazily on the first user message, prints the model's stream as
+// when each user message's turn starts (not at startup), prints the model's stream as
 // stream_event lines before each block's assistant line when asked
 // (--include-partial-messages; one delta per block unless the model below
 // says otherwise), writes a transcript under
@@ -596,9 +596,8 @@ func (f *fake) runTurns() {
 		first := !f.initSent
 		f.initSent = true
 		f.mu.Unlock()
-		if first {
-			f.emit(f.systemInit())
-		}
+		// Like 2.1.332, system/init opens every turn, not only the first.
+		f.emit(f.systemInit())
 		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": uuid.NewString()})
 		if first && f.forkAndDie > 0 {
 			f.forkGrandchildrenAndDie(f.forkAndDie)
@@ -624,6 +623,16 @@ func (f *fake) interrupted(marker string) bool {
 
 const interruptMarker = "[Request interrupted by user]"
 
+// interruptedTool ends a turn interrupted while a tool call waited for
+// permission, as 2.1.332 does.
+func (f *fake) interruptedTool() bool {
+	f.emit(f.userLine([]any{text("[Request interrupted by user for tool use]")}, nil))
+	r := f.result("error_during_execution", true, "", "tool_use", "aborted_tools", 3, 0)
+	r["errors"] = []string{"[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=tool_use"}
+	f.emit(r)
+	return true
+}
+
 // runTurn plays one turn and reports whether its result was an error.
 func (f *fake) runTurn(t *turn, prompt string) bool {
 	if !t.Wait(0) {
@@ -635,6 +644,10 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		word = "noauth"
 	}
 	msgID := "msg_01" + randHex(10)
+	if f.authed {
+		// The real CLI says so before every model call.
+		f.emit(map[string]any{"type": "system", "subtype": "status", "status": "requesting", "session_id": f.sessionID, "uuid": uuid.NewString()})
+	}
 	say := func(s string) {
 		f.block(msgID, text(s), 0)
 		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": uuid.NewString()})
@@ -771,15 +784,19 @@ func (f *fake) tool(t *turn, msgID string) bool {
 			f.mu.Lock()
 			delete(f.permWaiters, reqID)
 			f.mu.Unlock()
+			// 2.1.332 withdraws the request, rejects the tool call in a
+			// tool_result and marks the interrupt as one "for tool use".
 			f.emit(map[string]any{"type": "control_cancel_request", "request_id": reqID})
-			return f.interrupted(interruptMarker)
+			f.emit(f.userLine([]any{map[string]any{"type": "tool_result", "tool_use_id": id, "is_error": true,
+				"content": "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell you how to proceed."}}, nil))
+			return f.interruptedTool()
 		}
 		if resp["behavior"] != "allow" {
 			msg, _ := resp["message"].(string)
 			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}},
 				map[string]any{"tool_use_result": "Error: " + msg}))
 			if resp["interrupt"] == true {
-				return f.interrupted("[Request interrupted by user for tool use]")
+				return f.interruptedTool()
 			}
 			f.block("msg_01"+randHex(10), text("permission denied: "+msg), 0)
 			f.emit(f.result("success", false, "permission denied: "+msg, "end_turn", "completed", 2, 5))
