@@ -346,6 +346,7 @@ func TestClaudePluginKilledResumes(t *testing.T) {
 		}
 	}
 	waitUntil(t, 10*time.Second, "the killed processes gone", func() bool { return !alive(plugin) && !alive(cli) })
+	cl.waitNotRunning(t, id)
 
 	cl.resumeSession(t, r, id)
 	cl.mustPrompt(id, "And of Germany?", "end_turn")

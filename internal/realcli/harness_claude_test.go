@@ -241,3 +241,17 @@ func (c *client) tryNewSession(r *rig, options map[string]string) error {
 	var res acp.NewSessionResponse
 	return c.c.Call(ctxFor(c.t, 60*time.Second), api.MethodSessionNew, acp.NewSessionRequest{Cwd: r.workspace, McpServers: []acp.McpServer{}, Meta: meta}, &res)
 }
+
+// waitNotRunning waits until the host has seen the session's plugin die
+// (_agenthost/session no longer reports it running). A session/resume
+// sent before that finds the dying session and returns it.
+func (c *client) waitNotRunning(t *testing.T, id string) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "the host noticing the plugin's death", func() bool {
+		var res api.SessionResult
+		if err := c.c.Call(ctxFor(t, 5*time.Second), api.MethodSession, api.Params{SessionID: id}, &res); err != nil {
+			t.Fatalf("%s %s: %v", api.MethodSession, id, err)
+		}
+		return !res.Running
+	})
+}
