@@ -45,9 +45,7 @@ func TestClaudePermission(t *testing.T) {
 }
 
 func testClaudePermission(t *testing.T, tool string, allow bool) {
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, s, cl := startClaude(t)
 	answer := acp.PermissionOptionKindRejectOnce
 	if allow {
 		answer = acp.PermissionOptionKindAllowOnce
@@ -139,9 +137,7 @@ func deref[T any](p *T) any {
 // within 2 s, and the next prompt runs on the same conversation.
 func TestClaudeCancelMidStream(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, _, cl := startClaude(t)
 	slow := modelserver.Text(strings.Repeat("slowly ", 60))
 	slow.Delay = 50 * time.Millisecond // 140 deltas: 7 s unless cancelled
 	r.srv.Script(slow, modelserver.Text("Second answer."))
@@ -169,9 +165,7 @@ func TestClaudeCancelMidStream(t *testing.T) {
 // cancelled within 2 s, and the next prompt works.
 func TestClaudeCancelHungServer(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, _, cl := startClaude(t)
 	r.srv.Script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
 	id := cl.newSession(r, nil)
 
@@ -186,9 +180,7 @@ func TestClaudeCancelHungServer(t *testing.T) {
 // The session option model is the model the CLI asks the server for.
 func TestClaudeModelOption(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, _, cl := startClaude(t)
 	r.srv.Script(modelserver.Text("Hi."))
 	id := cl.newSession(r, map[string]string{claude.OptModel: "claude-x-test"})
 	cl.mustPrompt(id, "hello", "end_turn")
@@ -218,9 +210,7 @@ func TestClaudeModelFailures(t *testing.T) {
 	} {
 		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, claudeCLI)
-			s := r.start()
-			cl := r.dial(s)
+			r, _, cl := startClaude(t)
 			// Every attempt fails: the first, the retry, and a
 			// non-streaming fallback if the CLI makes one.
 			r.srv.Script(modelserver.Repeat(4, modelserver.Failure(tt.status, tt.message))...)
@@ -247,9 +237,7 @@ func TestClaudeModelFailures(t *testing.T) {
 // update of it exactly once.
 func TestClaudeHostKilledMidTurn(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, s, cl := startClaude(t)
 	const answer = "Every word of this answer arrives exactly once, in order, whatever happens to the host."
 	slow := modelserver.Text(answer)
 	slow.Delay = 40 * time.Millisecond // 30 deltas: 1.2 s
@@ -332,9 +320,7 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 // the model's next request carries the earlier turn.
 func TestClaudePluginKilledResumes(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, _, cl := startClaude(t)
 	r.srv.Script(modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "What is the capital of France?", "end_turn")
@@ -408,9 +394,7 @@ func TestClaudeNoCredentialsFailsAtStart(t *testing.T) {
 // works.
 func TestClaudeCancelDuringPermission(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start()
-	cl := r.dial(s)
+	r, _, cl := startClaude(t)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	// The user never decides: the answer comes only when the test ends.

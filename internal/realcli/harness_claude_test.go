@@ -255,3 +255,11 @@ func (c *client) waitNotRunning(t *testing.T, id string) {
 		return !res.Running
 	})
 }
+
+// startClaude is a claude rig with agenthost serve started and a client
+// connected.
+func startClaude(t *testing.T) (*rig, *server, *client) {
+	r := newRig(t, claudeCLI)
+	s := r.start()
+	return r, s, r.dial(s)
+}

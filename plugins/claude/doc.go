@@ -71,8 +71,15 @@
 //   - Unlike the Python SDK the plugin does not pass --system-prompt "":
 //     an agenthost session is a Claude Code session, with Claude Code's
 //     own system prompt, settings and CLAUDE.md files.
+//   - Permission requests of 2.1.332 carry no title (the plugin makes one
+//     from the tool and its subject, "Write /path"); a Write in the
+//     workspace asks in the default permission mode, and so does a Bash
+//     command that writes, while a read-only one (echo, ls) runs unasked.
 //
 // Tests run the plugin binary against a faithful fake CLI
-// (testdata/fakeclaude); tests against the real CLI are behind the build
-// tag realclis and read its path from AGENTHOST_REAL_CLAUDE.
+// (testdata/fakeclaude), which follows what the live CLI was seen doing;
+// tests against the real CLI are behind the build tag realclis and read
+// its path from AGENTHOST_REAL_CLAUDE, and internal/realcli drives the
+// pinned CLI through whole turns of `agenthost serve` against a scripted
+// model server.
 package claude
