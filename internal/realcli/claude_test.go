@@ -421,3 +421,52 @@ func TestClaudeCancelDuringPermission(t *testing.T) {
 		t.Errorf("the next request carries the tool results %+v, want the cancelled call rejected", res)
 	}
 }
+
+// A turn of two model calls (thinking and a tool call, then the answer):
+// the thinking streams as many thought chunks, each text exactly once, and
+// the usage reaching the client counts both calls' tokens but only the
+// last call's as the context.
+func TestClaudeThinkingAndUsage(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowOnce }
+	const thinking = "Let me look at the workspace before I answer."
+	first := modelserver.Tool("Bash", `{"command":"ls","description":"List the workspace"}`)
+	first.Thinking = thinking
+	first.Usage = modelserver.Usage{InputTokens: 1000, OutputTokens: 10}
+	second := modelserver.Text("The workspace is empty.")
+	second.Usage = modelserver.Usage{InputTokens: 1100, OutputTokens: 20}
+	r.srv.Script(first, second)
+	id := cl.newSession(r, nil)
+	cl.mustPrompt(id, "what is in the workspace?", "end_turn")
+
+	var thought strings.Builder
+	thoughts := 0
+	var usage *journal.Usage
+	ups := cl.sessionUpdates()
+	for _, u := range ups {
+		switch u := u.(type) {
+		case *journal.Chunk:
+			if u.Kind == journal.KindAgentThoughtChunk {
+				thought.WriteString(u.Content.Text())
+				thoughts++
+			}
+		case *journal.Usage:
+			usage = u
+		}
+	}
+	if thought.String() != thinking || thoughts < 5 {
+		t.Errorf("the client saw %d thought chunks of %q, want %q in many", thoughts, thought.String(), thinking)
+	}
+	if text, _ := messageText(ups); text != "The workspace is empty." {
+		t.Errorf("the client saw the message %q", text)
+	}
+	switch {
+	case usage == nil:
+		t.Fatal("no usage reached the client")
+	case usage.Tokens.InputTokens != 2100 || usage.Tokens.OutputTokens != 30:
+		t.Errorf("usage counts %d in, %d out; want both calls': 2100 and 30", usage.Tokens.InputTokens, usage.Tokens.OutputTokens)
+	case usage.Used != 1120:
+		t.Errorf("usage says the context holds %d tokens, want the last call's 1100 + 20", usage.Used)
+	}
+}

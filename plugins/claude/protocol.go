@@ -117,6 +117,13 @@ type streamEvent struct {
 		Text     string `json:"text"`
 		Thinking string `json:"thinking"`
 	} `json:"delta"`
+	// Message is message_start's message, whose usage counts what the
+	// model call read.
+	Message *struct {
+		Usage *usage `json:"usage"`
+	} `json:"message"`
+	// Usage is message_delta's: the model call's final counts.
+	Usage *usage `json:"usage"`
 }
 
 // contentBlock is an Anthropic content block: text, thinking, tool_use,
@@ -162,7 +169,8 @@ func (b contentBlock) resultText() string {
 	return strings.Join(texts, "\n")
 }
 
-// usage is the token usage of a result.
+// usage is the token usage of a result (the turn's model calls summed)
+// or of one model call (a stream event's).
 type usage struct {
 	InputTokens              int64 `json:"input_tokens"`
 	OutputTokens             int64 `json:"output_tokens"`
@@ -171,6 +179,12 @@ type usage struct {
 	OutputTokensDetails      *struct {
 		ThinkingTokens int64 `json:"thinking_tokens"`
 	} `json:"output_tokens_details"`
+}
+
+// context is what a model call's context held: everything it read (fresh,
+// cache writes and cache reads) and what it wrote.
+func (u *usage) context() int64 {
+	return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens + u.OutputTokens
 }
 
 // modelUsage is one model's entry in a result's modelUsage.

@@ -62,6 +62,10 @@ type turnRun struct {
 	// and not yet matched by the assistant message that completes them,
 	// by API message id (see assistant).
 	streamed map[string]*streamedText
+	// lastCall is the usage of the turn's newest model call, from its
+	// stream events: the result's usage sums every call of the turn, so
+	// only the last one says what the context holds.
+	lastCall *usage
 }
 
 // streamedText is what the deltas of one API message reported ahead of
@@ -193,7 +197,16 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 // assistant line completing the block does not report it again.
 func (r *turnRun) streamEvent(m *message) {
 	e := m.Event
-	if e == nil || e.Type != "content_block_delta" {
+	switch {
+	case e == nil:
+		return
+	case e.Type == "message_start" && e.Message != nil && e.Message.Usage != nil:
+		r.lastCall = e.Message.Usage
+		return
+	case e.Type == "message_delta" && e.Usage != nil:
+		r.lastCall = e.Usage
+		return
+	case e.Type != "content_block_delta":
 		return
 	}
 	if r.streamed == nil {
@@ -313,9 +326,13 @@ func (r *turnRun) result(m *message) (sdk.StopReason, error) {
 			if u.OutputTokensDetails != nil {
 				su.ReasoningTokens = u.OutputTokensDetails.ThinkingTokens
 			}
-			// What the context holds after the turn: everything read
-			// (fresh, cache writes and cache reads) and what was written.
-			su.ContextTokens = su.InputTokens + u.OutputTokens
+			// What the context holds after the turn: what its last model
+			// call read and wrote. Without stream events, the sum over
+			// the turn's calls, which is that for a turn of one call.
+			su.ContextTokens = u.context()
+			if r.lastCall != nil {
+				su.ContextTokens = r.lastCall.context()
+			}
 		}
 		for _, mu := range m.ModelUsage {
 			su.ContextWindow = max(su.ContextWindow, mu.ContextWindow)

@@ -554,8 +554,29 @@ func (f *fake) userLine(content any, extra map[string]any) map[string]any {
 	return m
 }
 
-// result returns a result line.
+// endMessages ends the stream of every message streamed since the last
+// result, as the real CLI relays the API's: message_delta with the call's
+// usage (the fake's per-call usage: what its results report for a turn of
+// one call), then message_stop.
+func (f *fake) endMessages(stopReason any, outTokens int) {
+	f.mu.Lock()
+	var ids []string
+	for id := range f.blocks {
+		ids = append(ids, id)
+	}
+	clear(f.blocks)
+	f.mu.Unlock()
+	for _, id := range ids {
+		f.streamEvent(id, map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
+			"usage": map[string]any{"input_tokens": 12, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens}})
+		f.streamEvent(id, map[string]any{"type": "message_stop"})
+	}
+}
+
+// result returns a result line, after ending the streams of the turn's
+// messages.
 func (f *fake) result(subtype string, isError bool, resultText string, stopReason any, terminal string, numTurns int, outTokens int) map[string]any {
+	f.endMessages(stopReason, outTokens)
 	m := map[string]any{
 		"type": "result", "subtype": subtype, "is_error": isError, "duration_ms": 42, "duration_api_ms": 30,
 		"num_turns": numTurns, "stop_reason": stopReason, "session_id": f.sessionID,
