@@ -34,6 +34,8 @@ func TestClaudePermission(t *testing.T) {
 	}{
 		{"write-allow", "Write", true},
 		{"write-reject", "Write", false},
+		{"edit-allow", "Edit", true},
+		{"edit-reject", "Edit", false},
 		{"bash-allow", "Bash", true},
 		{"bash-reject", "Bash", false},
 	} {
@@ -52,20 +54,32 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 	}
 	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
 
-	// The file each tool writes: Write's own, or the one Bash's command
-	// tees its output into (a command that writes asks for permission in
-	// the default mode; a read-only one would not).
+	// The file each tool changes: Write's and Edit's own, or the one Bash's
+	// command tees its output into (a command that writes asks for
+	// permission in the default mode; a read-only one would not). before
+	// is what it holds first ("": it does not exist), after what the tool
+	// leaves when allowed.
 	target := filepath.Join(r.workspace, "hello.txt")
-	const content = "hello from the real claude\n"
 	const output = "bash-output-4711"
-	var input, wantKind, wantTitle, wantInput, wantResult string
+	var input, before, after, wantKind, wantTitle, wantInput, wantResult string
 	switch tool {
 	case "Write":
-		input = `{"file_path":` + asJSONString(target) + `,"content":` + asJSONString(content) + `}`
+		after = "hello from the real claude\n"
+		input = `{"file_path":` + asJSONString(target) + `,"content":` + asJSONString(after) + `}`
 		wantKind, wantTitle, wantInput, wantResult = "edit", "Write "+target, `"file_path":`+asJSONString(target), "File created successfully"
+	case "Edit":
+		before, after = "hello old world\n", "hello new world\n"
+		input = `{"file_path":` + asJSONString(target) + `,"old_string":"old","new_string":"new"}`
+		wantKind, wantTitle, wantInput, wantResult = "edit", "Edit "+target, `"old_string":"old"`, "has been updated successfully"
 	case "Bash":
+		after = output + "\n"
 		input = `{"command":"echo ` + output + ` | tee hello.txt","description":"Write the marker"}`
 		wantKind, wantTitle, wantInput, wantResult = "execute", "Bash echo "+output+" | tee hello.txt", `"command":"echo `+output, output
+	}
+	if before != "" {
+		if err := os.WriteFile(target, []byte(before), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r.srv.Script(modelserver.Tool(tool, input), modelserver.Text("All done."))
 	id := cl.newSession(r, nil)
@@ -83,12 +97,12 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 
 	b, err := os.ReadFile(target)
 	switch {
-	case allow && tool == "Write" && (err != nil || string(b) != content):
-		t.Errorf("allowed Write: the file holds %q (%v), want %q", b, err, content)
-	case allow && tool == "Bash" && (err != nil || string(b) != output+"\n"):
-		t.Errorf("allowed Bash: the file holds %q (%v), want the command's output", b, err)
-	case !allow && !os.IsNotExist(err):
+	case allow && (err != nil || string(b) != after):
+		t.Errorf("allowed %s: the file holds %q (%v), want %q", tool, b, err, after)
+	case !allow && before == "" && !os.IsNotExist(err):
 		t.Errorf("rejected %s: %s exists (%v): the tool ran", tool, target, err)
+	case !allow && before != "" && string(b) != before:
+		t.Errorf("rejected %s: the file holds %q (%v), want it untouched", tool, b, err)
 	}
 
 	reqs := r.srv.ModelRequests()
@@ -150,7 +164,12 @@ func TestClaudeCancelMidStream(t *testing.T) {
 	})
 	cl.cancelWithin(t, id, stop, 2*time.Second)
 
+	// What the cancelled turn showed is a beginning of the text, each
+	// piece once: the aborted message's last line repeats no delta.
 	before := len(cl.received())
+	if text, _ := messageText(updatesOf(cl.received())); !strings.HasPrefix(slow.Text, text) || len(text) < 9 {
+		t.Errorf("the cancelled turn showed %q, want a beginning of the scripted text", text)
+	}
 	cl.mustPrompt(id, "now answer", "end_turn")
 	if text, _ := messageText(updatesOf(cl.received()[before:])); text != "Second answer." {
 		t.Errorf("the turn after the cancel said %q", text)
