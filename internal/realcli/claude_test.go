@@ -336,27 +336,50 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 
 // The plugin and its CLI are SIGKILLed between turns: session/resume
 // through the API starts them again on the same provider conversation, so
-// the model's next request carries the earlier turn.
-func TestClaudePluginKilledResumes(t *testing.T) {
+// the model's next request carries the earlier turn. With only the CLI
+// killed, the plugin itself starts a new CLI on the conversation at the
+// next prompt.
+func TestClaudeKilledResumes(t *testing.T) {
 	t.Parallel()
+	for _, pluginToo := range []bool{true, false} {
+		name := "plugin-and-cli"
+		if !pluginToo {
+			name = "cli"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testClaudeKilledResumes(t, pluginToo)
+		})
+	}
+}
+
+func testClaudeKilledResumes(t *testing.T, pluginToo bool) {
 	r, _, cl := startClaude(t)
 	r.srv.Script(modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "What is the capital of France?", "end_turn")
 
 	plugin, cli := r.pluginAndCLI()
-	for _, pid := range []int{cli, plugin} {
+	killed := []int{cli}
+	if pluginToo {
+		killed = append(killed, plugin)
+	}
+	for _, pid := range killed {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, 10*time.Second, "the killed processes gone", func() bool { return !alive(plugin) && !alive(cli) })
-	cl.waitNotRunning(t, id)
-
-	cl.resumeSession(t, r, id)
+	waitUntil(t, 10*time.Second, "the killed processes gone", func() bool { return !alive(plugin) || !pluginToo && !alive(cli) })
+	if pluginToo {
+		cl.waitNotRunning(t, id)
+		cl.resumeSession(t, r, id)
+	}
 	cl.mustPrompt(id, "And of Germany?", "end_turn")
-	if p, c := r.pluginAndCLI(); p == plugin || c == cli {
-		t.Errorf("the session runs plugin %d with CLI %d: not new processes", p, c)
+	switch p, c := r.pluginAndCLI(); {
+	case c == cli:
+		t.Errorf("the session runs the killed CLI %d", c)
+	case pluginToo == (p == plugin):
+		t.Errorf("the session runs plugin %d, the first was %d; want a new one only when it was killed", p, plugin)
 	}
 	reqs := r.srv.ModelRequests()
 	if len(reqs) != 2 {
@@ -374,6 +397,32 @@ func TestClaudePluginKilledResumes(t *testing.T) {
 	for _, want := range []string{"user: What is the capital of France?", "assistant: The capital of France is Paris.", "user: And of Germany?"} {
 		if !strings.Contains(history, want) {
 			t.Errorf("the resumed conversation's request lacks %q; it carries:\n%s", want, history)
+		}
+	}
+}
+
+// "Always allow" of a Write takes the CLI's suggestion (accept edits for
+// the session): the next turn's Write runs without asking.
+func TestClaudeAllowAlways(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		return acp.PermissionOptionKindAllowAlways
+	}
+	first, second := filepath.Join(r.workspace, "first.txt"), filepath.Join(r.workspace, "second.txt")
+	r.srv.Script(
+		modelserver.Tool("Write", `{"file_path":`+asJSONString(first)+`,"content":"1"}`), modelserver.Text("One."),
+		modelserver.Tool("Write", `{"file_path":`+asJSONString(second)+`,"content":"2"}`), modelserver.Text("Two."),
+	)
+	id := cl.newSession(r, nil)
+	cl.mustPrompt(id, "write the first", "end_turn")
+	cl.mustPrompt(id, "write the second", "end_turn")
+	if n := len(cl.permissionRequests()); n != 1 {
+		t.Errorf("%d permission requests reached the client, want 1: the first answer allowed edits for the session", n)
+	}
+	for _, f := range []string{first, second} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("the Write of %s did not run: %v", f, err)
 		}
 	}
 }

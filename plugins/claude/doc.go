@@ -37,7 +37,9 @@
 // control_cancel_request withdraws it. Cancelling a turn sends the
 // interrupt control request; a CLI that has not ended the turn 3 s later
 // is stopped. A CLI that died or was stopped is replaced at the next turn,
-// on the same conversation. Close stops the CLI under cliproc's rule
+// on the same conversation; one that turns out to have died before it
+// took the prompt (it printed nothing of the turn) is replaced and given
+// the prompt again, once. Close stops the CLI under cliproc's rule
 // (stdin EOF, on which the CLI flushes its transcript; SIGTERM; SIGKILL;
 // the waits sharing the Close deadline, each at most OptStopGrace).
 //

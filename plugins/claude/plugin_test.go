@@ -486,6 +486,24 @@ func TestTurnErrors(t *testing.T) {
 			t.Errorf("CLIs started: %v, want a second one with --resume=%s", inv, handle)
 		}
 	})
+	t.Run("gone before the prompt", func(t *testing.T) {
+		// The CLI exits on reading the second prompt, before it prints
+		// anything of the turn: the prompt goes to a new CLI on the same
+		// conversation, and the turn runs there.
+		f := newFixture(t)
+		h := f.start(t, "FAKECLAUDE_EXIT_ON_PROMPT=2")
+		handle := f.open(t, h, nil)
+		if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
+			t.Fatalf("first turn: %v", stop)
+		}
+		if ups, stop := h.Run("count 2", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2"}) {
+			t.Fatalf("turn after the CLI left: %v %s", stop, sdktest.Describe(ups))
+		}
+		inv := f.sessions()
+		if len(inv) != 2 || !slices.Contains(inv[1].Args, "--resume="+handle) {
+			t.Errorf("CLIs started: %v, want a second one with --resume=%s", inv, handle)
+		}
+	})
 	t.Run("line over the cap", func(t *testing.T) {
 		f := newFixture(t)
 		h := f.start(t)

@@ -57,6 +57,9 @@ type turnRun struct {
 	cancelled   bool
 	interruptID string
 	authFailed  bool
+	// started is set by the turn's first stdout message: the CLI took
+	// the prompt.
+	started bool
 
 	// streamed is the text and thinking reported from stream_event deltas
 	// and not yet matched by the assistant message that completes them,
@@ -101,6 +104,7 @@ func (r *turnRun) run(ctx context.Context) (sdk.StopReason, error) {
 				}
 				return "", ev.err
 			}
+			r.started = true
 			if stop, err, end := r.handle(ctx, ev.msg); end {
 				return stop, err
 			}
@@ -153,8 +157,11 @@ func (r *turnRun) interrupt() error {
 func (r *turnRun) streamEnded() (sdk.StopReason, error) {
 	note := r.c.exitNote()
 	r.a.retire(r.c)
-	if r.cancelled {
+	switch {
+	case r.cancelled:
 		return sdk.StopCancelled, nil
+	case !r.started:
+		return "", &notTakenError{why: fmt.Sprintf("claude exited before it took the prompt (%s); the next turn restarts it", note)}
 	}
 	return "", fmt.Errorf("claude exited during the turn (%s); the next turn restarts it", note)
 }

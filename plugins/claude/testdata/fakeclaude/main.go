@@ -28,6 +28,8 @@
 //	anything else       echoed as one assistant message
 //
 // Environment knobs: FAKECLAUDE_VERSION (what --version prints),
+// FAKECLAUDE_EXIT_ON_PROMPT=N (exit status 4 on reading the N-th user
+// line of the process, printing nothing),
 // FAKECLAUDE_IGNORE_SIGTERM=1 (ignore SIGTERM and stdin EOF),
 // FAKECLAUDE_SLOW=DURATION (delay every line), FAKECLAUDE_NOISE=1 (a
 // non-JSON line, a blank line and an unknown message type before every
@@ -112,6 +114,8 @@ type fake struct {
 	lastIsError      bool
 	permWaiters      map[string]chan map[string]any
 	blocks           map[string]int // content blocks streamed so far, by message id
+	prompts          int            // user lines read
+	exitOnPrompt     int            // FAKECLAUDE_EXIT_ON_PROMPT
 
 	turns chan string
 	done  chan struct{}
@@ -132,6 +136,7 @@ func newFake(a args) *fake {
 	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
 	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
 	f.forkAndDie, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_FORK_AND_DIE"))
+	f.exitOnPrompt, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_EXIT_ON_PROMPT"))
 	f.apiKeySource = "none"
 	switch {
 	case os.Getenv("ANTHROPIC_API_KEY") != "":
@@ -326,6 +331,15 @@ func (f *fake) handleInput(line []byte) {
 			fmt.Fprintf(os.Stderr, "fakeclaude: control response for unknown request %q\n", resp.RequestID)
 		}
 	case "user":
+		f.mu.Lock()
+		f.prompts++
+		n := f.prompts
+		f.mu.Unlock()
+		if n == f.exitOnPrompt {
+			// Gone before the turn starts, as a CLI killed between turns
+			// is when its plugin has not reaped it yet.
+			os.Exit(4)
+		}
 		text := contentText(m.Message.Content)
 		f.mu.Lock()
 		f.queued++
