@@ -213,6 +213,21 @@ func TestClaudeModelOption(t *testing.T) {
 	}
 }
 
+// A model the provider does not serve fails the turn saying which model
+// and which option chooses another. The CLI cannot tell before a turn:
+// only a model request finds out.
+func TestClaudeModelRejected(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	// The streaming request, and the CLI's non-streaming fallback.
+	r.srv.Script(modelserver.Repeat(2, modelserver.Failure(404, "model: claude-x-bad"))...)
+	id := cl.newSession(r, map[string]string{claude.OptModel: "claude-x-bad"})
+	_, err := cl.prompt(ctxFor(t, 60*time.Second), id, "hello")
+	if err == nil || !strings.Contains(err.Error(), "does not serve the model claude-x-bad") || !strings.Contains(err.Error(), "session option model") {
+		t.Errorf("the turn failed with %v, want it to name the model and the option", err)
+	}
+}
+
 // A failing model server fails the turn with what to do about it: 401 as
 // an authentication failure naming what to configure; 529 and 500 after
 // the CLI's own retries (bounded to one), with the provider's message.

@@ -465,6 +465,17 @@ func TestTurnErrors(t *testing.T) {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
 		}
 	})
+	t.Run("model not found", func(t *testing.T) {
+		f := newFixture(t)
+		h := f.start(t)
+		f.open(t, h, map[string]string{OptModel: "claude-x-bad"})
+		_, stop := h.Run("nomodel", wait)
+		want := "claude: the provider does not serve the model claude-x-bad (There's an issue with the selected model (claude-x-bad). " +
+			"It may not exist or you may not have access to it. Run --model to pick a different model.): choose another with the session option model"
+		if stop.StopReason != "failed" || stop.Error != want {
+			t.Errorf("turn: %v\nwant failed with %q", stop, want)
+		}
+	})
 	t.Run("dies mid-turn", func(t *testing.T) {
 		f := newFixture(t)
 		h := f.start(t)

@@ -60,6 +60,10 @@ type turnRun struct {
 	// started is set by the turn's first stdout message: the CLI took
 	// the prompt.
 	started bool
+	// model is the model the CLI said it uses (system/init);
+	// modelNotFound is set when the provider refused it.
+	model         string
+	modelNotFound bool
 
 	// streamed is the text and thinking reported from stream_event deltas
 	// and not yet matched by the assistant message that completes them,
@@ -174,6 +178,7 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 			r.log.Debug("claude session", "session_id", m.SessionID, "model", m.Model, "version", m.ClaudeCodeVersion,
 				"permission_mode", m.PermissionMode, "api_key_source", m.APIKeySource)
 			r.c.setKeySource(m.APIKeySource)
+			r.model = m.Model
 			r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
 		} else {
 			r.log.Debug("claude system message", "subtype", m.Subtype)
@@ -267,8 +272,11 @@ func unstreamed(streamed *string, block string) string {
 // with the result.
 func (r *turnRun) assistant(m *message) {
 	if m.IsAPIErrorMessage || m.Error != "" {
-		if m.Error == "authentication_failed" {
+		switch m.Error {
+		case "authentication_failed":
 			r.authFailed = true
+		case "model_not_found":
+			r.modelNotFound = true
 		}
 		r.log.Debug("claude reports an API error", "error", m.Error)
 		return
@@ -356,6 +364,9 @@ func (r *turnRun) result(m *message) (sdk.StopReason, error) {
 		return sdk.StopMaxTurnRequests, nil
 	case m.IsError && (r.authFailed || isAuthText(m.Result)):
 		return "", authError(resultText(m), r.c.keySource())
+	case m.IsError && r.modelNotFound:
+		return "", fmt.Errorf("claude: the provider does not serve the model %s (%s): choose another with the session option %s",
+			orDefault(r.model, "the CLI chose"), resultText(m), OptModel)
 	case m.IsError:
 		return "", fmt.Errorf("claude failed the turn: %s", resultText(m))
 	}

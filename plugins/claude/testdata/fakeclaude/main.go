@@ -24,6 +24,7 @@
 //	noauth              the real unauthenticated answer (also every turn
 //	                    when no credential is configured)
 //	fail                an API error (is_error result, subtype success)
+//	nomodel             the provider's 404 for the model, as the CLI reports it
 //	maxturns            an error_max_turns result
 //	anything else       echoed as one assistant message
 //
@@ -752,6 +753,18 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		f.emit(a)
 		r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
 		r["api_error_status"] = 500
+		f.emit(r)
+		return true
+	case "nomodel":
+		// 2.1.332 when the provider answers 404 for the model.
+		msg := "There's an issue with the selected model (" + f.model() + "). It may not exist or you may not have access to it. Run --model to pick a different model."
+		a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
+		a["error"] = "model_not_found"
+		a["is_api_error_message"] = true
+		a["message"].(map[string]any)["model"] = "<synthetic>"
+		f.emit(a)
+		r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
+		r["api_error_status"] = 404
 		f.emit(r)
 		return true
 	case "maxturns":
