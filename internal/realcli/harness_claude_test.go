@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +67,29 @@ func asJSON(t *testing.T, v any) string {
 	return string(b)
 }
 
+// stat returns a live process's state and parent; ok is false for one
+// that is gone or a zombie.
+func stat(pid int) (ppid int, ok bool) {
+	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid …: comm may hold spaces, so read after ')'.
+	i := strings.LastIndexByte(string(st), ')')
+	f := strings.Fields(string(st[i+1:]))
+	if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, err == nil
+}
+
+// alive reports whether pid runs (and is not a zombie).
+func alive(pid int) bool {
+	_, ok := stat(pid)
+	return ok
+}
+
 // childrenOf returns the live processes whose parent is pid.
 func childrenOf(pid int) []int {
 	ents, _ := os.ReadDir("/proc")
@@ -75,44 +99,31 @@ func childrenOf(pid int) []int {
 		if err != nil {
 			continue
 		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces, so read after ')'.
-		i := strings.LastIndexByte(string(st), ')')
-		f := strings.Fields(string(st[i+1:]))
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == pid {
+		if ppid, ok := stat(child); ok && ppid == pid {
 			out = append(out, child)
 		}
 	}
 	return out
 }
 
-// alive reports whether pid runs (and is not a zombie).
-func alive(pid int) bool {
-	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(st), ')')
-	f := strings.Fields(string(st[i+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-}
-
 // pluginAndCLI returns the rig's one plugin process and the claude CLI it
-// runs (its child), waiting a little for both.
+// runs (its child), waiting a little for both. The plugin is the rig's
+// process whose parent is not one of the rig's (agenthost serve, or after
+// the host died whoever adopted it).
 func (r *rig) pluginAndCLI() (plugin, cli int) {
 	r.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ps := r.processes()
-		if len(ps) == 1 {
-			if kids := childrenOf(ps[0]); len(kids) == 1 {
-				return ps[0], kids[0]
+		var roots []int
+		for _, p := range ps {
+			if ppid, ok := stat(p); ok && !slices.Contains(ps, ppid) {
+				roots = append(roots, p)
+			}
+		}
+		if len(roots) == 1 {
+			if kids := childrenOf(roots[0]); len(kids) == 1 {
+				return roots[0], kids[0]
 			}
 		}
 		if time.Now().After(deadline) {
