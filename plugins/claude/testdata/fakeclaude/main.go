@@ -745,28 +745,10 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	case "fail":
 		// 2.1.332's words for a 500 from a model server at a custom
 		// ANTHROPIC_BASE_URL, once its retries are spent.
-		const msg = "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8080)."
-		a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
-		a["error"] = "server_error"
-		a["is_api_error_message"] = true
-		a["message"].(map[string]any)["model"] = "<synthetic>"
-		f.emit(a)
-		r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
-		r["api_error_status"] = 500
-		f.emit(r)
-		return true
+		return f.apiError(500, "server_error", "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8080).")
 	case "nomodel":
 		// 2.1.332 when the provider answers 404 for the model.
-		msg := "There's an issue with the selected model (" + f.model() + "). It may not exist or you may not have access to it. Run --model to pick a different model."
-		a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
-		a["error"] = "model_not_found"
-		a["is_api_error_message"] = true
-		a["message"].(map[string]any)["model"] = "<synthetic>"
-		f.emit(a)
-		r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
-		r["api_error_status"] = 404
-		f.emit(r)
-		return true
+		return f.apiError(404, "model_not_found", "There's an issue with the selected model ("+f.model()+"). It may not exist or you may not have access to it. Run --model to pick a different model.")
 	case "maxturns":
 		say("still working")
 		r := f.result("error_max_turns", true, "", nil, "max_turns", 2, 5)
@@ -776,6 +758,21 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	}
 	say(prompt)
 	return done(prompt, 1)
+}
+
+// apiError ends a turn whose model call failed with status, as the real
+// CLI does: a synthetic assistant message carrying the error's kind and
+// msg, then an is_error result of subtype success.
+func (f *fake) apiError(status int, kind, msg string) bool {
+	a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
+	a["error"] = kind
+	a["is_api_error_message"] = true
+	a["message"].(map[string]any)["model"] = "<synthetic>"
+	f.emit(a)
+	r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
+	r["api_error_status"] = status
+	f.emit(r)
+	return true
 }
 
 // noAuth is the real unauthenticated turn (samples/claude_stream_noauth.jsonl).
