@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
+	"github.com/agenthost/agenthost/plugins/codex"
 )
 
 // The real codex CLI (codex app-server, driven by the codex plugin) through
@@ -114,4 +116,55 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// session/cancel in the middle of a slow stream ends the turn cancelled
+// within 2 s, and the next prompt runs a turn of its own.
+func TestCodexCancel(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, nil)
+	slow := modelserver.Text(strings.Repeat("slowly, ", 200))
+	slow.Delay = 20 * time.Millisecond
+	r.script(slow, modelserver.Text("Second answer."))
+	done := c.promptAsync(ctxFor(t, 60*time.Second), id, "talk slowly")
+	c.waitChunks(3)
+	start := time.Now()
+	c.cancel(id)
+	select {
+	case o := <-done:
+		if o.err != nil || o.reason != acp.StopReasonCancelled {
+			t.Fatalf("the cancelled turn ended with %q, %v; want cancelled", o.reason, o.err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the turn ended %v after session/cancel; want within 2 s", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the turn did not end within 2 s of session/cancel")
+	}
+	before := c.messageText()
+	c.mustPrompt(id, "now answer", "end_turn")
+	if got := strings.TrimPrefix(c.messageText(), before); got != "Second answer." {
+		t.Errorf("the turn after the cancel said %q", got)
+	}
+	if next := r.nextRequest(2); !strings.Contains(next.LastUserText(), "now answer") {
+		t.Errorf("the next request's user text %q", next.LastUserText())
+	}
+}
+
+// The session option model is the model codex asks the provider for.
+func TestCodexModelOption(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	const model = "gpt-agenthost-test"
+	id := c.newSession(r, map[string]string{codex.OptModel: model})
+	r.script(modelserver.Text("ok"))
+	c.mustPrompt(id, "which model?", "end_turn")
+	if got := r.nextRequest(1).Model; got != model {
+		t.Errorf("codex asked for model %q; want %q", got, model)
+	}
 }
