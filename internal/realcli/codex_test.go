@@ -168,3 +168,66 @@ func TestCodexModelOption(t *testing.T) {
 		t.Errorf("codex asked for model %q; want %q", got, model)
 	}
 }
+
+// The host is SIGKILLed in the middle of a slow turn and started again on
+// the same state directory: the app-server lived on (same pid), the new
+// host readopts the session, the turn completes, and the journal holds
+// every update once: plugin sequence numbers without gaps or repeats,
+// the answer's text exactly once.
+func TestCodexHostKilledMidTurn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, nil)
+	answer := strings.Repeat("survive the host, ", 20)
+	slow := modelserver.Text(answer)
+	slow.Delay = 15 * time.Millisecond
+	r.script(slow, modelserver.Text("After the restart."))
+	_ = c.promptAsync(ctxFor(t, 60*time.Second), id, "talk through a crash")
+	c.waitChunks(3)
+	before := r.cliPids("codex")
+	if len(before) != 1 {
+		t.Fatalf("codex processes of the rig: %v; want one app-server", before)
+	}
+	s.kill()
+
+	s = r.start()
+	es := r.waitStop(s, id, 1)
+	if after := r.cliPids("codex"); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("codex processes after the restart: %v; want the same app-server, pid %d", after, before[0])
+	}
+	var text strings.Builder
+	var last uint64
+	for _, e := range es {
+		var seq uint64
+		switch rec := e.Record.(type) {
+		case *journal.Update:
+			seq = rec.PluginSeq
+			if ch, ok := rec.Update.(*journal.Chunk); ok && ch.Kind == journal.KindAgentMessageChunk {
+				text.WriteString(ch.Content.Text())
+			}
+		case *journal.Stop:
+			seq = rec.PluginSeq
+			if rec.StopReason != string(acp.StopReasonEndTurn) {
+				t.Errorf("the turn stopped %q (%s); want end_turn", rec.StopReason, rec.Error)
+			}
+		default:
+			continue
+		}
+		if seq != last+1 {
+			t.Errorf("journal entry %d has plugin seq %d after %d; want every update once, in order", e.Seq, seq, last)
+		}
+		last = seq
+	}
+	if text.String() != answer {
+		t.Errorf("the journal's message text %q; want the answer exactly once", text.String())
+	}
+
+	c = r.dial(s)
+	c.resume(r, id)
+	c.mustPrompt(id, "still there?", "end_turn")
+	if got := c.messageText(); got != "After the restart." {
+		t.Errorf("the readopted session's next turn said %q", got)
+	}
+}

@@ -3,6 +3,7 @@ package realcli_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -131,4 +132,49 @@ func (r *rig) assertJournalHas(s *server, id, text string) {
 		}
 	}
 	r.t.Errorf("no tool call update in the journal of %s carries %q", id, text)
+}
+
+// waitStop reads the session's journal until it holds n turn stops, and
+// returns it.
+func (r *rig) waitStop(s *server, id string, n int) []entry {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		es := r.journal(s, id)
+		stops := 0
+		for _, e := range es {
+			if _, ok := e.Record.(*journal.Stop); ok {
+				stops++
+			}
+		}
+		if stops >= n {
+			return es
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the journal of %s holds %d turn stops after 30 s; want %d", id, stops, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// cliPids are the rig's live processes whose command is name.
+func (r *rig) cliPids(name string) []int {
+	var out []int
+	for _, pid := range r.processes() {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && strings.TrimSpace(string(comm)) == name {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// resume sends session/resume, which starts the session in this host if
+// it does not run (resuming its provider conversation) and makes the
+// connection follow its updates.
+func (c *client) resume(r *rig, id string) {
+	c.t.Helper()
+	if err := c.c.Call(ctxFor(c.t, 60*time.Second), api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: acp.SessionId(id), Cwd: r.workspace, McpServers: []acp.McpServer{}}, nil); err != nil {
+		c.t.Fatalf("session/resume: %v", err)
+	}
 }
