@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,5 +230,53 @@ func TestCodexHostKilledMidTurn(t *testing.T) {
 	c.mustPrompt(id, "still there?", "end_turn")
 	if got := c.messageText(); got != "After the restart." {
 		t.Errorf("the readopted session's next turn said %q", got)
+	}
+}
+
+// The plugin and its app-server are SIGKILLed between turns. session/resume
+// starts them again on the session's provider handle, and the next turn
+// continues the same codex thread: the model's next request carries the
+// first turn's prompt and answer, and the session's options still hold.
+func TestCodexResumesAfterPluginKilled(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, askingOptions)
+	r.script(modelserver.Text("The secret word is marmalade."), codexExec("echo marmalade > word.txt"), modelserver.Text("You asked about marmalade."))
+	c.mustPrompt(id, "remember the word marmalade", "end_turn")
+
+	pids := r.processes()
+	if len(pids) < 2 {
+		t.Fatalf("the rig's processes: %v; want the plugin and its app-server", pids)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.processes()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v outlived SIGKILL", r.processes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	c.waitNotRunning(id)
+	c.resume(r, id)
+	c.mustPrompt(id, "what was the word?", "end_turn")
+	next := r.nextRequest(2)
+	var user, assistant bool
+	for _, m := range next.Messages {
+		for _, p := range m.Parts {
+			user = user || (m.Role == "user" && strings.Contains(p.Text, "remember the word marmalade"))
+			assistant = assistant || (m.Role == "assistant" && strings.Contains(p.Text, "The secret word is marmalade."))
+		}
+	}
+	if !user || !assistant || !strings.Contains(next.LastUserText(), "what was the word?") {
+		t.Errorf("the request after the resume carries the first prompt %v, the first answer %v, last user text %q; want the thread resumed",
+			user, assistant, next.LastUserText())
+	}
+	if asked := c.permissionRequests(); len(asked) != 1 {
+		t.Errorf("the resumed session asked %d times before running a command; want once: its approval policy holds", len(asked))
 	}
 }

@@ -178,3 +178,23 @@ func (c *client) resume(r *rig, id string) {
 		c.t.Fatalf("session/resume: %v", err)
 	}
 }
+
+// waitNotRunning waits until the host reports that the session no longer
+// runs (_agenthost/session), as a client checks before resuming it.
+func (c *client) waitNotRunning(id string) {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var res api.SessionResult
+		if err := c.c.Call(ctxFor(c.t, 10*time.Second), api.MethodSession, api.Params{SessionID: id}, &res); err != nil {
+			c.t.Fatalf("%s: %v", api.MethodSession, err)
+		}
+		if !res.Running {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the host still runs session %s 10 s after its plugin was killed", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
