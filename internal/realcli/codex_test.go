@@ -280,3 +280,81 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 		t.Errorf("the resumed session asked %d times before running a command; want once: its approval policy holds", len(asked))
 	}
 }
+
+// A provider that refuses the key (401) fails the turn, after the one
+// retry CodexSetup allows, with a message saying authentication failed
+// and what to configure.
+func TestCodexUnauthorized(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, nil)
+	r.script(modelserver.Repeat(2, modelserver.Failure(401, "Incorrect API key provided: sk-agen***"))...)
+	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") || !strings.Contains(err.Error(), "OPENAI_API_KEY") ||
+		!strings.Contains(err.Error(), "Incorrect API key provided") {
+		t.Errorf("the turn's error: %v; want authentication failed, the provider's message and what to configure", err)
+	}
+	if n := len(r.srv.ModelRequests()); n != 2 {
+		t.Errorf("codex asked the model %d times; want 2 (CodexSetup bounds its retries to 1)", n)
+	}
+}
+
+// 529 (overloaded) and 500 fail the turn once codex's own retries are
+// spent, with the provider's message (codex 0.171.0 replaces a 500's
+// body with text of its own, which is then what the turn says).
+func TestCodexOverloaded(t *testing.T) {
+	t.Parallel()
+	testCodexServerError(t, 529, "the provider is overloaded right now", "the provider is overloaded right now")
+}
+
+func TestCodexServerError(t *testing.T) {
+	t.Parallel()
+	testCodexServerError(t, 500, "database on fire", "server error")
+}
+
+func testCodexServerError(t *testing.T, status int, message, want string) {
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, nil)
+	// Codex retries the request once and the stream once (CodexSetup):
+	// four attempts.
+	r.script(modelserver.Repeat(4, modelserver.Failure(status, message))...)
+	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the turn's error: %v; want one saying %q", err, want)
+	}
+	if n, p := len(r.srv.ModelRequests()), r.srv.Pending(); n != 4 || p != 0 {
+		t.Errorf("codex asked the model %d times, leaving %d replies; want its 4 attempts", n, p)
+	}
+	r.script(modelserver.Text("Recovered."))
+	c.mustPrompt(id, "again", "end_turn")
+}
+
+// A model server that never answers does not hold the turn: session/cancel
+// still ends it cancelled, within 2 s.
+func TestCodexCancelWhileTheServerHangs(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, nil)
+	r.script(modelserver.Reply{Cut: modelserver.Hang})
+	done := c.promptAsync(ctxFor(t, 60*time.Second), id, "hello?")
+	r.nextRequest(1)
+	start := time.Now()
+	c.cancel(id)
+	select {
+	case o := <-done:
+		if o.err != nil || o.reason != acp.StopReasonCancelled {
+			t.Fatalf("the turn ended with %q, %v; want cancelled", o.reason, o.err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the turn ended %v after session/cancel; want within 2 s", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the turn did not end within 2 s of session/cancel")
+	}
+}

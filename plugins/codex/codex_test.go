@@ -466,6 +466,20 @@ func TestTurnFailures(t *testing.T) {
 			t.Errorf("error %q lacks %q", st.Error, w)
 		}
 	}
+	// The provider's failures, after codex's retries, say what they mean.
+	for text, want := range map[string][]string{
+		"http 401 Incorrect API key provided": {"authentication failed", "Incorrect API key provided", "OPENAI_API_KEY", "codex login", `"credentials": "inherit"`},
+		"http 529 overloaded right now":       {"overloaded", "overloaded right now"},
+		"http 500 database on fire":           {"server error", "high demand"},
+		"http 429 slow down":                  {"rate limiting", "slow down"},
+	} {
+		_, st = run(t, p, text, "failed")
+		for _, w := range want {
+			if !strings.Contains(st.Error, w) {
+				t.Errorf("%s: error %q lacks %q", text, st.Error, w)
+			}
+		}
+	}
 	// The session goes on.
 	run(t, p, "count 1", "end_turn")
 }

@@ -57,6 +57,13 @@
 //   - Offline, codex retries its model forever (error notifications with
 //     willRetry). OptModelRetryTimeout fails a turn that only retried for
 //     that long with "codex could not reach its model …".
+//   - A provider's failure reaches the plugin only once codex's own
+//     retries are spent (its provider's request_max_retries and
+//     stream_max_retries; a 401 is retried too). The turn's error leads
+//     with what codexErrorInfo means: a refused key (401, 403) is
+//     "authentication failed" with what to configure; overload, rate
+//     limits and server errors say so. Codex drops a 5xx's body and
+//     reports a text of its own, so the provider's message is lost.
 //   - Credentials in the plugin's environment (CredentialVariables, and
 //     the env_key of every model provider in $CODEX_HOME/config.toml) are
 //     removed from the app-server's unless OptAllowCredentials, so a key

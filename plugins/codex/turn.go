@@ -341,11 +341,7 @@ func (t *turnRun) completed(turn turnInfo) outcome {
 		if e == nil || e.Message == "" {
 			return outcome{err: errors.New("codex failed the turn without saying why")}
 		}
-		msg := e.Message
-		if e.AdditionalDetails != nil && *e.AdditionalDetails != "" && !strings.Contains(msg, *e.AdditionalDetails) {
-			msg += " (" + *e.AdditionalDetails + ")"
-		}
-		return outcome{err: errors.New(msg)}
+		return outcome{err: t.a.turnFailure(e)}
 	}
 	return outcome{err: fmt.Errorf("codex ended the turn with the unknown status %q", turn.Status)}
 }

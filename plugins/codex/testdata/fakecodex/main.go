@@ -17,6 +17,9 @@
 //	huge N              one agentMessage delta on a line of exactly N bytes
 //	die                 exit with status 3 in the middle of the turn
 //	fail MESSAGE        complete the turn as failed with MESSAGE
+//	http STATUS MESSAGE the model provider answering STATUS with MESSAGE
+//	                    on every attempt: one retry error, then the turn
+//	                    failed as codex reports it (a 500's body dropped)
 //	offline             retry errors (willRetry) until interrupted
 //	env NAME            reply with the value of NAME in its environment
 //	noise               non-JSON and unknown lines, an unknown request
@@ -644,6 +647,8 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		e := map[string]any{"message": msg, "codexErrorInfo": "other", "additionalDetails": nil, "misalignment": nil}
 		s.notify("error", map[string]any{"error": e, "willRetry": false, "threadId": th.id, "turnId": tu.id})
 		return turnEnd{status: "failed", err: e}
+	case "http":
+		return s.httpFailure(th, tu, strings.TrimSpace(strings.TrimPrefix(text, "http")))
 	case "offline":
 		for i := 2; ; i++ {
 			msg := "Reconnecting... waiting for network"
@@ -731,4 +736,30 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 	}
 	s.message(th, tu, []string{"approval: " + decision}, 0)
 	return turnEnd{status: "completed", output: 2}
+}
+
+// httpFailure fails the turn as 0.171.0 does once its retries of a model
+// request answered with an HTTP error status are spent: a willRetry error
+// (the stream retry) naming the status, then the final error, whose shape
+// depends on the status. A 5xx's body never reaches the client: codex
+// reports a text of its own.
+func (s *server) httpFailure(th *thread, tu *turn, arg string) turnEnd {
+	code, msg, _ := strings.Cut(arg, " ")
+	status := 0
+	fmt.Sscan(code, &status)
+	reasons := map[int]string{401: "Unauthorized", 403: "Forbidden", 429: "Too Many Requests", 529: "<unknown status code>"}
+	detail := fmt.Sprintf("unexpected status %d %s: %s, url: http://127.0.0.1:1/v1/responses, request id: req_0001", status, reasons[status], msg)
+	retry := map[string]any{"message": "Reconnecting... 1/1", "codexErrorInfo": map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": status}},
+		"additionalDetails": detail, "misalignment": nil}
+	final := map[string]any{"message": strings.Replace(detail, "req_0001", "req_0002", 1),
+		"codexErrorInfo": map[string]any{"httpConnectionFailed": map[string]any{"httpStatusCode": status}}, "additionalDetails": nil, "misalignment": nil}
+	if status >= 500 && status != 529 {
+		const busy = "We\u2019re currently experiencing high demand, which may cause temporary errors."
+		retry["codexErrorInfo"] = map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": nil}}
+		retry["additionalDetails"] = busy
+		final = map[string]any{"message": busy, "codexErrorInfo": "internalServerError", "additionalDetails": nil, "misalignment": nil}
+	}
+	s.notify("error", map[string]any{"error": retry, "willRetry": true, "threadId": th.id, "turnId": tu.id})
+	s.notify("error", map[string]any{"error": final, "willRetry": false, "threadId": th.id, "turnId": tu.id})
+	return turnEnd{status: "failed", err: final}
 }
