@@ -358,3 +358,31 @@ func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 		t.Fatal("the turn did not end within 2 s of session/cancel")
 	}
 }
+
+// A codex session with no credentials of any kind (no auth.json in its
+// CODEX_HOME, and agenthost.json does not let agenthost's key through)
+// fails session/new within seconds, before any prompt, saying what to do.
+func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	r.withholdCredentials()
+	s := r.start()
+	c := r.dial(s)
+	start := time.Now()
+	err := c.newSessionErr(r, nil)
+	t.Logf("session/new: %v", err)
+	if err == nil {
+		t.Fatal("session/new succeeded without credentials")
+	}
+	for _, want := range []string{"no credentials", "codex login", "OPENAI_API_KEY", `"credentials": "inherit"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("session/new's error lacks %q", want)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("session/new failed after %v; want within seconds", d)
+	}
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("the model server got %d requests; want none", n)
+	}
+}

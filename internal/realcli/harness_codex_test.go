@@ -2,14 +2,17 @@ package realcli_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/codex"
@@ -197,4 +200,35 @@ func (c *client) waitNotRunning(id string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// withholdCredentials rewrites the rig's agenthost.json so that its agent
+// no longer inherits agenthost's credentials: the default policy, which
+// strips them.
+func (r *rig) withholdCredentials() {
+	r.t.Helper()
+	path := filepath.Join(r.dir, "agenthost.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var f agentconfig.File
+	if err := json.Unmarshal(b, &f); err != nil {
+		r.t.Fatal(err)
+	}
+	e := f.Agents[r.cli.name]
+	e.Credentials = ""
+	f.Agents[r.cli.name] = e
+	if b, err = json.MarshalIndent(f, "", "  "); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// newSessionErr is session/new that may fail.
+func (c *client) newSessionErr(r *rig, options map[string]string) error {
+	meta := map[string]any{api.MetaKey: api.NewSessionMeta{Agent: r.cli.name, Options: options}}
+	return c.c.Call(ctxFor(c.t, 60*time.Second), api.MethodSessionNew, acp.NewSessionRequest{Cwd: r.workspace, McpServers: []acp.McpServer{}, Meta: meta}, nil)
 }

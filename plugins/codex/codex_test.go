@@ -286,7 +286,7 @@ func TestReadinessFailures(t *testing.T) {
 		{"too old", true, nil, []string{"FAKECODEX_VERSION=0.170.9"},
 			[]string{"codex-cli 0.170.9", "older than 0.171.0", "npm install -g @openai/codex@latest"}},
 		{"no credentials", false, nil, nil,
-			[]string{"codex has no credentials", "auth.json", "codex login", "OPENAI_API_KEY", "allow_credentials=true", "skip_auth_check=true"}},
+			[]string{"codex has no credentials", "auth.json", "codex login", "OPENAI_API_KEY", `"credentials": "inherit"`, "allow_credentials=true", "skip_auth_check=true"}},
 		{"credential withheld", false, nil, []string{"OPENAI_API_KEY=sk-test"},
 			[]string{"OPENAI_API_KEY is set but withheld from codex by the credential policy", "allow_credentials=true"}},
 		{"bad option", true, map[string]string{"approval_policy": "sometimes"}, nil,
@@ -331,6 +331,16 @@ func TestCredentialPolicy(t *testing.T) {
 	p2, _ := open(t, noAuth, map[string]string{"allow_credentials": "true"}, keys...)
 	if v := ask(p2, "OPENAI_API_KEY"); v != "sk-test" {
 		t.Errorf("allowed OPENAI_API_KEY reached codex as %q", v)
+	}
+	// A model provider's env_key, allowed through, is a credential too.
+	providerOnly := newHome(t, false)
+	if err := os.WriteFile(filepath.Join(providerOnly.codexHome, "config.toml"), []byte("model_provider = \"mine\"\n[model_providers.mine]\nname = \"mine\"\nenv_key = \"MY_PROVIDER_KEY\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plugintest.Unsetenv(t, "OPENAI_API_KEY", "CODEX_ACCESS_TOKEN")
+	p4, _ := open(t, providerOnly, map[string]string{"allow_credentials": "true"}, "MY_PROVIDER_KEY=mine")
+	if v := ask(p4, "MY_PROVIDER_KEY"); v != "mine" {
+		t.Errorf("allowed MY_PROVIDER_KEY reached codex as %q", v)
 	}
 	// The last agent's environment holds none of the keys.
 	plugintest.Unsetenv(t, "OPENAI_API_KEY", "CODEX_ACCESS_TOKEN", "MY_PROVIDER_KEY", "UNRELATED")

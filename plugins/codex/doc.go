@@ -12,10 +12,10 @@
 // install, set or run: the binary (OptCLIPath, EnvCodexPath, PATH, the
 // usual install locations), its version (`codex --version`), and a
 // credential (an auth.json in $CODEX_HOME, written by `codex login`, or a
-// key variable that reaches codex). It then starts `codex app-server` in
-// the workspace and opens the thread: initialize, initialized, then
-// thread/start for NewSession or thread/resume for ResumeSession. The
-// handle is the thread id.
+// key variable that reaches codex, a model provider's env_key included).
+// It then starts `codex app-server` in the workspace and opens the thread:
+// initialize, initialized, then thread/start for NewSession or
+// thread/resume for ResumeSession. The handle is the thread id.
 //
 // Prompt sends turn/start and maps the turn's notifications until
 // turn/completed: message and reasoning deltas become message and thought
