@@ -386,3 +386,28 @@ func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
 		t.Errorf("the model server got %d requests; want none", n)
 	}
 }
+
+// A model the provider rejects cannot fail the session's start: codex
+// 0.171.0 sends the provider nothing before the first turn (thread/start
+// only warns that it has no metadata for the model). The first turn fails
+// at once (codex does not retry a 400) with the provider's message, not
+// its JSON body.
+func TestCodexRejectedModelFailsTheFirstTurn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	id := c.newSession(r, map[string]string{codex.OptModel: "no-such-model"})
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("codex sent the provider %d requests at start; this test expects none (then the plugin could check the model there)", n)
+	}
+	const msg = "The model `no-such-model` does not exist or you do not have access to it."
+	r.script(modelserver.Failure(400, msg))
+	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
+	if err == nil || !strings.Contains(err.Error(), "the model provider refused the request: "+msg) {
+		t.Errorf("the turn's error: %v; want the provider's message", err)
+	}
+	if n := len(r.srv.ModelRequests()); n != 1 {
+		t.Errorf("codex asked the model %d times; want once", n)
+	}
+}

@@ -478,10 +478,11 @@ func TestTurnFailures(t *testing.T) {
 	}
 	// The provider's failures, after codex's retries, say what they mean.
 	for text, want := range map[string][]string{
-		"http 401 Incorrect API key provided": {"authentication failed", "Incorrect API key provided", "OPENAI_API_KEY", "codex login", `"credentials": "inherit"`},
-		"http 529 overloaded right now":       {"overloaded", "overloaded right now"},
-		"http 500 database on fire":           {"server error", "high demand"},
-		"http 429 slow down":                  {"rate limiting", "slow down"},
+		"http 401 Incorrect API key provided":   {"authentication failed", "Incorrect API key provided", "OPENAI_API_KEY", "codex login", `"credentials": "inherit"`},
+		"http 529 overloaded right now":         {"overloaded", "overloaded right now"},
+		"http 500 database on fire":             {"server error", "high demand"},
+		"http 429 slow down":                    {"rate limiting", "slow down"},
+		"http 400 The model `m` does not exist": {"the model provider refused the request: The model `m` does not exist"},
 	} {
 		_, st = run(t, p, text, "failed")
 		for _, w := range want {

@@ -18,8 +18,10 @@ import (
 //	{"message":"unexpected status 401 Unauthorized: Incorrect API key provided, url: …, request id: …",
 //	 "codexErrorInfo":{"httpConnectionFailed":{"httpStatusCode":401}}}
 //
-// and for a 500, whose body codex drops, its own text and
-// "codexErrorInfo":"internalServerError".
+// for a 500, whose body codex drops, its own text and
+// "codexErrorInfo":"internalServerError"; a 400 (a model the provider
+// does not know, say) is not retried, and its message is the provider's
+// whole JSON error body, "codexErrorInfo":"other".
 
 // errorInfo is codexErrorInfo decoded: its variant and the HTTP status it
 // carries, if any. The variant is a bare string ("internalServerError",
@@ -54,6 +56,16 @@ func decodeErrorInfo(raw json.RawMessage) errorInfo {
 // turnFailure is the error of a turn codex failed with e.
 func (a *agent) turnFailure(e *turnError) error {
 	msg := e.Message
+	// A 400 comes through as the provider's whole error body: say its
+	// message.
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if strings.HasPrefix(msg, "{") && json.Unmarshal([]byte(msg), &body) == nil && body.Error.Message != "" {
+		msg = "the model provider refused the request: " + body.Error.Message
+	}
 	if e.AdditionalDetails != nil && *e.AdditionalDetails != "" && !strings.Contains(msg, *e.AdditionalDetails) {
 		msg += " (" + *e.AdditionalDetails + ")"
 	}

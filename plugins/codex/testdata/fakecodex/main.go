@@ -19,7 +19,8 @@
 //	fail MESSAGE        complete the turn as failed with MESSAGE
 //	http STATUS MESSAGE the model provider answering STATUS with MESSAGE
 //	                    on every attempt: one retry error, then the turn
-//	                    failed as codex reports it (a 500's body dropped)
+//	                    failed as codex reports it (a 500's body dropped,
+//	                    a 400 not retried, its message the whole body)
 //	offline             retry errors (willRetry) until interrupted
 //	env NAME            reply with the value of NAME in its environment
 //	noise               non-JSON and unknown lines, an unknown request
@@ -753,6 +754,13 @@ func (s *server) httpFailure(th *thread, tu *turn, arg string) turnEnd {
 		"additionalDetails": detail, "misalignment": nil}
 	final := map[string]any{"message": strings.Replace(detail, "req_0001", "req_0002", 1),
 		"codexErrorInfo": map[string]any{"httpConnectionFailed": map[string]any{"httpStatusCode": status}}, "additionalDetails": nil, "misalignment": nil}
+	if status == 400 {
+		// Not retried; the message is the provider's error body.
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": "invalid_request_error", "message": msg, "param": nil, "type": "invalid_request_error"}})
+		final = map[string]any{"message": string(body), "codexErrorInfo": "other", "additionalDetails": nil, "misalignment": nil}
+		s.notify("error", map[string]any{"error": final, "willRetry": false, "threadId": th.id, "turnId": tu.id})
+		return turnEnd{status: "failed", err: final}
+	}
 	if status >= 500 && status != 529 {
 		const busy = "We\u2019re currently experiencing high demand, which may cause temporary errors."
 		retry["codexErrorInfo"] = map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": nil}}
