@@ -70,7 +70,8 @@ func testCodexPermission(t *testing.T, allow bool) {
 	if err := json.Unmarshal(raw, &input); err != nil || !strings.Contains(input.Command, cmd) || input.Cwd != r.workspace {
 		t.Errorf("the request's rawInput %s; want the command and the workspace", raw)
 	}
-	if tc.Title == nil || !strings.Contains(*tc.Title, "printf made-by-codex") || tc.Kind == nil || *tc.Kind != acp.ToolKindExecute {
+	// Codex runs the command as /bin/bash -lc '<cmd>'; the title is cmd.
+	if tc.Title == nil || *tc.Title != cmd || tc.Kind == nil || *tc.Kind != acp.ToolKindExecute {
 		t.Errorf("the request's title %v, kind %v; want the command, execute", deref(tc.Title), deref(tc.Kind))
 	}
 

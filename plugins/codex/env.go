@@ -124,7 +124,11 @@ func checkAuth(env, stripped []string) error {
 		}
 	}
 	if len(held) > 0 {
-		msg += fmt.Sprintf("; %s is set but withheld from codex by the credential policy: set the session option %s=true to pass it", strings.Join(held, ", "), OptAllowCredentials)
+		verb := "is"
+		if len(held) > 1 {
+			verb = "are"
+		}
+		msg += fmt.Sprintf("; %s %s set but withheld from codex by the credential policy: set the session option %s=true to pass it", strings.Join(held, ", "), verb, OptAllowCredentials)
 	}
 	return errors.New(msg + fmt.Sprintf(" (or set %s=true if codex is configured another way)", OptSkipAuthCheck))
 }

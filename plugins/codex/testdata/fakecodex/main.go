@@ -694,18 +694,27 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 // tool runs a command (or file change) item, asking first when the
 // approval policy says so.
 func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
-	id := newID()
-	item := map[string]any{"type": "commandExecution", "id": id, "command": "ls", "cwd": th.cwd, "processId": nil, "source": "agent",
-		"status": "inProgress", "commandActions": []any{map[string]any{"type": "listFiles", "command": "ls", "path": nil}},
-		"aggregatedOutput": nil, "exitCode": nil, "durationMs": nil}
+	// As 0.171.0 reports a command the model ran through exec_command:
+	// an "exec-" id, the command wrapped in the login shell, the approval
+	// request listing its decisions (without acceptForSession and decline,
+	// which it honours all the same) and no reason.
+	id := "exec-" + uuid.NewString()
+	const command = "/bin/bash -lc ls"
+	actions := []any{map[string]any{"type": "listFiles", "command": "ls", "path": nil}}
+	item := map[string]any{"type": "commandExecution", "id": id, "pluginId": nil, "scriptPath": nil, "command": command, "cwd": th.cwd,
+		"processId": nil, "source": "agent", "status": "inProgress", "commandActions": actions,
+		"aggregatedOutput": nil, "exitCode": nil, "durationMs": nil, "startedAtMs": nowMs(), "completedAtMs": nil}
 	method := "item/commandExecution/requestApproval"
-	params := map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "approvalId": nil,
-		"reason": "list the files", "command": "ls", "cwd": th.cwd, "commandActions": []any{}, "proposedExecpolicyAmendment": nil}
+	amendment := []any{"/bin/bash", "-lc", "ls"}
+	params := map[string]any{"kind": "command", "threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "environmentId": "local",
+		"command": command, "cwd": th.cwd, "commandActions": actions, "proposedExecpolicyAmendment": amendment,
+		"availableDecisions": []any{"accept", map[string]any{"acceptWithExecpolicyAmendment": map[string]any{"execpolicy_amendment": amendment}}, "cancel"}}
 	if kind == "edit" {
-		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress",
-			"changes": []any{map[string]any{"path": filepath.Join(th.cwd, "notes.txt"), "kind": map[string]any{"type": "add"}, "diff": "+hello\n"}}}
+		// An added file's diff is its content.
+		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress", "startedAtMs": nowMs(), "completedAtMs": nil,
+			"changes": []any{map[string]any{"path": filepath.Join(th.cwd, "notes.txt"), "kind": map[string]any{"type": "add"}, "diff": "hello\n"}}}
 		method = "item/fileChange/requestApproval"
-		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": "write notes", "grantRoot": nil}
+		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": nil, "grantRoot": nil}
 	}
 	s.notify("item/started", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
 	decision := "not asked"
@@ -725,11 +734,13 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 		if kind == "tool" {
 			s.notify("item/commandExecution/outputDelta", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": "README.md\nmain.go\n"})
 			item["aggregatedOutput"], item["exitCode"], item["durationMs"] = "README.md\nmain.go\n", 0, 3
+			item["processId"], item["source"] = fmt.Sprint(os.Getpid()), "unifiedExecStartup"
 		}
 		item["status"] = "completed"
 	default:
 		item["status"] = "declined"
 	}
+	item["completedAtMs"] = nowMs()
 	s.notify("item/completed", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
 	if decision == "cancel" {
 		tu.Interrupt()
