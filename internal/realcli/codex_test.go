@@ -124,28 +124,13 @@ func deref[T any](p *T) any {
 // within 2 s, and the next prompt runs a turn of its own.
 func TestCodexCancel(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, nil)
+	r, _, c, id := newCodexSession(t, nil)
 	slow := modelserver.Text(strings.Repeat("slowly, ", 200))
 	slow.Delay = 20 * time.Millisecond
 	r.script(slow, modelserver.Text("Second answer."))
 	done := c.promptAsync(ctxFor(t, 60*time.Second), id, "talk slowly")
 	c.waitChunks(3)
-	start := time.Now()
-	c.cancel(id)
-	select {
-	case o := <-done:
-		if o.err != nil || o.reason != acp.StopReasonCancelled {
-			t.Fatalf("the cancelled turn ended with %q, %v; want cancelled", o.reason, o.err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("the turn ended %v after session/cancel; want within 2 s", d)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the turn did not end within 2 s of session/cancel")
-	}
+	c.cancelWithin(id, done, 2*time.Second)
 	before := c.messageText()
 	c.mustPrompt(id, "now answer", "end_turn")
 	if got := strings.TrimPrefix(c.messageText(), before); got != "Second answer." {
@@ -178,10 +163,7 @@ func TestCodexModelOption(t *testing.T) {
 // the answer's text exactly once.
 func TestCodexHostKilledMidTurn(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, nil)
+	r, s, c, id := newCodexSession(t, nil)
 	answer := strings.Repeat("survive the host, ", 20)
 	slow := modelserver.Text(answer)
 	slow.Delay = 15 * time.Millisecond
@@ -240,10 +222,7 @@ func TestCodexHostKilledMidTurn(t *testing.T) {
 // first turn's prompt and answer, and the session's options still hold.
 func TestCodexResumesAfterPluginKilled(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, askingOptions)
+	r, _, c, id := newCodexSession(t, askingOptions)
 	r.script(modelserver.Text("The secret word is marmalade."), codexExec("echo marmalade > word.txt"), modelserver.Text("You asked about marmalade."))
 	c.mustPrompt(id, "remember the word marmalade", "end_turn")
 
@@ -287,10 +266,7 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 // and what to configure.
 func TestCodexUnauthorized(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, nil)
+	r, _, c, id := newCodexSession(t, nil)
 	r.script(modelserver.Repeat(2, modelserver.Failure(401, "Incorrect API key provided: sk-agen***"))...)
 	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
 	if err == nil || !strings.Contains(err.Error(), "authentication failed") || !strings.Contains(err.Error(), "OPENAI_API_KEY") ||
@@ -316,10 +292,7 @@ func TestCodexServerError(t *testing.T) {
 }
 
 func testCodexServerError(t *testing.T, status int, message, want string) {
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, nil)
+	r, _, c, id := newCodexSession(t, nil)
 	// Codex retries the request once and the stream once (CodexSetup):
 	// four attempts.
 	r.script(modelserver.Repeat(4, modelserver.Failure(status, message))...)
@@ -338,26 +311,11 @@ func testCodexServerError(t *testing.T, status int, message, want string) {
 // still ends it cancelled, within 2 s.
 func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, nil)
+	r, _, c, id := newCodexSession(t, nil)
 	r.script(modelserver.Reply{Cut: modelserver.Hang})
 	done := c.promptAsync(ctxFor(t, 60*time.Second), id, "hello?")
 	r.nextRequest(1)
-	start := time.Now()
-	c.cancel(id)
-	select {
-	case o := <-done:
-		if o.err != nil || o.reason != acp.StopReasonCancelled {
-			t.Fatalf("the turn ended with %q, %v; want cancelled", o.reason, o.err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("the turn ended %v after session/cancel; want within 2 s", d)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the turn did not end within 2 s of session/cancel")
-	}
+	c.cancelWithin(id, done, 2*time.Second)
 }
 
 // A codex session with no credentials of any kind (no auth.json in its
@@ -395,10 +353,7 @@ func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
 // its JSON body.
 func TestCodexRejectedModelFailsTheFirstTurn(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start()
-	c := r.dial(s)
-	id := c.newSession(r, map[string]string{codex.OptModel: "no-such-model"})
+	r, _, c, id := newCodexSession(t, map[string]string{codex.OptModel: "no-such-model"})
 	if n := len(r.srv.Requests()); n != 0 {
 		t.Errorf("codex sent the provider %d requests at start; this test expects none (then the plugin could check the model there)", n)
 	}

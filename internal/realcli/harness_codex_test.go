@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/coder/acp-go-sdk"
@@ -34,6 +35,16 @@ func codexExec(cmd string) modelserver.Reply {
 // "untrusted", in a sandbox that lets an approved command write the
 // workspace.
 var askingOptions = map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "workspace-write"}
+
+// newCodexSession is a codex rig with agenthost serve started, a client
+// dialled and a session of codex opened with options.
+func newCodexSession(t *testing.T, options map[string]string) (*rig, *server, *client, string) {
+	t.Helper()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	return r, s, c, c.newSession(r, options)
+}
 
 // script scripts the rig's model server, failing the test on a reply the
 // server refuses.
@@ -93,6 +104,21 @@ func (c *client) cancel(id string) {
 	c.t.Helper()
 	if err := c.c.Notify(api.MethodSessionCancel, acp.CancelNotification{SessionId: acp.SessionId(id)}); err != nil {
 		c.t.Fatal(err)
+	}
+}
+
+// cancelWithin sends session/cancel and fails the test unless the turn
+// whose outcome done delivers ends cancelled within d.
+func (c *client) cancelWithin(id string, done <-chan promptOutcome, d time.Duration) {
+	c.t.Helper()
+	c.cancel(id)
+	select {
+	case o := <-done:
+		if o.err != nil || o.reason != acp.StopReasonCancelled {
+			c.t.Fatalf("the cancelled turn ended with %q, %v; want cancelled", o.reason, o.err)
+		}
+	case <-time.After(d):
+		c.t.Fatalf("the turn did not end within %v of session/cancel", d)
 	}
 }
 
