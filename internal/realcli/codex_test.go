@@ -72,7 +72,7 @@ func testCodexPermission(t *testing.T, allow bool) {
 	}
 	// Codex runs the command as /bin/bash -lc '<cmd>'; the title is cmd.
 	if tc.Title == nil || *tc.Title != cmd || tc.Kind == nil || *tc.Kind != acp.ToolKindExecute {
-		t.Errorf("the request's title %v, kind %v; want the command, execute", deref(tc.Title), deref(tc.Kind))
+		t.Errorf("the request's title %v, kind %v; want the command, execute", ptrValue(tc.Title), ptrValue(tc.Kind))
 	}
 
 	file, ferr := os.ReadFile(filepath.Join(r.workspace, "made.txt"))
@@ -113,7 +113,7 @@ func testCodexPermission(t *testing.T, allow bool) {
 	}
 }
 
-func deref[T any](p *T) any {
+func ptrValue[T any](p *T) any {
 	if p == nil {
 		return nil
 	}
@@ -128,9 +128,9 @@ func TestCodexCancel(t *testing.T) {
 	slow := modelserver.Text(strings.Repeat("slowly, ", 200))
 	slow.Delay = 20 * time.Millisecond
 	r.script(slow, modelserver.Text("Second answer."))
-	done := c.promptAsync(ctxFor(t, 60*time.Second), id, "talk slowly")
+	done := c.promptInBackground(ctxFor(t, 60*time.Second), id, "talk slowly")
 	c.waitChunks(3)
-	c.cancelWithin(id, done, 2*time.Second)
+	c.cancelEndsWithin(id, done, 2*time.Second)
 	before := c.messageText()
 	c.mustPrompt(id, "now answer", "end_turn")
 	if got := strings.TrimPrefix(c.messageText(), before); got != "Second answer." {
@@ -168,7 +168,7 @@ func TestCodexHostKilledMidTurn(t *testing.T) {
 	slow := modelserver.Text(answer)
 	slow.Delay = 15 * time.Millisecond
 	r.script(slow, modelserver.Text("After the restart."))
-	_ = c.promptAsync(ctxFor(t, 60*time.Second), id, "talk through a crash")
+	_ = c.promptInBackground(ctxFor(t, 60*time.Second), id, "talk through a crash")
 	c.waitChunks(3)
 	before := r.cliPids("codex")
 	if len(before) != 1 {
@@ -241,7 +241,7 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	c.waitNotRunning(id)
+	c.waitSessionStopped(id)
 	c.resume(r, id)
 	c.mustPrompt(id, "what was the word?", "end_turn")
 	next := r.nextRequest(2)
@@ -313,9 +313,9 @@ func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 	t.Parallel()
 	r, _, c, id := newCodexSession(t, nil)
 	r.script(modelserver.Reply{Cut: modelserver.Hang})
-	done := c.promptAsync(ctxFor(t, 60*time.Second), id, "hello?")
+	done := c.promptInBackground(ctxFor(t, 60*time.Second), id, "hello?")
 	r.nextRequest(1)
-	c.cancelWithin(id, done, 2*time.Second)
+	c.cancelEndsWithin(id, done, 2*time.Second)
 }
 
 // A codex session with no credentials of any kind (no auth.json in its

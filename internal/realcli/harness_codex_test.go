@@ -55,8 +55,8 @@ func (r *rig) script(replies ...modelserver.Reply) {
 	}
 }
 
-// promptAsync starts a turn and returns the channel its outcome arrives on.
-func (c *client) promptAsync(ctx context.Context, id, text string) <-chan promptOutcome {
+// promptInBackground starts a turn and returns the channel its outcome arrives on.
+func (c *client) promptInBackground(ctx context.Context, id, text string) <-chan promptOutcome {
 	ch := make(chan promptOutcome, 1)
 	go func() {
 		reason, err := c.prompt(ctx, id, text)
@@ -107,9 +107,9 @@ func (c *client) cancel(id string) {
 	}
 }
 
-// cancelWithin sends session/cancel and fails the test unless the turn
+// cancelEndsWithin sends session/cancel and fails the test unless the turn
 // whose outcome done delivers ends cancelled within d.
-func (c *client) cancelWithin(id string, done <-chan promptOutcome, d time.Duration) {
+func (c *client) cancelEndsWithin(id string, done <-chan promptOutcome, d time.Duration) {
 	c.t.Helper()
 	c.cancel(id)
 	select {
@@ -208,9 +208,9 @@ func (c *client) resume(r *rig, id string) {
 	}
 }
 
-// waitNotRunning waits until the host reports that the session no longer
+// waitSessionStopped waits until the host reports that the session no longer
 // runs (_agenthost/session), as a client checks before resuming it.
-func (c *client) waitNotRunning(id string) {
+func (c *client) waitSessionStopped(id string) {
 	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
