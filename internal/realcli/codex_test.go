@@ -3,6 +3,7 @@ package realcli_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -365,5 +366,36 @@ func TestCodexRejectedModelFailsTheFirstTurn(t *testing.T) {
 	}
 	if n := len(r.srv.ModelRequests()); n != 1 {
 		t.Errorf("codex asked the model %d times; want once", n)
+	}
+}
+
+// A patch (tools.apply_patch from the exec tool) that needs approval asks
+// with the file it edits as the title, kind edit and the change in
+// rawInput; allowed, codex writes the file.
+func TestCodexPatchPermission(t *testing.T) {
+	t.Parallel()
+	// In a read-only sandbox every patch needs approval.
+	r, _, c, id := newCodexSession(t, map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "read-only"})
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowOnce }
+	const patch = "*** Begin Patch\n*** Add File: notes.txt\n+patched by codex\n*** End Patch\n"
+	js := fmt.Sprintf("const r = await tools.apply_patch(%q);\ntext(JSON.stringify(r));\n", patch)
+	r.script(modelserver.Reply{Tools: []modelserver.ToolCall{{Name: "exec", Input: js, Custom: true}}}, modelserver.Text("Patched."))
+	c.mustPrompt(id, "write the notes", "end_turn")
+
+	path := filepath.Join(r.workspace, "notes.txt")
+	asked := c.permissionRequests()
+	if len(asked) != 1 {
+		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
+	}
+	tc := asked[0].ToolCall
+	raw, _ := json.Marshal(tc.RawInput)
+	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit || !strings.Contains(string(raw), "patched by codex") {
+		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", ptrValue(tc.Title), ptrValue(tc.Kind), raw)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "patched by codex\n" {
+		t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
+	}
+	if results := r.nextRequest(2).ToolResults(); len(results) != 1 || !strings.Contains(results[0].Text, "Script completed") {
+		t.Errorf("the tool results of the model's next request: %+v", results)
 	}
 }

@@ -388,6 +388,9 @@ func TestApprovals(t *testing.T) {
 		if req.ToolCall.Kind != wantKind || !strings.HasPrefix(req.ToolCall.Title, wantTitle) {
 			t.Errorf("%s: permission tool call %+v", tt.prompt, req.ToolCall)
 		}
+		if tt.prompt == "edit" && !strings.Contains(string(req.ToolCall.RawInput), `"diff":"hello\n"`) {
+			t.Errorf("edit: the permission's rawInput %s lacks the change it asks about", req.ToolCall.RawInput)
+		}
 		var opts []string
 		for _, o := range req.Options {
 			opts = append(opts, string(o.OptionId)+"/"+string(o.Kind))

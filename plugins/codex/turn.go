@@ -634,11 +634,15 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 		call.Kind, call.Title = "execute", commandTitle(deref(p.Command))
 		call.RawInputJSON = marshal(map[string]any{"command": p.Command, "cwd": p.Cwd, "reason": p.Reason})
 	case "item/fileChange/requestApproval":
+		// The request names only the item: what it would write is in the
+		// fileChange item codex announced just before.
 		call.Kind, call.Title = "edit", "apply file changes"
+		input := map[string]any{"reason": p.Reason, "grantRoot": p.GrantRoot}
 		if it, ok := t.startedItem(p.ItemID); ok {
 			call.Title = "edit " + paths(it.Changes)
+			input["changes"] = it.Changes
 		}
-		call.RawInputJSON = marshal(map[string]any{"reason": p.Reason, "grantRoot": p.GrantRoot})
+		call.RawInputJSON = marshal(input)
 	case "item/permissions/requestApproval":
 		call.Kind, call.Title = "other", "grant additional permissions"
 		if r := deref(p.Reason); r != "" {
