@@ -399,3 +399,35 @@ func TestCodexPatchPermission(t *testing.T) {
 		t.Errorf("the tool results of the model's next request: %+v", results)
 	}
 }
+
+// session/cancel while the client is being asked ends the turn cancelled
+// within 2 s; the command never runs, and the next turn works.
+func TestCodexCancelDuringPermission(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, askingOptions)
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		asked <- struct{}{}
+		<-release // the user never answers
+		return acp.PermissionOptionKindAllowOnce
+	}
+	r.script(codexExec("printf never > never.txt"), modelserver.Text("Next turn."))
+	done := c.promptInBackground(ctxFor(t, 60*time.Second), id, "make the file")
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no permission request reached the client")
+	}
+	c.cancelEndsWithin(id, done, 2*time.Second)
+	if _, err := os.Stat(filepath.Join(r.workspace, "never.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("never.txt: %v; want no file: the turn was cancelled while asking", err)
+	}
+	if n := len(r.srv.ModelRequests()); n != 1 {
+		t.Errorf("codex asked the model %d times; want once: a cancelled turn goes no further", n)
+	}
+	c.mustPrompt(id, "again", "end_turn")
+	if got := c.messageText(); got != "Next turn." {
+		t.Errorf("the turn after the cancel said %q", got)
+	}
+}
