@@ -431,3 +431,36 @@ func TestCodexCancelDuringPermission(t *testing.T) {
 		t.Errorf("the turn after the cancel said %q", got)
 	}
 }
+
+// The model's reasoning reaches the client as thought chunks, streamed,
+// before the answer.
+func TestCodexThinking(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	const thought = "First consider the question, then answer briefly."
+	r.script(modelserver.Reply{Thinking: thought, Text: "Answered."})
+	c.mustPrompt(id, "think first", "end_turn")
+	var got strings.Builder
+	chunks, answered, late := 0, false, false
+	for _, u := range c.received() {
+		ch, ok := u.Update.(*journal.Chunk)
+		switch {
+		case !ok:
+		case ch.Kind == journal.KindAgentMessageChunk:
+			answered = true
+		case ch.Kind == journal.KindAgentThoughtChunk:
+			chunks++
+			late = late || answered
+			got.WriteString(ch.Content.Text())
+		}
+	}
+	if late {
+		t.Error("a thought chunk came after the answer had begun")
+	}
+	if got.String() != thought || chunks < 5 {
+		t.Errorf("the client saw %d thought chunks of %q; want the reasoning in many chunks", chunks, got.String())
+	}
+	if c.messageText() != "Answered." {
+		t.Errorf("the answer %q", c.messageText())
+	}
+}
