@@ -464,3 +464,23 @@ func TestCodexThinking(t *testing.T) {
 		t.Errorf("the answer %q", c.messageText())
 	}
 }
+
+// A stream dropped mid-answer is retried by codex (once, CodexSetup), and
+// the turn ends with the retried answer. The deltas of the dropped
+// attempt have reached the client by then: codex abandons that message
+// item (never completes it) and streams the retry as a new one, and ACP
+// has no way to take a chunk back, so the client's text starts with the
+// cut-off attempt.
+func TestCodexDroppedStream(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Reply{Text: "This answer is cut short", Cut: modelserver.Drop, CutAfter: 3}, modelserver.Text("The whole answer."))
+	c.mustPrompt(id, "answer", "end_turn")
+	if got := c.messageText(); got != "This answThe whole answer." {
+		t.Errorf("the client saw %q; want the dropped attempt's deltas, then the retried answer", got)
+	}
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 2 || !strings.Contains(reqs[1].LastUserText(), "answer") {
+		t.Errorf("codex asked the model %d times; want the dropped request and its retry", len(reqs))
+	}
+}

@@ -64,6 +64,9 @@
 //     "authentication failed" with what to configure; overload, rate
 //     limits and server errors say so. Codex drops a 5xx's body and
 //     reports a text of its own, so the provider's message is lost.
+//   - A stream codex retries mid-message leaves that message's deltas
+//     with the client: codex abandons the item (no item/completed) and
+//     streams the retry as a new one, and ACP cannot take chunks back.
 //   - Credentials in the plugin's environment (CredentialVariables, and
 //     the env_key of every model provider in $CODEX_HOME/config.toml) are
 //     removed from the app-server's unless OptAllowCredentials, so a key
