@@ -64,6 +64,12 @@
 //     "authentication failed" with what to configure; overload, rate
 //     limits and server errors say so. Codex drops a 5xx's body and
 //     reports a text of its own, so the provider's message is lost.
+//   - A command approval lists availableDecisions (0.171.0: accept,
+//     acceptWithExecpolicyAmendment, cancel). The plugin offers accept,
+//     acceptForSession and decline whatever the list says, as codex
+//     honours them all; it never offers the execpolicy amendment, which
+//     would write a lasting rule into the user's codex configuration.
+//     Its title is the command without codex's /bin/bash -lc wrapper.
 //   - A stream codex retries mid-message leaves that message's deltas
 //     with the client: codex abandons the item (no item/completed) and
 //     streams the retry as a new one, and ACP cannot take chunks back.
