@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
+	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/codex"
@@ -73,7 +74,7 @@ func testCodexPermission(t *testing.T, allow bool) {
 	}
 	// Codex runs the command as /bin/bash -lc '<cmd>'; the title is cmd.
 	if tc.Title == nil || *tc.Title != cmd || tc.Kind == nil || *tc.Kind != acp.ToolKindExecute {
-		t.Errorf("the request's title %v, kind %v; want the command, execute", ptrValue(tc.Title), ptrValue(tc.Kind))
+		t.Errorf("the request's title %v, kind %v; want the command, execute", deref(tc.Title), deref(tc.Kind))
 	}
 
 	file, ferr := os.ReadFile(filepath.Join(r.workspace, "made.txt"))
@@ -109,16 +110,9 @@ func testCodexPermission(t *testing.T, allow bool) {
 			t.Errorf("the tool result the model got: %q; want it told the user rejected the command", results[0].Text)
 		}
 	}
-	if got := c.messageText(); got != "All done." {
+	if got := c.agentText(); got != "All done." {
 		t.Errorf("the turn's message %q", got)
 	}
-}
-
-func ptrValue[T any](p *T) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
 
 // session/cancel in the middle of a slow stream ends the turn cancelled
@@ -129,12 +123,12 @@ func TestCodexCancel(t *testing.T) {
 	slow := modelserver.Text(strings.Repeat("slowly, ", 200))
 	slow.Delay = 20 * time.Millisecond
 	r.script(slow, modelserver.Text("Second answer."))
-	done := c.promptInBackground(ctxFor(t, 60*time.Second), id, "talk slowly")
+	done := c.promptAsync(id, "talk slowly")
 	c.waitChunks(3)
-	c.cancelEndsWithin(id, done, 2*time.Second)
-	before := c.messageText()
+	c.cancelWithin(t, id, done, 2*time.Second)
+	before := c.agentText()
 	c.mustPrompt(id, "now answer", "end_turn")
-	if got := strings.TrimPrefix(c.messageText(), before); got != "Second answer." {
+	if got := strings.TrimPrefix(c.agentText(), before); got != "Second answer." {
 		t.Errorf("the turn after the cancel said %q", got)
 	}
 	if next := r.nextRequest(2); !strings.Contains(next.LastUserText(), "now answer") {
@@ -169,18 +163,19 @@ func TestCodexHostKilledMidTurn(t *testing.T) {
 	slow := modelserver.Text(answer)
 	slow.Delay = 15 * time.Millisecond
 	r.script(slow, modelserver.Text("After the restart."))
-	_ = c.promptInBackground(ctxFor(t, 60*time.Second), id, "talk through a crash")
+	_ = c.promptAsync(id, "talk through a crash")
 	c.waitChunks(3)
-	before := r.cliPids("codex")
-	if len(before) != 1 {
-		t.Fatalf("codex processes of the rig: %v; want one app-server", before)
-	}
+	_, before := r.pluginAndCLI()
 	s.kill()
 
 	s = r.start()
-	es := r.waitStop(s, id, 1)
-	if after := r.cliPids("codex"); len(after) != 1 || after[0] != before[0] {
-		t.Errorf("codex processes after the restart: %v; want the same app-server, pid %d", after, before[0])
+	var es []entry
+	waitUntil(t, 30*time.Second, "the readopted turn's end in the journal", func() bool {
+		es = r.journal(s, id)
+		return stopOf(es) != nil
+	})
+	if _, after := r.pluginAndCLI(); after != before {
+		t.Errorf("the app-server after the restart is pid %d; want the one that ran the turn, pid %d", after, before)
 	}
 	var text strings.Builder
 	var last uint64
@@ -210,9 +205,9 @@ func TestCodexHostKilledMidTurn(t *testing.T) {
 	}
 
 	c = r.dial(s)
-	c.resume(r, id)
+	c.resumeSession(t, r, id)
 	c.mustPrompt(id, "still there?", "end_turn")
-	if got := c.messageText(); got != "After the restart." {
+	if got := c.agentText(); got != "After the restart." {
 		t.Errorf("the readopted session's next turn said %q", got)
 	}
 }
@@ -242,8 +237,8 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	c.waitSessionStopped(id)
-	c.resume(r, id)
+	c.waitNotRunning(t, id)
+	c.resumeSession(t, r, id)
 	c.mustPrompt(id, "what was the word?", "end_turn")
 	next := r.nextRequest(2)
 	var user, assistant bool
@@ -314,9 +309,9 @@ func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 	t.Parallel()
 	r, _, c, id := newCodexSession(t, nil)
 	r.script(modelserver.Reply{Cut: modelserver.Hang})
-	done := c.promptInBackground(ctxFor(t, 60*time.Second), id, "hello?")
+	done := c.promptAsync(id, "hello?")
 	r.nextRequest(1)
-	c.cancelEndsWithin(id, done, 2*time.Second)
+	c.cancelWithin(t, id, done, 2*time.Second)
 }
 
 // A codex session with no credentials of any kind (no auth.json in its
@@ -325,11 +320,11 @@ func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, codexCLI)
-	r.withholdCredentials()
+	r.writeConfig(func(a *agentconfig.Agent) { a.Credentials = agentconfig.CredentialsStrip })
 	s := r.start()
 	c := r.dial(s)
 	start := time.Now()
-	err := c.newSessionErr(r, nil)
+	err := c.tryNewSession(r, nil)
 	t.Logf("session/new: %v", err)
 	if err == nil {
 		t.Fatal("session/new succeeded without credentials")
@@ -390,7 +385,7 @@ func TestCodexPatchPermission(t *testing.T) {
 	tc := asked[0].ToolCall
 	raw, _ := json.Marshal(tc.RawInput)
 	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit || !strings.Contains(string(raw), "patched by codex") {
-		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", ptrValue(tc.Title), ptrValue(tc.Kind), raw)
+		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", deref(tc.Title), deref(tc.Kind), raw)
 	}
 	if b, err := os.ReadFile(path); err != nil || string(b) != "patched by codex\n" {
 		t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
@@ -413,13 +408,13 @@ func TestCodexCancelDuringPermission(t *testing.T) {
 		return acp.PermissionOptionKindAllowOnce
 	}
 	r.script(codexExec("printf never > never.txt"), modelserver.Text("Next turn."))
-	done := c.promptInBackground(ctxFor(t, 60*time.Second), id, "make the file")
+	done := c.promptAsync(id, "make the file")
 	select {
 	case <-asked:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no permission request reached the client")
 	}
-	c.cancelEndsWithin(id, done, 2*time.Second)
+	c.cancelWithin(t, id, done, 2*time.Second)
 	if _, err := os.Stat(filepath.Join(r.workspace, "never.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("never.txt: %v; want no file: the turn was cancelled while asking", err)
 	}
@@ -427,7 +422,7 @@ func TestCodexCancelDuringPermission(t *testing.T) {
 		t.Errorf("codex asked the model %d times; want once: a cancelled turn goes no further", n)
 	}
 	c.mustPrompt(id, "again", "end_turn")
-	if got := c.messageText(); got != "Next turn." {
+	if got := c.agentText(); got != "Next turn." {
 		t.Errorf("the turn after the cancel said %q", got)
 	}
 }
@@ -460,8 +455,8 @@ func TestCodexThinking(t *testing.T) {
 	if got.String() != thought || chunks < 5 {
 		t.Errorf("the client saw %d thought chunks of %q; want the reasoning in many chunks", chunks, got.String())
 	}
-	if c.messageText() != "Answered." {
-		t.Errorf("the answer %q", c.messageText())
+	if c.agentText() != "Answered." {
+		t.Errorf("the answer %q", c.agentText())
 	}
 }
 
@@ -476,7 +471,7 @@ func TestCodexDroppedStream(t *testing.T) {
 	r, _, c, id := newCodexSession(t, nil)
 	r.script(modelserver.Reply{Text: "This answer is cut short", Cut: modelserver.Drop, CutAfter: 3}, modelserver.Text("The whole answer."))
 	c.mustPrompt(id, "answer", "end_turn")
-	if got := c.messageText(); got != "This answThe whole answer." {
+	if got := c.agentText(); got != "This answThe whole answer." {
 		t.Errorf("the client saw %q; want the dropped attempt's deltas, then the retried answer", got)
 	}
 	reqs := r.srv.ModelRequests()
