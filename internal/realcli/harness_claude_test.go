@@ -255,7 +255,9 @@ func (c *client) tryNewSession(r *rig, options map[string]string) error {
 
 // waitNotRunning waits until the host has seen the session's plugin die
 // (_agenthost/session no longer reports it running). A session/resume
-// sent before that finds the dying session and returns it.
+// sent before that, while the host has not yet reaped the dead process,
+// still finds the session running and returns it, and the next prompt
+// fails on the plugin's closed connection.
 func (c *client) waitNotRunning(t *testing.T, id string) {
 	t.Helper()
 	waitUntil(t, 10*time.Second, "the host noticing the plugin's death", func() bool {
