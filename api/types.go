@@ -169,3 +169,15 @@ type DeathEvidence struct {
 	Detail     string    `json:"detail,omitempty"`
 	ObservedAt time.Time `json:"observedAt"`
 }
+
+// ServeReady is the line `agenthost serve` prints on its stdout once it
+// listens, so that whoever launched it (a desktop app, a test) knows the
+// socket to dial and the process that serves it.
+type ServeReady struct {
+	Ready    bool     `json:"ready"`
+	Socket   string   `json:"socket"`
+	PID      int      `json:"pid"`
+	StateDir string   `json:"stateDir"`
+	Version  string   `json:"version"`
+	Agents   []string `json:"agents"`
+}

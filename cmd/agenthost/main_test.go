@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/api"
 	"go.uber.org/goleak"
 )
 
@@ -141,22 +142,12 @@ func mustAH(t *testing.T, args ...string) result {
 	return r
 }
 
-// readyLine is what agenthost serve prints once it listens.
-type readyLine struct {
-	Ready    bool     `json:"ready"`
-	Socket   string   `json:"socket"`
-	PID      int      `json:"pid"`
-	StateDir string   `json:"stateDir"`
-	Version  string   `json:"version"`
-	Agents   []string `json:"agents"`
-}
-
 // server is an agenthost serve process.
 type server struct {
 	t     *testing.T
 	dir   string
 	cmd   *exec.Cmd
-	ready readyLine
+	ready api.ServeReady
 
 	mu      sync.Mutex
 	stderr  bytes.Buffer

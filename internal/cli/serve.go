@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
@@ -208,16 +209,6 @@ func (a *App) signals(ctx context.Context, onFirst func()) (context.Context, fun
 	}
 }
 
-// readyLine is what serve prints on stdout once it listens.
-type readyLine struct {
-	Ready    bool     `json:"ready"`
-	Socket   string   `json:"socket"`
-	PID      int      `json:"pid"`
-	StateDir string   `json:"stateDir"`
-	Version  string   `json:"version"`
-	Agents   []string `json:"agents"`
-}
-
 func (a *App) serve(ctx context.Context, shutdown bool) (err error) {
 	ctx, stop := a.signals(ctx, nil)
 	defer stop()
@@ -243,7 +234,7 @@ func (a *App) serve(ctx context.Context, shutdown bool) (err error) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }()
 
-	line, _ := json.Marshal(readyLine{Ready: true, Socket: sock, PID: os.Getpid(), StateDir: o.stateDir, Version: a.version(), Agents: o.h.Agents()})
+	line, _ := json.Marshal(api.ServeReady{Ready: true, Socket: sock, PID: os.Getpid(), StateDir: o.stateDir, Version: a.version(), Agents: o.h.Agents()})
 	fmt.Fprintf(a.Stdout, "%s\n", line)
 	if isTerminal(a.Stderr) {
 		what := "detaches (sessions keep running)"
