@@ -7,9 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agenthost/agenthost/internal/agentconfig"
-
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/agentconfig"
 )
 
 // Files in the state directory.

@@ -7,11 +7,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/agenthost/agenthost/internal/agentconfig"
-
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/agentconfig"
 )
 
 func (a *App) agentsCommand() *cobra.Command {
