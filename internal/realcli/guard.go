@@ -14,7 +14,9 @@ import (
 // environment names, and it refuses every request, recording where it was
 // headed. A CLI that honours the proxy variables (both do) therefore
 // reaches nothing but the model server, which NO_PROXY exempts, and a test
-// sees what the CLI tried to reach instead of reaching it.
+// sees what the CLI tried to reach instead of reaching it. A client that
+// ignores the proxy variables and dials out directly is not caught: the
+// guard is a net under well-behaved clients, not a network namespace.
 type Guard struct {
 	ln   net.Listener
 	wg   sync.WaitGroup
@@ -73,6 +75,8 @@ func (g *Guard) Env() []string {
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "ALL_PROXY=" + proxy,
 		"http_proxy=" + proxy, "https_proxy=" + proxy, "all_proxy=" + proxy,
 		"NO_PROXY=" + local, "no_proxy=" + local,
+		// Node's own fetch ignores the variables above unless told.
+		"NODE_USE_ENV_PROXY=1",
 	}
 }
 

@@ -92,7 +92,7 @@ func find(env, name string) (string, error) {
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("find the agenthost module: %w", err)
 	}
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
@@ -173,7 +173,7 @@ func ClaudeSetup(path, home, baseURL string, maxRetries int) Setup {
 func CodexSetup(path, home, baseURL string, retries int) (Setup, error) {
 	codexHome := filepath.Join(home, ".codex")
 	if err := os.MkdirAll(codexHome, 0o700); err != nil {
-		return Setup{}, err
+		return Setup{}, fmt.Errorf("codex's home: %w", err)
 	}
 	config := fmt.Sprintf(`model_provider = "modelserver"
 
@@ -186,7 +186,7 @@ request_max_retries = %d
 stream_max_retries = %d
 `, baseURL, retries, retries)
 	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
-		return Setup{}, err
+		return Setup{}, fmt.Errorf("codex's config: %w", err)
 	}
 	return Setup{
 		Agent:       "codex",

@@ -14,18 +14,18 @@ import (
 func testTextTurn(t *testing.T, c cli) {
 	r := newRig(t, c)
 	s := r.start()
-	api := r.dial(s)
-	id := api.newSession(r, nil)
+	cl := r.dial(s)
+	id := cl.newSession(r, nil)
 	const answer = "The quick brown fox jumps over the lazy dog, twice over."
 	reply := modelserver.Text(answer)
 	reply.Usage = modelserver.Usage{InputTokens: 1200, OutputTokens: 34}
-	r.srv.Script(reply)
-	api.mustPrompt(id, "say the pangram", "end_turn")
+	r.script(reply)
+	cl.mustPrompt(id, "say the pangram", "end_turn")
 
 	var text strings.Builder
 	chunks := 0
 	var usage *journal.Usage
-	for _, u := range api.received() {
+	for _, u := range cl.received() {
 		switch u := u.Update.(type) {
 		case *journal.Chunk:
 			if u.Kind == journal.KindAgentMessageChunk {
@@ -43,8 +43,11 @@ func testTextTurn(t *testing.T, c cli) {
 		t.Errorf("usage reaching the client: %+v; want the model's 1200 input tokens counted", usage)
 	}
 	reqs := r.srv.ModelRequests()
-	if len(reqs) != 1 || !strings.Contains(reqs[0].LastUserText(), "say the pangram") {
-		t.Errorf("the model was asked %d times; last user text %q", len(reqs), reqs[len(reqs)-1].LastUserText())
+	if len(reqs) != 1 {
+		t.Fatalf("the model was asked %d times; want once", len(reqs))
+	}
+	if got := reqs[0].LastUserText(); !strings.Contains(got, "say the pangram") {
+		t.Errorf("the model was asked with the user text %q; want the prompt", got)
 	}
 }
 
