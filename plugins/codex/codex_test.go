@@ -365,6 +365,22 @@ func TestCancel(t *testing.T) {
 	run(t, p, "count 2", "end_turn")
 }
 
+// A codex that accepts turn/interrupt but never ends the turn does not
+// hold the cancel: the turn ends cancelled within the 2 s session/cancel
+// promises.
+func TestCancelUnconfirmed(t *testing.T) {
+	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_IGNORE_INTERRUPT=1")
+	turn := plugintest.Prompt(t, p, "sleep 30s")
+	p.Until(turnWait, "the turn's first update", func(u sdktest.Update) bool { return u.TurnID == turn })
+	begun := time.Now()
+	plugintest.Cancel(t, p)
+	ups, st := p.Turn(turn, turnWait)
+	stopOf(t, ups, st, "cancelled")
+	if d := time.Since(begun); d > 2*time.Second {
+		t.Errorf("cancel took %s", d)
+	}
+}
+
 func TestApprovals(t *testing.T) {
 	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "on-request"})
 	for _, tt := range []struct {

@@ -27,9 +27,10 @@
 // each asked in its own goroutine so the turn keeps streaming; their
 // options are codex's decisions (accept, acceptForSession, decline).
 // Cancelling the turn sends turn/interrupt and ends with StopCancelled
-// when codex confirms it, or 3 s later. Close stops the app-server under
-// cliproc's rule (stdin EOF, SIGTERM, SIGKILL, each wait at most 2 s and
-// sharing the Close deadline).
+// when codex confirms it, or 1.5 s later, inside the 2 s session/cancel
+// promises. Close stops the app-server under cliproc's rule (stdin EOF,
+// SIGTERM, SIGKILL, each wait at most 2 s and sharing the Close
+// deadline).
 //
 // # Hazards
 //
