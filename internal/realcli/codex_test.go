@@ -403,7 +403,12 @@ func TestCodexCancelDuringPermission(t *testing.T) {
 	asked, release := make(chan struct{}, 1), make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
-		asked <- struct{}{}
+		// Only the first request is waited for: a later one must not
+		// block here, where the cleanup's close(release) cannot free it.
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
 		<-release // the user never answers
 		return acp.PermissionOptionKindAllowOnce
 	}
