@@ -304,14 +304,21 @@ func testCodexServerError(t *testing.T, status int, message, want string) {
 }
 
 // A model server that never answers does not hold the turn: session/cancel
-// still ends it cancelled, within 2 s.
+// still ends it cancelled, within 2 s, and the next prompt works.
 func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 	t.Parallel()
 	r, _, c, id := newCodexSession(t, nil)
-	r.script(modelserver.Reply{Cut: modelserver.Hang})
+	r.script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
 	done := c.promptAsync(id, "hello?")
 	r.nextRequest(1)
 	c.cancelWithin(t, id, done, 2*time.Second)
+	c.mustPrompt(id, "try again", "end_turn")
+	if got := c.agentText(); got != "Back again." {
+		t.Errorf("the turn after the cancel said %q", got)
+	}
+	if next := r.nextRequest(2); !strings.Contains(next.LastUserText(), "try again") {
+		t.Errorf("the next request's user text %q", next.LastUserText())
+	}
 }
 
 // A codex session with no credentials of any kind (no auth.json in its
