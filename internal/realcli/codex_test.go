@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
@@ -152,63 +153,87 @@ func TestCodexModelOption(t *testing.T) {
 }
 
 // The host is SIGKILLed in the middle of a slow turn and started again on
-// the same state directory: the app-server lived on (same pid), the new
-// host readopts the session, the turn completes, and the journal holds
-// every update once: plugin sequence numbers without gaps or repeats,
-// the answer's text exactly once.
+// the same state directory: the plugin and its app-server lived on (same
+// pids), the new host readopts the session, the turn completes (updates
+// journaled after the kill), and the journal holds every update once:
+// plugin sequence numbers without gaps or repeats, the answer's text
+// exactly once. The readopted session takes the next prompt at once, on
+// the same codex thread.
 func TestCodexHostKilledMidTurn(t *testing.T) {
 	t.Parallel()
 	r, s, c, id := newCodexSession(t, nil)
 	answer := strings.Repeat("survive the host, ", 20)
 	slow := modelserver.Text(answer)
-	slow.Delay = 15 * time.Millisecond
+	slow.Delay = 15 * time.Millisecond // 120 deltas: 1.8 s
 	r.script(slow, modelserver.Text("After the restart."))
 	_ = c.promptAsync(id, "talk through a crash")
 	c.waitChunks(3)
-	_, before := r.pluginAndCLI()
+	plugin, appServer := r.pluginAndCLI()
+	killed := time.Now()
 	s.kill()
 
 	s = r.start()
+	if p, a := r.pluginAndCLI(); p != plugin || a != appServer {
+		t.Errorf("the new host runs plugin %d with app-server %d; want the ones that ran the turn, %d and %d", p, a, plugin, appServer)
+	}
+	c = r.dial(s)
+	var st api.StatusResult
+	if err := c.c.Call(ctxFor(t, 10*time.Second), api.MethodStatus, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Host.Decided[api.ActionReadopted] != 1 {
+		t.Errorf("the new host decided %v; want the session readopted", st.Host.Decided)
+	}
 	var es []entry
 	waitUntil(t, 30*time.Second, "the readopted turn's end in the journal", func() bool {
 		es = r.journal(s, id)
 		return stopOf(es) != nil
 	})
-	if _, after := r.pluginAndCLI(); after != before {
-		t.Errorf("the app-server after the restart is pid %d; want the one that ran the turn, pid %d", after, before)
+	if st := stopOf(es); st.StopReason != string(acp.StopReasonEndTurn) {
+		t.Errorf("the turn stopped %q (%s); want end_turn", st.StopReason, st.Error)
 	}
-	var text strings.Builder
-	var last uint64
-	for _, e := range es {
-		var seq uint64
-		switch rec := e.Record.(type) {
-		case *journal.Update:
-			seq = rec.PluginSeq
-			if ch, ok := rec.Update.(*journal.Chunk); ok && ch.Kind == journal.KindAgentMessageChunk {
-				text.WriteString(ch.Content.Text())
-			}
-		case *journal.Stop:
-			seq = rec.PluginSeq
-			if rec.StopReason != string(acp.StopReasonEndTurn) {
-				t.Errorf("the turn stopped %q (%s); want end_turn", rec.StopReason, rec.Error)
-			}
-		default:
-			continue
+	var seqs []uint64
+	var ups []journal.SessionUpdate
+	afterKill := 0
+	for _, u := range updates(es) {
+		seqs = append(seqs, u.PluginSeq)
+		ups = append(ups, u.Update)
+		if time.Unix(0, u.PluginTime).After(killed) {
+			afterKill++
 		}
-		if seq != last+1 {
-			t.Errorf("journal entry %d has plugin seq %d after %d; want every update once, in order", e.Seq, seq, last)
-		}
-		last = seq
 	}
-	if text.String() != answer {
-		t.Errorf("the journal's message text %q; want the answer exactly once", text.String())
+	if afterKill == 0 {
+		t.Error("no update was produced after the host was killed: the turn was not interrupted by the kill")
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Errorf("the journal's plugin seqs are %v; want 1..%d without gaps or repeats", seqs, len(seqs))
+			break
+		}
+	}
+	if text, _ := messageText(ups); text != answer {
+		t.Errorf("the journal's message text %q; want the answer exactly once", text)
+	}
+	if !hasLifecycle(es, "readopted") {
+		t.Error("the journal has no readopted lifecycle entry")
 	}
 
-	c = r.dial(s)
-	c.resumeSession(t, r, id)
+	// The session runs in this host already: it takes a prompt without a
+	// session/resume (this connection then does not follow its updates,
+	// so the answer is read from the journal).
 	c.mustPrompt(id, "still there?", "end_turn")
-	if got := c.agentText(); got != "After the restart." {
-		t.Errorf("the readopted session's next turn said %q", got)
+	var next []journal.SessionUpdate
+	for _, u := range updates(r.journal(s, id)) {
+		if u.PluginSeq > seqs[len(seqs)-1] {
+			next = append(next, u.Update)
+		}
+	}
+	if text, _ := messageText(next); text != "After the restart." {
+		t.Errorf("the readopted session's next turn said %q", text)
+	}
+	req := r.nextRequest(2)
+	if !strings.Contains(req.LastUserText(), "still there?") || !hasMessage(req, "user", "talk through a crash") {
+		t.Errorf("the next turn's request (last user text %q) does not continue the thread of the first", req.LastUserText())
 	}
 }
 
@@ -241,13 +266,7 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 	c.resumeSession(t, r, id)
 	c.mustPrompt(id, "what was the word?", "end_turn")
 	next := r.nextRequest(2)
-	var user, assistant bool
-	for _, m := range next.Messages {
-		for _, p := range m.Parts {
-			user = user || (m.Role == "user" && strings.Contains(p.Text, "remember the word marmalade"))
-			assistant = assistant || (m.Role == "assistant" && strings.Contains(p.Text, "The secret word is marmalade."))
-		}
-	}
+	user, assistant := hasMessage(next, "user", "remember the word marmalade"), hasMessage(next, "assistant", "The secret word is marmalade.")
 	if !user || !assistant || !strings.Contains(next.LastUserText(), "what was the word?") {
 		t.Errorf("the request after the resume carries the first prompt %v, the first answer %v, last user text %q; want the thread resumed",
 			user, assistant, next.LastUserText())

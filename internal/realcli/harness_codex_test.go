@@ -106,3 +106,27 @@ func (r *rig) assertJournalHas(s *server, id, text string) {
 	}
 	r.t.Errorf("no tool call update in the journal of %s carries %q", id, text)
 }
+
+// hasLifecycle reports whether the journal holds a lifecycle entry of
+// event.
+func hasLifecycle(es []entry, event string) bool {
+	for _, e := range es {
+		if l, ok := e.Record.(*journal.Lifecycle); ok && l.Event == event {
+			return true
+		}
+	}
+	return false
+}
+
+// hasMessage reports whether a model request carries a message of role
+// whose text holds text.
+func hasMessage(req modelserver.Request, role, text string) bool {
+	for _, m := range req.Messages {
+		for _, p := range m.Parts {
+			if m.Role == role && strings.Contains(p.Text, text) {
+				return true
+			}
+		}
+	}
+	return false
+}
