@@ -389,11 +389,26 @@ func TestCodexRejectedModelFailsTheFirstTurn(t *testing.T) {
 // A patch (tools.apply_patch from the exec tool) that needs approval asks
 // with the file it edits as the title, kind edit and the change in
 // rawInput; allowed, codex writes the file.
-func TestCodexPatchPermission(t *testing.T) {
+func TestCodexPatchPermissionAllow(t *testing.T) {
 	t.Parallel()
+	testCodexPatchPermission(t, true)
+}
+
+// Rejected, the file is not written and the model's next request says
+// the patch was rejected.
+func TestCodexPatchPermissionReject(t *testing.T) {
+	t.Parallel()
+	testCodexPatchPermission(t, false)
+}
+
+func testCodexPatchPermission(t *testing.T, allow bool) {
 	// In a read-only sandbox every patch needs approval.
 	r, _, c, id := newCodexSession(t, map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "read-only"})
-	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowOnce }
+	answer := acp.PermissionOptionKindRejectOnce
+	if allow {
+		answer = acp.PermissionOptionKindAllowOnce
+	}
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
 	const patch = "*** Begin Patch\n*** Add File: notes.txt\n+patched by codex\n*** End Patch\n"
 	js := fmt.Sprintf("const r = await tools.apply_patch(%q);\ntext(JSON.stringify(r));\n", patch)
 	r.script(modelserver.Reply{Tools: []modelserver.ToolCall{{Name: "exec", Input: js, Custom: true}}}, modelserver.Text("Patched."))
@@ -409,11 +424,25 @@ func TestCodexPatchPermission(t *testing.T) {
 	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit || !strings.Contains(string(raw), "patched by codex") {
 		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", deref(tc.Title), deref(tc.Kind), raw)
 	}
-	if b, err := os.ReadFile(path); err != nil || string(b) != "patched by codex\n" {
-		t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
+	b, err := os.ReadFile(path)
+	results := r.nextRequest(2).ToolResults()
+	if len(results) != 1 {
+		t.Fatalf("the model's next request carries %d tool results; want 1", len(results))
 	}
-	if results := r.nextRequest(2).ToolResults(); len(results) != 1 || !strings.Contains(results[0].Text, "Script completed") {
-		t.Errorf("the tool results of the model's next request: %+v", results)
+	if allow {
+		if err != nil || string(b) != "patched by codex\n" {
+			t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
+		}
+		if !strings.Contains(results[0].Text, "Script completed") {
+			t.Errorf("the tool result the model got: %q", results[0].Text)
+		}
+	} else {
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("notes.txt: %q, %v; want no file: the patch was rejected", b, err)
+		}
+		if !strings.Contains(results[0].Text, "patch rejected by user") {
+			t.Errorf("the tool result the model got: %q; want it told the patch was rejected", results[0].Text)
+		}
 	}
 }
 
