@@ -65,10 +65,7 @@ func testCodexPermission(t *testing.T, allow bool) {
 		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
 	}
 	tc := asked[0].ToolCall
-	var input struct {
-		Command string `json:"command"`
-		Cwd     string `json:"cwd"`
-	}
+	var input codex.CommandInput
 	raw, _ := json.Marshal(tc.RawInput)
 	if err := json.Unmarshal(raw, &input); err != nil || !strings.Contains(input.Command, cmd) || input.Cwd != r.workspace {
 		t.Errorf("the request's rawInput %s; want the command and the workspace", raw)
@@ -420,9 +417,13 @@ func testCodexPatchPermission(t *testing.T, allow bool) {
 		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
 	}
 	tc := asked[0].ToolCall
+	var input codex.PatchInput
 	raw, _ := json.Marshal(tc.RawInput)
-	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit || !strings.Contains(string(raw), "patched by codex") {
-		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", deref(tc.Title), deref(tc.Kind), raw)
+	if err := json.Unmarshal(raw, &input); err != nil || len(input.Changes) != 1 || input.Changes[0].Path != path || !strings.Contains(input.Changes[0].Diff, "patched by codex") {
+		t.Errorf("the request's rawInput %s; want the file and the change", raw)
+	}
+	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit {
+		t.Errorf("the request's title %v, kind %v; want the file, edit", deref(tc.Title), deref(tc.Kind))
 	}
 	b, err := os.ReadFile(path)
 	results := r.nextRequest(2).ToolResults()

@@ -1,6 +1,7 @@
 package codex_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -382,7 +383,8 @@ func TestCancelUnconfirmed(t *testing.T) {
 }
 
 func TestApprovals(t *testing.T) {
-	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "on-request"})
+	h := newHome(t, true)
+	p, _ := open(t, h, map[string]string{"approval_policy": "on-request"})
 	for _, tt := range []struct {
 		prompt, answer, toolStatus, reply string
 	}{
@@ -404,8 +406,19 @@ func TestApprovals(t *testing.T) {
 		if req.ToolCall.Kind != wantKind || !strings.HasPrefix(req.ToolCall.Title, wantTitle) {
 			t.Errorf("%s: permission tool call %+v", tt.prompt, req.ToolCall)
 		}
-		if tt.prompt == "edit" && !strings.Contains(string(req.ToolCall.RawInput), `"diff":"hello\n"`) {
-			t.Errorf("edit: the permission's rawInput %s lacks the change it asks about", req.ToolCall.RawInput)
+		// rawInput decodes as the plugin's contract types say.
+		if tt.prompt == "edit" {
+			var in codex.PatchInput
+			err := json.Unmarshal(req.ToolCall.RawInput, &in)
+			if err != nil || len(in.Changes) != 1 || in.Changes[0].Path != filepath.Join(h.workspace, "notes.txt") || in.Changes[0].Diff != "hello\n" {
+				t.Errorf("edit: the permission's rawInput %s (%v); want the change it asks about", req.ToolCall.RawInput, err)
+			}
+		} else {
+			var in codex.CommandInput
+			err := json.Unmarshal(req.ToolCall.RawInput, &in)
+			if err != nil || in.Command != "/bin/bash -lc ls" || in.Cwd != h.workspace {
+				t.Errorf("tool: the permission's rawInput %s (%v); want the command and where it runs", req.ToolCall.RawInput, err)
+			}
 		}
 		var opts []string
 		for _, o := range req.Options {
