@@ -125,6 +125,37 @@ func (r *rig) waitJournal(s *server, id, what string, cond func([]entry) bool) [
 	}
 }
 
+// assertJournaledOnce checks the journal of a turn whose host was killed
+// at killed and which a new host readopted: its updates' plugin sequence
+// numbers run 1..n without gaps or repeats, some were produced after the
+// kill, and their message text is answer, each piece once. It returns n.
+func assertJournaledOnce(t *testing.T, es []entry, killed time.Time, answer string) uint64 {
+	t.Helper()
+	var seqs []uint64
+	var ups []journal.SessionUpdate
+	afterKill := 0
+	for _, u := range updates(es) {
+		seqs = append(seqs, u.PluginSeq)
+		ups = append(ups, u.Update)
+		if time.Unix(0, u.PluginTime).After(killed) {
+			afterKill++
+		}
+	}
+	if afterKill == 0 {
+		t.Error("no update was produced after the host was killed: the turn was not interrupted by the kill")
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Errorf("the journal's plugin seqs are %v; want 1..%d without gaps or repeats", seqs, len(seqs))
+			break
+		}
+	}
+	if text, _ := messageText(ups); text != answer {
+		t.Errorf("the journal's message text %q; want the answer exactly once", text)
+	}
+	return uint64(len(seqs))
+}
+
 // hasLifecycle reports whether the journal holds a lifecycle entry of
 // event.
 func hasLifecycle(es []entry, event string) bool {
