@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/acp-go-sdk"
 
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
@@ -64,10 +65,7 @@ func testCodexPermission(t *testing.T, allow bool) {
 		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
 	}
 	tc := asked[0].ToolCall
-	var input struct {
-		Command string `json:"command"`
-		Cwd     string `json:"cwd"`
-	}
+	var input codex.CommandInput
 	raw, _ := json.Marshal(tc.RawInput)
 	if err := json.Unmarshal(raw, &input); err != nil || !strings.Contains(input.Command, cmd) || input.Cwd != r.workspace {
 		t.Errorf("the request's rawInput %s; want the command and the workspace", raw)
@@ -152,63 +150,62 @@ func TestCodexModelOption(t *testing.T) {
 }
 
 // The host is SIGKILLed in the middle of a slow turn and started again on
-// the same state directory: the app-server lived on (same pid), the new
-// host readopts the session, the turn completes, and the journal holds
-// every update once: plugin sequence numbers without gaps or repeats,
-// the answer's text exactly once.
+// the same state directory: the plugin and its app-server lived on (same
+// pids), the new host readopts the session, the turn completes (updates
+// journaled after the kill), and the journal holds every update once:
+// plugin sequence numbers without gaps or repeats, the answer's text
+// exactly once. The readopted session takes the next prompt at once, on
+// the same codex thread.
 func TestCodexHostKilledMidTurn(t *testing.T) {
 	t.Parallel()
 	r, s, c, id := newCodexSession(t, nil)
 	answer := strings.Repeat("survive the host, ", 20)
 	slow := modelserver.Text(answer)
-	slow.Delay = 15 * time.Millisecond
+	slow.Delay = 15 * time.Millisecond // 120 deltas: 1.8 s
 	r.script(slow, modelserver.Text("After the restart."))
 	_ = c.promptAsync(id, "talk through a crash")
 	c.waitChunks(3)
-	_, before := r.pluginAndCLI()
+	plugin, appServer := r.pluginAndCLI()
+	killed := time.Now()
 	s.kill()
 
 	s = r.start()
-	var es []entry
-	waitUntil(t, 30*time.Second, "the readopted turn's end in the journal", func() bool {
-		es = r.journal(s, id)
-		return stopOf(es) != nil
-	})
-	if _, after := r.pluginAndCLI(); after != before {
-		t.Errorf("the app-server after the restart is pid %d; want the one that ran the turn, pid %d", after, before)
+	if p, a := r.pluginAndCLI(); p != plugin || a != appServer {
+		t.Errorf("the new host runs plugin %d with app-server %d; want the ones that ran the turn, %d and %d", p, a, plugin, appServer)
 	}
-	var text strings.Builder
-	var last uint64
-	for _, e := range es {
-		var seq uint64
-		switch rec := e.Record.(type) {
-		case *journal.Update:
-			seq = rec.PluginSeq
-			if ch, ok := rec.Update.(*journal.Chunk); ok && ch.Kind == journal.KindAgentMessageChunk {
-				text.WriteString(ch.Content.Text())
-			}
-		case *journal.Stop:
-			seq = rec.PluginSeq
-			if rec.StopReason != string(acp.StopReasonEndTurn) {
-				t.Errorf("the turn stopped %q (%s); want end_turn", rec.StopReason, rec.Error)
-			}
-		default:
-			continue
-		}
-		if seq != last+1 {
-			t.Errorf("journal entry %d has plugin seq %d after %d; want every update once, in order", e.Seq, seq, last)
-		}
-		last = seq
+	c = r.dial(s)
+	var st api.StatusResult
+	if err := c.c.Call(ctxFor(t, 10*time.Second), api.MethodStatus, nil, &st); err != nil {
+		t.Fatal(err)
 	}
-	if text.String() != answer {
-		t.Errorf("the journal's message text %q; want the answer exactly once", text.String())
+	if st.Host.Decided[api.ActionReadopted] != 1 {
+		t.Errorf("the new host decided %v; want the session readopted", st.Host.Decided)
+	}
+	es := r.waitJournal(s, id, "the readopted turn's end", func(es []entry) bool { return stopOf(es) != nil })
+	if st := stopOf(es); st.StopReason != string(acp.StopReasonEndTurn) {
+		t.Errorf("the turn stopped %q (%s); want end_turn", st.StopReason, st.Error)
+	}
+	last := assertJournaledOnce(t, es, killed, answer)
+	if !hasLifecycle(es, "readopted") {
+		t.Error("the journal has no readopted lifecycle entry")
 	}
 
-	c = r.dial(s)
-	c.resumeSession(t, r, id)
+	// The session runs in this host already: it takes a prompt without a
+	// session/resume (this connection then does not follow its updates,
+	// so the answer is read from the journal).
 	c.mustPrompt(id, "still there?", "end_turn")
-	if got := c.agentText(); got != "After the restart." {
-		t.Errorf("the readopted session's next turn said %q", got)
+	var next []journal.SessionUpdate
+	for _, u := range updates(r.journal(s, id)) {
+		if u.PluginSeq > last {
+			next = append(next, u.Update)
+		}
+	}
+	if text, _ := messageText(next); text != "After the restart." {
+		t.Errorf("the readopted session's next turn said %q", text)
+	}
+	req := r.nextRequest(2)
+	if !strings.Contains(req.LastUserText(), "still there?") || !hasMessage(req, "user", "talk through a crash") {
+		t.Errorf("the next turn's request (last user text %q) does not continue the thread of the first", req.LastUserText())
 	}
 }
 
@@ -241,13 +238,7 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 	c.resumeSession(t, r, id)
 	c.mustPrompt(id, "what was the word?", "end_turn")
 	next := r.nextRequest(2)
-	var user, assistant bool
-	for _, m := range next.Messages {
-		for _, p := range m.Parts {
-			user = user || (m.Role == "user" && strings.Contains(p.Text, "remember the word marmalade"))
-			assistant = assistant || (m.Role == "assistant" && strings.Contains(p.Text, "The secret word is marmalade."))
-		}
-	}
+	user, assistant := hasMessage(next, "user", "remember the word marmalade"), hasMessage(next, "assistant", "The secret word is marmalade.")
 	if !user || !assistant || !strings.Contains(next.LastUserText(), "what was the word?") {
 		t.Errorf("the request after the resume carries the first prompt %v, the first answer %v, last user text %q; want the thread resumed",
 			user, assistant, next.LastUserText())
@@ -304,14 +295,21 @@ func testCodexServerError(t *testing.T, status int, message, want string) {
 }
 
 // A model server that never answers does not hold the turn: session/cancel
-// still ends it cancelled, within 2 s.
+// still ends it cancelled, within 2 s, and the next prompt works.
 func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 	t.Parallel()
 	r, _, c, id := newCodexSession(t, nil)
-	r.script(modelserver.Reply{Cut: modelserver.Hang})
+	r.script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
 	done := c.promptAsync(id, "hello?")
 	r.nextRequest(1)
 	c.cancelWithin(t, id, done, 2*time.Second)
+	c.mustPrompt(id, "try again", "end_turn")
+	if got := c.agentText(); got != "Back again." {
+		t.Errorf("the turn after the cancel said %q", got)
+	}
+	if next := r.nextRequest(2); !strings.Contains(next.LastUserText(), "try again") {
+		t.Errorf("the next request's user text %q", next.LastUserText())
+	}
 }
 
 // A codex session with no credentials of any kind (no auth.json in its
@@ -367,11 +365,26 @@ func TestCodexRejectedModelFailsTheFirstTurn(t *testing.T) {
 // A patch (tools.apply_patch from the exec tool) that needs approval asks
 // with the file it edits as the title, kind edit and the change in
 // rawInput; allowed, codex writes the file.
-func TestCodexPatchPermission(t *testing.T) {
+func TestCodexPatchPermissionAllow(t *testing.T) {
 	t.Parallel()
+	testCodexPatchPermission(t, true)
+}
+
+// Rejected, the file is not written and the model's next request says
+// the patch was rejected.
+func TestCodexPatchPermissionReject(t *testing.T) {
+	t.Parallel()
+	testCodexPatchPermission(t, false)
+}
+
+func testCodexPatchPermission(t *testing.T, allow bool) {
 	// In a read-only sandbox every patch needs approval.
 	r, _, c, id := newCodexSession(t, map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "read-only"})
-	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowOnce }
+	answer := acp.PermissionOptionKindRejectOnce
+	if allow {
+		answer = acp.PermissionOptionKindAllowOnce
+	}
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
 	const patch = "*** Begin Patch\n*** Add File: notes.txt\n+patched by codex\n*** End Patch\n"
 	js := fmt.Sprintf("const r = await tools.apply_patch(%q);\ntext(JSON.stringify(r));\n", patch)
 	r.script(modelserver.Reply{Tools: []modelserver.ToolCall{{Name: "exec", Input: js, Custom: true}}}, modelserver.Text("Patched."))
@@ -383,15 +396,33 @@ func TestCodexPatchPermission(t *testing.T) {
 		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
 	}
 	tc := asked[0].ToolCall
+	var input codex.PatchInput
 	raw, _ := json.Marshal(tc.RawInput)
-	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit || !strings.Contains(string(raw), "patched by codex") {
-		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", deref(tc.Title), deref(tc.Kind), raw)
+	if err := json.Unmarshal(raw, &input); err != nil || len(input.Changes) != 1 || input.Changes[0].Path != path || !strings.Contains(input.Changes[0].Diff, "patched by codex") {
+		t.Errorf("the request's rawInput %s; want the file and the change", raw)
 	}
-	if b, err := os.ReadFile(path); err != nil || string(b) != "patched by codex\n" {
-		t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
+	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit {
+		t.Errorf("the request's title %v, kind %v; want the file, edit", deref(tc.Title), deref(tc.Kind))
 	}
-	if results := r.nextRequest(2).ToolResults(); len(results) != 1 || !strings.Contains(results[0].Text, "Script completed") {
-		t.Errorf("the tool results of the model's next request: %+v", results)
+	b, err := os.ReadFile(path)
+	results := r.nextRequest(2).ToolResults()
+	if len(results) != 1 {
+		t.Fatalf("the model's next request carries %d tool results; want 1", len(results))
+	}
+	if allow {
+		if err != nil || string(b) != "patched by codex\n" {
+			t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
+		}
+		if !strings.Contains(results[0].Text, "Script completed") {
+			t.Errorf("the tool result the model got: %q", results[0].Text)
+		}
+	} else {
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("notes.txt: %q, %v; want no file: the patch was rejected", b, err)
+		}
+		if !strings.Contains(results[0].Text, "patch rejected by user") {
+			t.Errorf("the tool result the model got: %q; want it told the patch was rejected", results[0].Text)
+		}
 	}
 }
 
@@ -403,7 +434,12 @@ func TestCodexCancelDuringPermission(t *testing.T) {
 	asked, release := make(chan struct{}, 1), make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
-		asked <- struct{}{}
+		// Only the first request is waited for: a later one must not
+		// block here, where the cleanup's close(release) cannot free it.
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
 		<-release // the user never answers
 		return acp.PermissionOptionKindAllowOnce
 	}

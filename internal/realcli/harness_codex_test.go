@@ -106,3 +106,76 @@ func (r *rig) assertJournalHas(s *server, id, text string) {
 	}
 	r.t.Errorf("no tool call update in the journal of %s carries %q", id, text)
 }
+
+// waitJournal reads the session's journal until cond holds of it, for up
+// to 30 s, and returns it. Each read replays the whole journal on a new
+// connection, so it polls gently.
+func (r *rig) waitJournal(s *server, id, what string, cond func([]entry) bool) []entry {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		es := r.journal(s, id)
+		if cond(es) {
+			return es
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%s: not in the journal of %s within 30 s", what, id)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// assertJournaledOnce checks the journal of a turn whose host was killed
+// at killed and which a new host readopted: its updates' plugin sequence
+// numbers run 1..n without gaps or repeats, some were produced after the
+// kill, and their message text is answer, each piece once. It returns n.
+func assertJournaledOnce(t *testing.T, es []entry, killed time.Time, answer string) uint64 {
+	t.Helper()
+	var seqs []uint64
+	var ups []journal.SessionUpdate
+	afterKill := 0
+	for _, u := range updates(es) {
+		seqs = append(seqs, u.PluginSeq)
+		ups = append(ups, u.Update)
+		if time.Unix(0, u.PluginTime).After(killed) {
+			afterKill++
+		}
+	}
+	if afterKill == 0 {
+		t.Error("no update was produced after the host was killed: the turn was not interrupted by the kill")
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Errorf("the journal's plugin seqs are %v; want 1..%d without gaps or repeats", seqs, len(seqs))
+			break
+		}
+	}
+	if text, _ := messageText(ups); text != answer {
+		t.Errorf("the journal's message text %q; want the answer exactly once", text)
+	}
+	return uint64(len(seqs))
+}
+
+// hasLifecycle reports whether the journal holds a lifecycle entry of
+// event.
+func hasLifecycle(es []entry, event string) bool {
+	for _, e := range es {
+		if l, ok := e.Record.(*journal.Lifecycle); ok && l.Event == event {
+			return true
+		}
+	}
+	return false
+}
+
+// hasMessage reports whether a model request carries a message of role
+// whose text holds text.
+func hasMessage(req modelserver.Request, role, text string) bool {
+	for _, m := range req.Messages {
+		for _, p := range m.Parts {
+			if m.Role == role && strings.Contains(p.Text, text) {
+				return true
+			}
+		}
+	}
+	return false
+}

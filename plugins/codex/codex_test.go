@@ -1,6 +1,7 @@
 package codex_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -352,6 +353,23 @@ func TestCredentialPolicy(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	p, _ := open(t, newHome(t, true), nil)
+	cancelSleep(t, p)
+	// The session goes on.
+	run(t, p, "count 2", "end_turn")
+}
+
+// A codex that accepts turn/interrupt but never ends the turn does not
+// hold the cancel: the turn ends cancelled within the 2 s session/cancel
+// promises.
+func TestCancelUnconfirmed(t *testing.T) {
+	p, _ := open(t, newHome(t, true), nil, "FAKECODEX_IGNORE_INTERRUPT=1")
+	cancelSleep(t, p)
+}
+
+// cancelSleep starts a long turn, cancels it once it runs, and fails the
+// test unless it ends cancelled within 2 s of the cancel.
+func cancelSleep(t *testing.T, p *sdktest.Harness) {
+	t.Helper()
 	turn := plugintest.Prompt(t, p, "sleep 30s")
 	p.Until(turnWait, "the turn's first update", func(u sdktest.Update) bool { return u.TurnID == turn })
 	begun := time.Now()
@@ -361,12 +379,11 @@ func TestCancel(t *testing.T) {
 	if d := time.Since(begun); d > 2*time.Second {
 		t.Errorf("cancel took %s", d)
 	}
-	// The session goes on.
-	run(t, p, "count 2", "end_turn")
 }
 
 func TestApprovals(t *testing.T) {
-	p, _ := open(t, newHome(t, true), map[string]string{"approval_policy": "on-request"})
+	h := newHome(t, true)
+	p, _ := open(t, h, map[string]string{"approval_policy": "on-request"})
 	for _, tt := range []struct {
 		prompt, answer, toolStatus, reply string
 	}{
@@ -388,8 +405,19 @@ func TestApprovals(t *testing.T) {
 		if req.ToolCall.Kind != wantKind || !strings.HasPrefix(req.ToolCall.Title, wantTitle) {
 			t.Errorf("%s: permission tool call %+v", tt.prompt, req.ToolCall)
 		}
-		if tt.prompt == "edit" && !strings.Contains(string(req.ToolCall.RawInput), `"diff":"hello\n"`) {
-			t.Errorf("edit: the permission's rawInput %s lacks the change it asks about", req.ToolCall.RawInput)
+		// rawInput decodes as the plugin's contract types say.
+		if tt.prompt == "edit" {
+			var in codex.PatchInput
+			err := json.Unmarshal(req.ToolCall.RawInput, &in)
+			if err != nil || len(in.Changes) != 1 || in.Changes[0].Path != filepath.Join(h.workspace, "notes.txt") || in.Changes[0].Diff != "hello\n" {
+				t.Errorf("edit: the permission's rawInput %s (%v); want the change it asks about", req.ToolCall.RawInput, err)
+			}
+		} else {
+			var in codex.CommandInput
+			err := json.Unmarshal(req.ToolCall.RawInput, &in)
+			if err != nil || in.Command != "/bin/bash -lc ls" || in.Cwd != h.workspace {
+				t.Errorf("tool: the permission's rawInput %s (%v); want the command and where it runs", req.ToolCall.RawInput, err)
+			}
 		}
 		var opts []string
 		for _, o := range req.Options {

@@ -25,11 +25,14 @@
 // usage (its "last" breakdown, so a turn's updates add up), and the
 // turn's status its end. Approval requests become permission requests,
 // each asked in its own goroutine so the turn keeps streaming; their
-// options are codex's decisions (accept, acceptForSession, decline).
+// options are codex's decisions (accept, acceptForSession, decline). A
+// command's tool call and permission request carry a CommandInput as
+// rawInput, a file change's a PatchInput.
 // Cancelling the turn sends turn/interrupt and ends with StopCancelled
-// when codex confirms it, or 3 s later. Close stops the app-server under
-// cliproc's rule (stdin EOF, SIGTERM, SIGKILL, each wait at most 2 s and
-// sharing the Close deadline).
+// when codex confirms it, or 1.5 s later, inside the 2 s session/cancel
+// promises. Close stops the app-server under cliproc's rule (stdin EOF,
+// SIGTERM, SIGKILL, each wait at most 2 s and sharing the Close
+// deadline).
 //
 // # Hazards
 //

@@ -14,8 +14,10 @@ import (
 )
 
 // interruptBound is how long a cancelled turn waits for codex to confirm
-// the interrupt with turn/completed before it ends anyway.
-const interruptBound = 3 * time.Second
+// the interrupt with turn/completed before it ends anyway. The API
+// promises that session/cancel ends a turn within 2 s; this leaves the
+// rest of that to the host and the client.
+const interruptBound = 1500 * time.Millisecond
 
 // turnRun is the state of one running turn.
 type turnRun struct {
@@ -418,14 +420,10 @@ func toolCall(it threadItem) (sdk.ToolCall, bool) {
 	switch it.Type {
 	case "commandExecution":
 		c.Kind, c.Title = "execute", commandTitle(it.Command)
-		c.RawInputJSON = marshal(map[string]any{"command": it.Command, "cwd": it.Cwd})
+		c.RawInputJSON = marshal(CommandInput{Command: it.Command, Cwd: it.Cwd})
 	case "fileChange":
 		c.Kind, c.Title = "edit", "edit "+paths(it.Changes)
-		changes := make([]map[string]any, len(it.Changes))
-		for i, ch := range it.Changes {
-			changes[i] = map[string]any{"path": ch.Path, "kind": ch.Kind}
-		}
-		c.RawInputJSON = marshal(map[string]any{"changes": changes})
+		c.RawInputJSON = marshal(PatchInput{Changes: patchChanges(it.Changes, false)})
 	case "mcpToolCall":
 		c.Kind, c.Title = "other", it.Server+"/"+it.Tool
 		c.RawInputJSON = rawOrEmpty(it.Arguments)
@@ -632,15 +630,15 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 	switch m.Method {
 	case "item/commandExecution/requestApproval":
 		call.Kind, call.Title = "execute", commandTitle(deref(p.Command))
-		call.RawInputJSON = marshal(map[string]any{"command": p.Command, "cwd": p.Cwd, "reason": p.Reason})
+		call.RawInputJSON = marshal(CommandInput{Command: deref(p.Command), Cwd: deref(p.Cwd), Reason: deref(p.Reason)})
 	case "item/fileChange/requestApproval":
 		// The request names only the item: what it would write is in the
 		// fileChange item codex announced just before.
 		call.Kind, call.Title = "edit", "apply file changes"
-		input := map[string]any{"reason": p.Reason, "grantRoot": p.GrantRoot}
+		input := PatchInput{Reason: deref(p.Reason), GrantRoot: deref(p.GrantRoot)}
 		if it, ok := t.startedItem(p.ItemID); ok {
 			call.Title = "edit " + paths(it.Changes)
-			input["changes"] = it.Changes
+			input.Changes = patchChanges(it.Changes, true)
 		}
 		call.RawInputJSON = marshal(input)
 	case "item/permissions/requestApproval":

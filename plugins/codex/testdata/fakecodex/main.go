@@ -32,7 +32,8 @@
 // thread/resume with another thread, FAKECODEX_LOG appends every line it
 // reads to a file, FAKECODEX_FAIL_START=MESSAGE makes app-server print
 // MESSAGE to stderr and exit 1 before reading anything (as a codex that
-// cannot read its config does).
+// cannot read its config does), FAKECODEX_IGNORE_INTERRUPT=1 answers
+// turn/interrupt but never stops the turn.
 package main
 
 import (
@@ -507,7 +508,9 @@ func (s *server) turnInterrupt(m inMsg) {
 		return
 	}
 	s.result(m.ID, map[string]any{})
-	tu.Interrupt()
+	if os.Getenv("FAKECODEX_IGNORE_INTERRUPT") != "1" {
+		tu.Interrupt()
+	}
 }
 
 // The turn.
