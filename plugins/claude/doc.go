@@ -35,9 +35,10 @@
 // control request becomes turn.RequestPermission (allow, allow_always when
 // the CLI suggests rules, reject) and its answer the control response; a
 // control_cancel_request withdraws it. Cancelling a turn sends the
-// interrupt control request; a CLI that has not ended the turn 3 s later
-// is stopped. A CLI that died or was stopped is replaced at the next turn,
-// on the same conversation; one that turns out to have died before it
+// interrupt control request; a CLI that has not ended the turn 1.5 s
+// later is stopped and the turn ends cancelled all the same, inside the
+// 2 s a cancel promises. A CLI that died or was stopped is replaced at the
+// next turn, on the same conversation; one that turns out to have died before it
 // took the prompt (it printed nothing of the turn) is replaced and given
 // the prompt again, once. Close stops the CLI under cliproc's rule
 // (stdin EOF, on which the CLI flushes its transcript; SIGTERM; SIGKILL;

@@ -311,6 +311,43 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestCancelUnacknowledged cancels a turn whose CLI takes the interrupt
+// request but never ends the turn: the turn still ends cancelled within
+// the 2 s a cancel promises, the CLI is stopped, and the next turn resumes
+// the conversation in a new one.
+func TestCancelUnacknowledged(t *testing.T) {
+	f := newFixture(t)
+	h := f.start(t, "FAKECLAUDE_DEAF_TO_INTERRUPT=1")
+	handle := f.open(t, h, nil)
+	turn := plugintest.Prompt(t, h, "sleep 30s")
+	pid := f.sessions()[0].Pid
+	// Cancel once the CLI has the prompt, so that the interrupt is what
+	// the turn waits on.
+	if !plugintest.Eventually(5*time.Second, func() bool {
+		return slices.ContainsFunc(f.stdinLines(pid), func(l map[string]any) bool { return l["type"] == "user" })
+	}) {
+		t.Fatal("the prompt never reached the CLI")
+	}
+	start := time.Now()
+	plugintest.Cancel(t, h)
+	if _, stop := h.Turn(turn, 10*time.Second); stop.StopReason != "cancelled" || stop.Error != "" {
+		t.Fatalf("cancelled turn: %v", stop)
+	}
+	// Not before the grace: the CLI was given its chance to end the turn.
+	if d := time.Since(start); d > 2*time.Second || d < interruptGrace {
+		t.Errorf("cancel took %s, want between the %s grace and 2s", d, interruptGrace)
+	}
+	if !plugintest.WaitGone(pid, 5*time.Second) {
+		t.Errorf("CLI %d that ignored the interrupt is still running", pid)
+	}
+	if ups, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
+		t.Fatalf("turn after the cancel: %v %s", stop, sdktest.Describe(ups))
+	}
+	if inv := f.sessions(); len(inv) != 2 || !slices.Contains(inv[1].Args, "--resume="+handle) {
+		t.Errorf("CLIs started: %v, want a second one with --resume=%s", inv, handle)
+	}
+}
+
 // TestCancelDuringPermission cancels a turn that waits for the user: the
 // request is resolved as cancelled and the CLI is interrupted.
 func TestCancelDuringPermission(t *testing.T) {

@@ -32,6 +32,8 @@
 // FAKECLAUDE_EXIT_ON_PROMPT=N (exit status 4 on reading the N-th user
 // line of the process, printing nothing),
 // FAKECLAUDE_IGNORE_SIGTERM=1 (ignore SIGTERM and stdin EOF),
+// FAKECLAUDE_DEAF_TO_INTERRUPT=1 (answer the interrupt request but never
+// end the turn for it, as a CLI stuck in a tool or a hung model call),
 // FAKECLAUDE_SLOW=DURATION (delay every line), FAKECLAUDE_NOISE=1 (a
 // non-JSON line, a blank line and an unknown message type before every
 // line), FAKECLAUDE_ROTATE_ON_RESUME=1 (a new session id on resume, as 1.x
@@ -102,6 +104,7 @@ type fake struct {
 	slow         time.Duration
 	noise        bool
 	ignoreTerm   bool
+	deaf         bool // FAKECLAUDE_DEAF_TO_INTERRUPT
 	forkAndDie   int
 	recordStdin  *os.File
 
@@ -136,6 +139,7 @@ func newFake(a args) *fake {
 	f.slow, _ = time.ParseDuration(os.Getenv("FAKECLAUDE_SLOW"))
 	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
 	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
+	f.deaf = os.Getenv("FAKECLAUDE_DEAF_TO_INTERRUPT") == "1"
 	f.forkAndDie, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_FORK_AND_DIE"))
 	f.exitOnPrompt, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_EXIT_ON_PROMPT"))
 	f.apiKeySource = "none"
@@ -300,9 +304,11 @@ func (f *fake) handleInput(line []byte) {
 		case "interrupt":
 			f.controlSuccess(m.RequestID, map[string]any{"still_queued": []any{}})
 			f.mu.Lock()
-			if f.cur != nil {
+			switch {
+			case f.deaf: // acknowledged, and ignored
+			case f.cur != nil:
 				f.cur.Interrupt()
-			} else if f.queued > 0 {
+			case f.queued > 0:
 				f.interruptPending = true
 			}
 			f.mu.Unlock()
