@@ -126,12 +126,7 @@ func TestTurnMapping(t *testing.T) {
 	if stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2", "3"}) {
 		t.Fatalf("count 3: %v %s", stop, sdktest.Describe(ups))
 	}
-	var usage *journal.Usage
-	for _, u := range ups {
-		if x, ok := u.SessionUpdate().(*journal.Usage); ok {
-			usage = x
-		}
-	}
+	usage := lastUsage(ups)
 	// The fake's result: input 12 + cache creation 3 + cache read 100,
 	// output 5, 2 thinking tokens, $0.0123, a 200000-token window. The
 	// context then holds all it read and wrote: 120 tokens.
@@ -205,6 +200,35 @@ func TestTurnMapping(t *testing.T) {
 	// Everything ran on one CLI.
 	if n := len(f.sessions()); n != 1 {
 		t.Errorf("%d CLIs started, want 1", n)
+	}
+}
+
+// lastUsage is the last usage update of ups, nil without one.
+func lastUsage(ups []sdktest.Update) *journal.Usage {
+	var usage *journal.Usage
+	for _, u := range ups {
+		if x, ok := u.SessionUpdate().(*journal.Usage); ok {
+			usage = x
+		}
+	}
+	return usage
+}
+
+// TestClassicMessageDelta: a message_delta that carries only output_tokens
+// (a gateway, Bedrock, Vertex) completes message_start's counts rather
+// than replacing them, so the context is what the call read and wrote.
+func TestClassicMessageDelta(t *testing.T) {
+	f := newFixture(t)
+	h := f.start(t, "FAKECLAUDE_CLASSIC_USAGE=1")
+	f.open(t, h, nil)
+	ups, stop := h.Run("count 2", wait)
+	if stop.StopReason != "end_turn" {
+		t.Fatalf("count 2: %v %s", stop, sdktest.Describe(ups))
+	}
+	// message_start: input 12, cache creation 3, cache read 100; the
+	// delta: output 5.
+	if u := lastUsage(ups); u == nil || u.Used != 120 {
+		t.Errorf("usage = %+v, want 120 tokens used", u)
 	}
 }
 

@@ -217,3 +217,25 @@ func TestNewUUID(t *testing.T) {
 		t.Errorf("newUUID() = %s", u)
 	}
 }
+
+func TestUsageWithDelta(t *testing.T) {
+	start := &usage{InputTokens: 12, CacheCreationInputTokens: 3, CacheReadInputTokens: 100, OutputTokens: 1}
+	for _, tt := range []struct {
+		name         string
+		start, delta *usage
+		want         usage
+	}{
+		{"output only", start, &usage{OutputTokens: 5}, usage{InputTokens: 12, CacheCreationInputTokens: 3, CacheReadInputTokens: 100, OutputTokens: 5}},
+		{"all counts", start, &usage{InputTokens: 14, CacheCreationInputTokens: 3, CacheReadInputTokens: 90, OutputTokens: 7},
+			usage{InputTokens: 14, CacheCreationInputTokens: 3, CacheReadInputTokens: 90, OutputTokens: 7}},
+		{"no message_start", nil, &usage{OutputTokens: 5}, usage{OutputTokens: 5}},
+	} {
+		got := tt.start.withDelta(tt.delta)
+		if *got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, *got, tt.want)
+		}
+	}
+	if start.OutputTokens != 1 {
+		t.Errorf("withDelta changed message_start's usage: %+v", *start)
+	}
+}

@@ -220,7 +220,8 @@ func (r *turnRun) streamEvent(m *message) {
 		r.lastCall = e.Message.Usage
 		return
 	case e.Type == "message_delta" && e.Usage != nil:
-		r.lastCall = e.Usage
+		// The delta may carry only output_tokens.
+		r.lastCall = r.lastCall.withDelta(e.Usage)
 		return
 	case e.Type != "content_block_delta":
 		return

@@ -34,6 +34,9 @@
 // FAKECLAUDE_IGNORE_SIGTERM=1 (ignore SIGTERM and stdin EOF),
 // FAKECLAUDE_DEAF_TO_INTERRUPT=1 (answer the interrupt request but never
 // end the turn for it, as a CLI stuck in a tool or a hung model call),
+// FAKECLAUDE_CLASSIC_USAGE=1 (message_delta events carry only
+// output_tokens, as Anthropic's API did and gateways, Bedrock and Vertex
+// still do),
 // FAKECLAUDE_SLOW=DURATION (delay every line), FAKECLAUDE_NOISE=1 (a
 // non-JSON line, a blank line and an unknown message type before every
 // line), FAKECLAUDE_ROTATE_ON_RESUME=1 (a new session id on resume, as 1.x
@@ -105,6 +108,7 @@ type fake struct {
 	noise        bool
 	ignoreTerm   bool
 	deaf         bool // FAKECLAUDE_DEAF_TO_INTERRUPT
+	classicUsage bool // FAKECLAUDE_CLASSIC_USAGE
 	forkAndDie   int
 	recordStdin  *os.File
 
@@ -140,6 +144,7 @@ func newFake(a args) *fake {
 	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
 	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
 	f.deaf = os.Getenv("FAKECLAUDE_DEAF_TO_INTERRUPT") == "1"
+	f.classicUsage = os.Getenv("FAKECLAUDE_CLASSIC_USAGE") == "1"
 	f.forkAndDie, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_FORK_AND_DIE"))
 	f.exitOnPrompt, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_EXIT_ON_PROMPT"))
 	f.apiKeySource = "none"
@@ -492,7 +497,7 @@ func (f *fake) block(msgID string, b map[string]any, deltaRunes int) {
 		f.streamEvent(msgID, map[string]any{"type": "message_start", "message": map[string]any{
 			"id": msgID, "type": "message", "role": "assistant", "model": f.model(), "content": []any{},
 			"stop_reason": nil, "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 100}}})
+			"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100}}})
 	}
 	var start map[string]any
 	var field, deltaType, body string
@@ -578,7 +583,8 @@ func (f *fake) userLine(content any, extra map[string]any) map[string]any {
 // endMessages ends the stream of every message streamed since the last
 // result, as the real CLI relays the API's: message_delta with the call's
 // usage (the fake's per-call usage: what its results report for a turn of
-// one call), then message_stop.
+// one call; only its output with FAKECLAUDE_CLASSIC_USAGE), then
+// message_stop.
 func (f *fake) endMessages(stopReason any, outTokens int) {
 	f.mu.Lock()
 	var ids []string
@@ -588,8 +594,12 @@ func (f *fake) endMessages(stopReason any, outTokens int) {
 	clear(f.blocks)
 	f.mu.Unlock()
 	for _, id := range ids {
+		u := map[string]any{"input_tokens": 12, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens}
+		if f.classicUsage {
+			u = map[string]any{"output_tokens": outTokens}
+		}
 		f.streamEvent(id, map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
-			"usage": map[string]any{"input_tokens": 12, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens}})
+			"usage": u})
 		f.streamEvent(id, map[string]any{"type": "message_stop"})
 	}
 }
