@@ -74,6 +74,14 @@
 //   - Unlike the Python SDK the plugin does not pass --system-prompt "":
 //     an agenthost session is a Claude Code session, with Claude Code's
 //     own system prompt, settings and CLAUDE.md files.
+//   - A Task call's sub-agent speaks in lines whose parent_tool_use_id
+//     names the call. 2.1.332 prints stream events only for the main
+//     agent, and of a sub-agent only the messages that open with a
+//     tool_use or tool_result, unless the initialize request sets
+//     forwardSubagentText (the plugin does not). The plugin reports a
+//     sub-agent's lines and stream events like the main agent's, each
+//     text once; only a sub-agent's usage is left out of the context
+//     the usage update reports.
 //   - Permission requests of 2.1.332 carry no title (the plugin makes one
 //     from the tool and its subject, "Write /path"); a Write in the
 //     workspace asks in the default permission mode, and so does a Bash

@@ -232,6 +232,39 @@ func TestClassicMessageDelta(t *testing.T) {
 	}
 }
 
+// TestSubagent: a Task call's sub-agent, streaming in the background while
+// the main agent's next message streams, is reported as its assistant
+// lines are, each text once; its usage does not become the context of
+// the main conversation.
+func TestSubagent(t *testing.T) {
+	f := newFixture(t)
+	// Output-only deltas: the main message's delta completes whatever
+	// message_start came last.
+	h := f.start(t, "FAKECLAUDE_CLASSIC_USAGE=1")
+	f.open(t, h, nil)
+	ups, stop := h.Run("subagent", wait)
+	if stop.StopReason != "end_turn" {
+		t.Fatalf("subagent: %v %s", stop, sdktest.Describe(ups))
+	}
+	if got, want := strings.Join(texts(ups), ""), "waiting for it"+"the sub-agent looked"+" done"; got != want {
+		t.Errorf("messages %q, want %q", got, want)
+	}
+	var calls []string
+	for _, u := range ups {
+		if c, ok := u.SessionUpdate().(*journal.ToolCall); ok {
+			calls = append(calls, c.Title+"/"+c.Kind)
+		}
+	}
+	if !slices.Equal(calls, []string{"Task Look around/think"}) {
+		t.Errorf("tool calls %q, want the Task call", calls)
+	}
+	// The main agent's last call: input 12, cache creation 3, cache read
+	// 100, output 5; not the sub-agent's 5000 tokens in.
+	if u := lastUsage(ups); u == nil || u.Used != 120 {
+		t.Errorf("usage = %+v, want 120 tokens used", u)
+	}
+}
+
 // TestPermissions answers can_use_tool requests and checks that the answer
 // reaches the CLI.
 func TestPermissions(t *testing.T) {

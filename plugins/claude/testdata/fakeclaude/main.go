@@ -19,6 +19,10 @@
 //	todo                a TodoWrite tool_use and its tool_result
 //	think               a thinking block, then a text block
 //	stream TEXT         a thinking block and TEXT, streamed in 3-rune deltas
+//	subagent            a background Task call whose sub-agent streams and
+//	                    speaks (parent_tool_use_id set, as a CLI that
+//	                    forwards sub-agent text does) while the main
+//	                    agent's next message streams
 //	huge N              one assistant line of at least N bytes
 //	die                 one assistant message, then exit status 3
 //	noauth              the real unauthenticated answer (also every turn
@@ -736,6 +740,8 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		f.block(msgID, text(rest), 3)
 		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(rest)}}, "uuid": uuid.NewString()})
 		return done(rest, 1)
+	case "subagent":
+		return f.subagent(msgID)
 	case "tool":
 		return f.tool(t, msgID)
 	case "todo":
@@ -876,6 +882,49 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	say := "listed 2 files" + note
 	f.block("msg_01"+randHex(10), text(say), 0)
 	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
+	return false
+}
+
+// subagent runs a background Task call: the main agent's next message
+// starts streaming, the sub-agent streams a message of its own (its
+// deltas, its assistant line, its message_delta), and the main message
+// ends.
+func (f *fake) subagent(msgID string) bool {
+	taskID := "toolu_01" + randHex(10)
+	f.block(msgID, map[string]any{"type": "tool_use", "id": taskID, "name": "Task", "input": map[string]any{
+		"description": "Look around", "prompt": "Look around the workspace.", "subagent_type": "general-purpose", "run_in_background": true}}, 0)
+	f.emit(f.userLine([]any{map[string]any{"tool_use_id": taskID, "type": "tool_result", "content": "Async agent launched successfully."}}, nil))
+	next := "msg_01" + randHex(10)
+	f.block(next, text("waiting for it"), 0)
+
+	sub := "msg_01" + randHex(10)
+	const said = "the sub-agent looked"
+	event := func(e map[string]any) {
+		if f.a.partial {
+			f.emit(map[string]any{"type": "stream_event", "event": e, "session_id": f.sessionID, "parent_tool_use_id": taskID,
+				"uuid": uuid.NewString(), "api_message_id": sub})
+		}
+	}
+	event(map[string]any{"type": "message_start", "message": map[string]any{
+		"id": sub, "type": "message", "role": "assistant", "model": f.model(), "content": []any{}, "stop_reason": nil,
+		"usage": map[string]any{"input_tokens": 5000, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+	event(map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	for _, d := range splitRunes(said, 3) {
+		event(map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": d}})
+	}
+	a := f.assistant(sub, nil, text(said))
+	a["parent_tool_use_id"] = taskID
+	f.emit(a)
+	event(map[string]any{"type": "content_block_stop", "index": 0})
+	u := map[string]any{"output_tokens": 9}
+	if !f.classicUsage {
+		u = map[string]any{"input_tokens": 5000, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 9}
+	}
+	event(map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": u})
+	event(map[string]any{"type": "message_stop"})
+
+	f.block(next, text(" done"), 0)
+	f.emit(f.result("success", false, "waiting for it done", "end_turn", "completed", 2, 5))
 	return false
 }
 
