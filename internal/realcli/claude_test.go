@@ -158,10 +158,7 @@ func TestClaudeCancelMidStream(t *testing.T) {
 	id := cl.newSession(r, nil)
 
 	stop := cl.promptAsync(id, "talk slowly")
-	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
-		_, n := messageText(cl.sessionUpdates())
-		return n >= 3
-	})
+	cl.waitChunks(3)
 	cl.cancelWithin(t, id, stop, 2*time.Second)
 
 	// What the cancelled turn showed is a beginning of the text, each
@@ -279,10 +276,7 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 	id := cl.newSession(r, nil)
 
 	cl.promptAsync(id, "a long answer, please")
-	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
-		_, n := messageText(cl.sessionUpdates())
-		return n >= 3
-	})
+	cl.waitChunks(3)
 	plugin, cli := r.pluginAndCLI()
 	killed := time.Now()
 	s.kill()
@@ -305,11 +299,7 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 
 	// The turn completes in the readopted plugin; its stop reaches the
 	// journal.
-	var entries []entry
-	waitUntil(t, 30*time.Second, "the turn's stop in the journal", func() bool {
-		entries = r.journal(s, id)
-		return stopOf(entries) != nil
-	})
+	entries := r.waitJournal(s, id, 30*time.Second, "the turn's stop in the journal", func(es []entry) bool { return stopOf(es) != nil })
 	if st := stopOf(entries); st.StopReason != "end_turn" {
 		t.Errorf("the turn ended %q (%s), want end_turn", st.StopReason, st.Error)
 	}
