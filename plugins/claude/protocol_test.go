@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -237,5 +239,21 @@ func TestUsageWithDelta(t *testing.T) {
 	}
 	if start.OutputTokens != 1 {
 		t.Errorf("withDelta changed message_start's usage: %+v", *start)
+	}
+}
+
+// TestNotTakenError: the write error of a prompt the CLI did not take
+// stays visible to errors.Is and errors.As.
+func TestNotTakenError(t *testing.T) {
+	err := error(&notTakenError{why: "claude did not take the prompt", err: fmt.Errorf("writing: %w", os.ErrClosed)})
+	var nt *notTakenError
+	if !errors.Is(err, os.ErrClosed) || !errors.As(err, &nt) {
+		t.Errorf("%v: errors.Is(os.ErrClosed) %v, errors.As(*notTakenError) %v; want both", err, errors.Is(err, os.ErrClosed), errors.As(err, &nt))
+	}
+	if got, want := err.Error(), "claude did not take the prompt: writing: "+os.ErrClosed.Error(); got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got := (&notTakenError{why: "claude exited"}).Error(); got != "claude exited" {
+		t.Errorf("Error() without a cause = %q", got)
 	}
 }
