@@ -214,40 +214,35 @@ func lastUsage(ups []sdktest.Update) *journal.Usage {
 	return usage
 }
 
-// TestClassicMessageDelta: a message_delta that carries only output_tokens
-// (a gateway, Bedrock, Vertex) completes message_start's counts rather
-// than replacing them, so the context is what the call read and wrote.
-func TestClassicMessageDelta(t *testing.T) {
+// TestContextUsage: the usage update's context is what the main agent's
+// last model call read and wrote. A message_delta that carries only
+// output_tokens (a gateway, Bedrock, Vertex) completes message_start's
+// counts rather than replacing them; a Task call's sub-agent, streaming in
+// the background while the main agent's next message streams, is reported
+// as its assistant lines are, each text once, and its usage is not the
+// main conversation's.
+func TestContextUsage(t *testing.T) {
 	f := newFixture(t)
 	h := f.start(t, "FAKECLAUDE_CLASSIC_USAGE=1")
 	f.open(t, h, nil)
-	ups, stop := h.Run("count 2", wait)
-	if stop.StopReason != "end_turn" {
-		t.Fatalf("count 2: %v %s", stop, sdktest.Describe(ups))
+	// Every main call: message_start input 12, cache creation 3, cache
+	// read 100; its delta output 5.
+	run := func(prompt string) []sdktest.Update {
+		t.Helper()
+		ups, stop := h.Run(prompt, wait)
+		if stop.StopReason != "end_turn" {
+			t.Fatalf("%s: %v %s", prompt, stop, sdktest.Describe(ups))
+		}
+		if u := lastUsage(ups); u == nil || u.Used != 120 {
+			t.Errorf("%s: usage = %+v, want 120 tokens used", prompt, u)
+		}
+		return ups
 	}
-	// message_start: input 12, cache creation 3, cache read 100; the
-	// delta: output 5.
-	if u := lastUsage(ups); u == nil || u.Used != 120 {
-		t.Errorf("usage = %+v, want 120 tokens used", u)
-	}
-}
+	run("count 2")
 
-// TestSubagent: a Task call's sub-agent, streaming in the background while
-// the main agent's next message streams, is reported as its assistant
-// lines are, each text once; its usage does not become the context of
-// the main conversation.
-func TestSubagent(t *testing.T) {
-	f := newFixture(t)
-	// Output-only deltas: the main message's delta completes whatever
-	// message_start came last.
-	h := f.start(t, "FAKECLAUDE_CLASSIC_USAGE=1")
-	f.open(t, h, nil)
-	ups, stop := h.Run("subagent", wait)
-	if stop.StopReason != "end_turn" {
-		t.Fatalf("subagent: %v %s", stop, sdktest.Describe(ups))
-	}
+	ups := run("subagent")
 	if got, want := strings.Join(texts(ups), ""), "waiting for it"+"the sub-agent looked"+" done"; got != want {
-		t.Errorf("messages %q, want %q", got, want)
+		t.Errorf("subagent: messages %q, want %q", got, want)
 	}
 	var calls []string
 	for _, u := range ups {
@@ -256,12 +251,7 @@ func TestSubagent(t *testing.T) {
 		}
 	}
 	if !slices.Equal(calls, []string{"Task Look around/think"}) {
-		t.Errorf("tool calls %q, want the Task call", calls)
-	}
-	// The main agent's last call: input 12, cache creation 3, cache read
-	// 100, output 5; not the sub-agent's 5000 tokens in.
-	if u := lastUsage(ups); u == nil || u.Used != 120 {
-		t.Errorf("usage = %+v, want 120 tokens used", u)
+		t.Errorf("subagent: tool calls %q, want the Task call", calls)
 	}
 }
 
