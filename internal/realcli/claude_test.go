@@ -81,7 +81,7 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 			t.Fatal(err)
 		}
 	}
-	r.srv.Script(modelserver.Tool(tool, input), modelserver.Text("All done."))
+	r.script(modelserver.Tool(tool, input), modelserver.Text("All done."))
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "use the tool", "end_turn")
 
@@ -154,14 +154,11 @@ func TestClaudeCancelMidStream(t *testing.T) {
 	r, _, cl := startClaude(t)
 	slow := modelserver.Text(strings.Repeat("slowly ", 60))
 	slow.Delay = 50 * time.Millisecond // 140 deltas: 7 s unless cancelled
-	r.srv.Script(slow, modelserver.Text("Second answer."))
+	r.script(slow, modelserver.Text("Second answer."))
 	id := cl.newSession(r, nil)
 
 	stop := cl.promptAsync(id, "talk slowly")
-	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
-		_, n := messageText(cl.sessionUpdates())
-		return n >= 3
-	})
+	cl.waitChunks(3)
 	cl.cancelWithin(t, id, stop, 2*time.Second)
 
 	// What the cancelled turn showed is a beginning of the text, each
@@ -185,7 +182,7 @@ func TestClaudeCancelMidStream(t *testing.T) {
 func TestClaudeCancelHungServer(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
-	r.srv.Script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
+	r.script(modelserver.Reply{Cut: modelserver.Hang}, modelserver.Text("Back again."))
 	id := cl.newSession(r, nil)
 
 	stop := cl.promptAsync(id, "wait forever")
@@ -200,7 +197,7 @@ func TestClaudeCancelHungServer(t *testing.T) {
 func TestClaudeModelOption(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
-	r.srv.Script(modelserver.Text("Hi."))
+	r.script(modelserver.Text("Hi."))
 	id := cl.newSession(r, map[string]string{claude.OptModel: "claude-x-test"})
 	cl.mustPrompt(id, "hello", "end_turn")
 	reqs := r.srv.ModelRequests()
@@ -220,7 +217,7 @@ func TestClaudeModelRejected(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
 	// The streaming request, and the CLI's non-streaming fallback.
-	r.srv.Script(modelserver.Repeat(2, modelserver.Failure(404, "model: claude-x-bad"))...)
+	r.script(modelserver.Repeat(2, modelserver.Failure(404, "model: claude-x-bad"))...)
 	id := cl.newSession(r, map[string]string{claude.OptModel: "claude-x-bad"})
 	_, err := cl.prompt(ctxFor(t, 60*time.Second), id, "hello")
 	if err == nil || !strings.Contains(err.Error(), "does not serve the model claude-x-bad") || !strings.Contains(err.Error(), "session option model") {
@@ -247,7 +244,7 @@ func TestClaudeModelFailures(t *testing.T) {
 			r, _, cl := startClaude(t)
 			// Every attempt fails: the first, the retry, and a
 			// non-streaming fallback if the CLI makes one.
-			r.srv.Script(modelserver.Repeat(4, modelserver.Failure(tt.status, tt.message))...)
+			r.script(modelserver.Repeat(4, modelserver.Failure(tt.status, tt.message))...)
 			id := cl.newSession(r, nil)
 			stop, err := cl.prompt(ctxFor(t, 60*time.Second), id, "hello")
 			if err == nil {
@@ -275,14 +272,11 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 	const answer = "Every word of this answer arrives exactly once, in order, whatever happens to the host."
 	slow := modelserver.Text(answer)
 	slow.Delay = 40 * time.Millisecond // 30 deltas: 1.2 s
-	r.srv.Script(slow, modelserver.Text("Still here."))
+	r.script(slow, modelserver.Text("Still here."))
 	id := cl.newSession(r, nil)
 
 	cl.promptAsync(id, "a long answer, please")
-	waitUntil(t, 30*time.Second, "the first streamed chunks", func() bool {
-		_, n := messageText(cl.sessionUpdates())
-		return n >= 3
-	})
+	cl.waitChunks(3)
 	plugin, cli := r.pluginAndCLI()
 	killed := time.Now()
 	s.kill()
@@ -305,11 +299,7 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 
 	// The turn completes in the readopted plugin; its stop reaches the
 	// journal.
-	var entries []entry
-	waitUntil(t, 30*time.Second, "the turn's stop in the journal", func() bool {
-		entries = r.journal(s, id)
-		return stopOf(entries) != nil
-	})
+	entries := r.waitJournal(s, id, 30*time.Second, "the turn's stop in the journal", func(es []entry) bool { return stopOf(es) != nil })
 	if st := stopOf(entries); st.StopReason != "end_turn" {
 		t.Errorf("the turn ended %q (%s), want end_turn", st.StopReason, st.Error)
 	}
@@ -370,7 +360,7 @@ func TestClaudeKilledResumes(t *testing.T) {
 
 func testClaudeKilledResumes(t *testing.T, pluginToo bool) {
 	r, _, cl := startClaude(t)
-	r.srv.Script(modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
+	r.script(modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "What is the capital of France?", "end_turn")
 
@@ -425,7 +415,7 @@ func TestClaudeAllowAlways(t *testing.T) {
 		return acp.PermissionOptionKindAllowAlways
 	}
 	first, second := filepath.Join(r.workspace, "first.txt"), filepath.Join(r.workspace, "second.txt")
-	r.srv.Script(
+	r.script(
 		modelserver.Tool("Write", `{"file_path":`+asJSONString(first)+`,"content":"1"}`), modelserver.Text("One."),
 		modelserver.Tool("Write", `{"file_path":`+asJSONString(second)+`,"content":"2"}`), modelserver.Text("Two."),
 	)
@@ -486,7 +476,7 @@ func TestClaudeCancelDuringPermission(t *testing.T) {
 		return acp.PermissionOptionKindAllowOnce
 	}
 	target := filepath.Join(r.workspace, "never.txt")
-	r.srv.Script(modelserver.Tool("Write", `{"file_path":`+asJSONString(target)+`,"content":"no"}`), modelserver.Text("Stopped."))
+	r.script(modelserver.Tool("Write", `{"file_path":`+asJSONString(target)+`,"content":"no"}`), modelserver.Text("Stopped."))
 	id := cl.newSession(r, nil)
 
 	stop := cl.promptAsync(id, "write it")
@@ -519,7 +509,7 @@ func TestClaudeThinkingAndUsage(t *testing.T) {
 	first.Usage = modelserver.Usage{InputTokens: 1000, OutputTokens: 10}
 	second := modelserver.Text("The workspace is empty.")
 	second.Usage = modelserver.Usage{InputTokens: 1100, OutputTokens: 20}
-	r.srv.Script(first, second)
+	r.script(first, second)
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "what is in the workspace?", "end_turn")
 

@@ -133,16 +133,35 @@ func (r *rig) pluginAndCLI() (plugin, cli int) {
 	}
 }
 
-// waitUntil polls cond every 20 ms for up to d.
+// waitUntil polls cond every 20 ms for up to d: for a cheap cond.
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	pollUntil(t, d, 20*time.Millisecond, what, cond)
+}
+
+// pollUntil polls cond every interval for up to d.
+func pollUntil(t *testing.T, d, interval time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s", what, d)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(interval)
 	}
+}
+
+// waitJournal reads the session's journal every 200 ms, for up to d,
+// until done holds for what it read, and returns that. Each read dials the
+// host and replays the whole journal, so it is not polled fast.
+func (r *rig) waitJournal(s *server, id string, d time.Duration, what string, done func([]entry) bool) []entry {
+	r.t.Helper()
+	var es []entry
+	pollUntil(r.t, d, 200*time.Millisecond, what, func() bool {
+		es = r.journal(s, id)
+		return done(es)
+	})
+	return es
 }
 
 // asJSONString is s as a JSON string literal.

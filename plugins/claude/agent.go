@@ -285,7 +285,7 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 		var stop sdk.StopReason
 		if err = c.write(line); err != nil {
 			a.retire(c)
-			err = &notTakenError{why: fmt.Sprintf("claude did not take the prompt: %v", err)}
+			err = &notTakenError{why: "claude did not take the prompt", err: err}
 		} else {
 			stop, err = r.run(ctx)
 		}
@@ -293,15 +293,26 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 		if !errors.As(err, &nt) || attempt == 2 || ctx.Err() != nil {
 			return stop, err
 		}
-		a.log.Warn("claude ended before it took the prompt; starting it again", "why", nt.why)
+		a.log.Warn("claude ended before it took the prompt; starting it again", "why", nt)
 	}
 }
 
 // notTakenError fails a turn whose prompt never reached the CLI: it was
-// gone before it read it.
-type notTakenError struct{ why string }
+// gone before it read it. err, when set, is why the prompt could not be
+// written.
+type notTakenError struct {
+	why string
+	err error
+}
 
-func (e *notTakenError) Error() string { return e.why }
+func (e *notTakenError) Error() string {
+	if e.err == nil {
+		return e.why
+	}
+	return e.why + ": " + e.err.Error()
+}
+
+func (e *notTakenError) Unwrap() error { return e.err }
 
 // Close stops the CLI (stdin EOF, grace, SIGTERM, grace, SIGKILL, the
 // waits sharing ctx's deadline) and waits for CLIs being stopped in the

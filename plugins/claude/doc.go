@@ -35,9 +35,10 @@
 // control request becomes turn.RequestPermission (allow, allow_always when
 // the CLI suggests rules, reject) and its answer the control response; a
 // control_cancel_request withdraws it. Cancelling a turn sends the
-// interrupt control request; a CLI that has not ended the turn 3 s later
-// is stopped. A CLI that died or was stopped is replaced at the next turn,
-// on the same conversation; one that turns out to have died before it
+// interrupt control request; a CLI that has not ended the turn 1.5 s
+// later is stopped and the turn ends cancelled all the same, inside the
+// 2 s a cancel promises. A CLI that died or was stopped is replaced at the
+// next turn, on the same conversation; one that turns out to have died before it
 // took the prompt (it printed nothing of the turn) is replaced and given
 // the prompt again, once. Close stops the CLI under cliproc's rule
 // (stdin EOF, on which the CLI flushes its transcript; SIGTERM; SIGKILL;
@@ -73,6 +74,14 @@
 //   - Unlike the Python SDK the plugin does not pass --system-prompt "":
 //     an agenthost session is a Claude Code session, with Claude Code's
 //     own system prompt, settings and CLAUDE.md files.
+//   - A Task call's sub-agent speaks in lines whose parent_tool_use_id
+//     names the call. 2.1.332 prints stream events only for the main
+//     agent, and of a sub-agent only the messages that open with a
+//     tool_use or tool_result, unless the initialize request sets
+//     forwardSubagentText (the plugin does not). The plugin reports a
+//     sub-agent's lines and stream events like the main agent's, each
+//     text once; only a sub-agent's usage is left out of the context
+//     the usage update reports.
 //   - Permission requests of 2.1.332 carry no title (the plugin makes one
 //     from the tool and its subject, "Write /path"); a Write in the
 //     workspace asks in the default permission mode, and so does a Bash

@@ -126,12 +126,7 @@ func TestTurnMapping(t *testing.T) {
 	if stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2", "3"}) {
 		t.Fatalf("count 3: %v %s", stop, sdktest.Describe(ups))
 	}
-	var usage *journal.Usage
-	for _, u := range ups {
-		if x, ok := u.SessionUpdate().(*journal.Usage); ok {
-			usage = x
-		}
-	}
+	usage := lastUsage(ups)
 	// The fake's result: input 12 + cache creation 3 + cache read 100,
 	// output 5, 2 thinking tokens, $0.0123, a 200000-token window. The
 	// context then holds all it read and wrote: 120 tokens.
@@ -205,6 +200,58 @@ func TestTurnMapping(t *testing.T) {
 	// Everything ran on one CLI.
 	if n := len(f.sessions()); n != 1 {
 		t.Errorf("%d CLIs started, want 1", n)
+	}
+}
+
+// lastUsage is the last usage update of ups, nil without one.
+func lastUsage(ups []sdktest.Update) *journal.Usage {
+	var usage *journal.Usage
+	for _, u := range ups {
+		if x, ok := u.SessionUpdate().(*journal.Usage); ok {
+			usage = x
+		}
+	}
+	return usage
+}
+
+// TestContextUsage: the usage update's context is what the main agent's
+// last model call read and wrote. A message_delta that carries only
+// output_tokens (a gateway, Bedrock, Vertex) completes message_start's
+// counts rather than replacing them; a Task call's sub-agent, streaming in
+// the background while the main agent's next message streams, is reported
+// as its assistant lines are, each text once, and its usage is not the
+// main conversation's.
+func TestContextUsage(t *testing.T) {
+	f := newFixture(t)
+	h := f.start(t, "FAKECLAUDE_CLASSIC_USAGE=1")
+	f.open(t, h, nil)
+	// Every main call: message_start input 12, cache creation 3, cache
+	// read 100; its delta output 5.
+	run := func(prompt string) []sdktest.Update {
+		t.Helper()
+		ups, stop := h.Run(prompt, wait)
+		if stop.StopReason != "end_turn" {
+			t.Fatalf("%s: %v %s", prompt, stop, sdktest.Describe(ups))
+		}
+		if u := lastUsage(ups); u == nil || u.Used != 120 {
+			t.Errorf("%s: usage = %+v, want 120 tokens used", prompt, u)
+		}
+		return ups
+	}
+	run("count 2")
+
+	ups := run("subagent")
+	if got, want := strings.Join(texts(ups), ""), "waiting for it"+"the sub-agent looked"+" done"; got != want {
+		t.Errorf("subagent: messages %q, want %q", got, want)
+	}
+	var calls []string
+	for _, u := range ups {
+		if c, ok := u.SessionUpdate().(*journal.ToolCall); ok {
+			calls = append(calls, c.Title+"/"+c.Kind)
+		}
+	}
+	if !slices.Equal(calls, []string{"Task Look around/think"}) {
+		t.Errorf("subagent: tool calls %q, want the Task call", calls)
 	}
 }
 
@@ -308,6 +355,43 @@ func TestCancel(t *testing.T) {
 	}
 	if n := len(f.sessions()); n != 1 {
 		t.Errorf("%d CLIs started, want 1: an interrupt keeps the CLI", n)
+	}
+}
+
+// TestCancelUnacknowledged cancels a turn whose CLI takes the interrupt
+// request but never ends the turn: the turn still ends cancelled within
+// the 2 s a cancel promises, the CLI is stopped, and the next turn resumes
+// the conversation in a new one.
+func TestCancelUnacknowledged(t *testing.T) {
+	f := newFixture(t)
+	h := f.start(t, "FAKECLAUDE_DEAF_TO_INTERRUPT=1")
+	handle := f.open(t, h, nil)
+	turn := plugintest.Prompt(t, h, "sleep 30s")
+	pid := f.sessions()[0].Pid
+	// Cancel once the CLI has the prompt, so that the interrupt is what
+	// the turn waits on.
+	if !plugintest.Eventually(5*time.Second, func() bool {
+		return slices.ContainsFunc(f.stdinLines(pid), func(l map[string]any) bool { return l["type"] == "user" })
+	}) {
+		t.Fatal("the prompt never reached the CLI")
+	}
+	start := time.Now()
+	plugintest.Cancel(t, h)
+	if _, stop := h.Turn(turn, 10*time.Second); stop.StopReason != "cancelled" || stop.Error != "" {
+		t.Fatalf("cancelled turn: %v", stop)
+	}
+	// Not before the grace: the CLI was given its chance to end the turn.
+	if d := time.Since(start); d > 2*time.Second || d < interruptGrace {
+		t.Errorf("cancel took %s, want between the %s grace and 2s", d, interruptGrace)
+	}
+	if !plugintest.WaitGone(pid, 5*time.Second) {
+		t.Errorf("CLI %d that ignored the interrupt is still running", pid)
+	}
+	if ups, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
+		t.Fatalf("turn after the cancel: %v %s", stop, sdktest.Describe(ups))
+	}
+	if inv := f.sessions(); len(inv) != 2 || !slices.Contains(inv[1].Args, "--resume="+handle) {
+		t.Errorf("CLIs started: %v, want a second one with --resume=%s", inv, handle)
 	}
 }
 

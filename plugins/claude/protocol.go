@@ -122,7 +122,8 @@ type streamEvent struct {
 	Message *struct {
 		Usage *usage `json:"usage"`
 	} `json:"message"`
-	// Usage is message_delta's: the model call's final counts.
+	// Usage is message_delta's: the model call's final output count, and
+	// with the direct API its input counts again (see usage.withDelta).
 	Usage *usage `json:"usage"`
 }
 
@@ -185,6 +186,33 @@ type usage struct {
 // cache writes and cache reads) and what it wrote.
 func (u *usage) context() int64 {
 	return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens + u.OutputTokens
+}
+
+// withDelta returns the usage of a model call whose message_start said u
+// (nil when there was none) once its message_delta says d. Anthropic's API
+// sent only output_tokens in message_delta, and gateways, Bedrock and
+// Vertex still do, while the direct API now repeats the input counts: a
+// count the delta carries (non-zero) is the call's final one, and the
+// others stay as message_start said them.
+func (u *usage) withDelta(d *usage) *usage {
+	var out usage
+	if u != nil {
+		out = *u
+	}
+	for _, f := range []struct{ to, from *int64 }{
+		{&out.InputTokens, &d.InputTokens},
+		{&out.OutputTokens, &d.OutputTokens},
+		{&out.CacheCreationInputTokens, &d.CacheCreationInputTokens},
+		{&out.CacheReadInputTokens, &d.CacheReadInputTokens},
+	} {
+		if *f.from != 0 {
+			*f.to = *f.from
+		}
+	}
+	if d.OutputTokensDetails != nil {
+		out.OutputTokensDetails = d.OutputTokensDetails
+	}
+	return &out
 }
 
 // modelUsage is one model's entry in a result's modelUsage.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -215,5 +217,43 @@ func TestNewUUID(t *testing.T) {
 	u := newUUID()
 	if len(u) != 36 || u[14] != '4' || !strings.ContainsRune("89ab", rune(u[19])) {
 		t.Errorf("newUUID() = %s", u)
+	}
+}
+
+func TestUsageWithDelta(t *testing.T) {
+	start := &usage{InputTokens: 12, CacheCreationInputTokens: 3, CacheReadInputTokens: 100, OutputTokens: 1}
+	for _, tt := range []struct {
+		name         string
+		start, delta *usage
+		want         usage
+	}{
+		{"output only", start, &usage{OutputTokens: 5}, usage{InputTokens: 12, CacheCreationInputTokens: 3, CacheReadInputTokens: 100, OutputTokens: 5}},
+		{"all counts", start, &usage{InputTokens: 14, CacheCreationInputTokens: 3, CacheReadInputTokens: 90, OutputTokens: 7},
+			usage{InputTokens: 14, CacheCreationInputTokens: 3, CacheReadInputTokens: 90, OutputTokens: 7}},
+		{"no message_start", nil, &usage{OutputTokens: 5}, usage{OutputTokens: 5}},
+	} {
+		got := tt.start.withDelta(tt.delta)
+		if *got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, *got, tt.want)
+		}
+	}
+	if start.OutputTokens != 1 {
+		t.Errorf("withDelta changed message_start's usage: %+v", *start)
+	}
+}
+
+// TestNotTakenError: the write error of a prompt the CLI did not take
+// stays visible to errors.Is and errors.As.
+func TestNotTakenError(t *testing.T) {
+	err := error(&notTakenError{why: "claude did not take the prompt", err: fmt.Errorf("writing: %w", os.ErrClosed)})
+	var nt *notTakenError
+	if !errors.Is(err, os.ErrClosed) || !errors.As(err, &nt) {
+		t.Errorf("%v: errors.Is(os.ErrClosed) %v, errors.As(*notTakenError) %v; want both", err, errors.Is(err, os.ErrClosed), errors.As(err, &nt))
+	}
+	if got, want := err.Error(), "claude did not take the prompt: writing: "+os.ErrClosed.Error(); got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got := (&notTakenError{why: "claude exited"}).Error(); got != "claude exited" {
+		t.Errorf("Error() without a cause = %q", got)
 	}
 }

@@ -14,9 +14,13 @@ import (
 )
 
 // interruptGrace is how long a cancelled turn waits for the CLI to end it
-// after the interrupt request; then the CLI is stopped. The conformance kit
-// allows a cancelled turn 5 s.
-const interruptGrace = 3 * time.Second
+// after the interrupt request; then the turn ends cancelled and the CLI is
+// stopped in the background (the next turn resumes the conversation in a
+// new one). A session/cancel promises a cancelled turn within 2 s: the
+// grace leaves the rest of that for the cancel to reach the plugin and the
+// stop reason to reach the client. The live CLI ends an interrupted turn
+// in well under a second.
+const interruptGrace = 1500 * time.Millisecond
 
 // Permission options offered for a can_use_tool request.
 const (
@@ -69,9 +73,9 @@ type turnRun struct {
 	// and not yet matched by the assistant message that completes them,
 	// by API message id (see assistant).
 	streamed map[string]*streamedText
-	// lastCall is the usage of the turn's newest model call, from its
-	// stream events: the result's usage sums every call of the turn, so
-	// only the last one says what the context holds.
+	// lastCall is the usage of the turn's newest model call of the main
+	// agent, from its stream events: the result's usage sums every call
+	// of the turn, so only the last one says what the context holds.
 	lastCall *usage
 }
 
@@ -207,16 +211,30 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 // streamEvent reports a text or thinking delta of the model's stream as
 // a message chunk or thought as it arrives, and remembers it so that the
 // assistant line completing the block does not report it again.
+//
+// A sub-agent's events (parent_tool_use_id set: a Task call's agent)
+// are handled as assistant handles its messages: their deltas are
+// reported like the main agent's, once, matched with the sub-agent's
+// assistant lines by API message id. Their usage is not the main
+// conversation's: a sub-agent's context is its own, and one running in
+// the background streams between the main agent's message_start and
+// message_delta.
 func (r *turnRun) streamEvent(m *message) {
 	e := m.Event
+	main := m.ParentToolUseID == ""
 	switch {
 	case e == nil:
 		return
 	case e.Type == "message_start" && e.Message != nil && e.Message.Usage != nil:
-		r.lastCall = e.Message.Usage
+		if main {
+			r.lastCall = e.Message.Usage
+		}
 		return
 	case e.Type == "message_delta" && e.Usage != nil:
-		r.lastCall = e.Usage
+		// The delta may carry only output_tokens.
+		if main {
+			r.lastCall = r.lastCall.withDelta(e.Usage)
+		}
 		return
 	case e.Type != "content_block_delta":
 		return

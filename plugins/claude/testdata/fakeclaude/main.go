@@ -19,6 +19,10 @@
 //	todo                a TodoWrite tool_use and its tool_result
 //	think               a thinking block, then a text block
 //	stream TEXT         a thinking block and TEXT, streamed in 3-rune deltas
+//	subagent            a background Task call whose sub-agent streams and
+//	                    speaks (parent_tool_use_id set, as a CLI that
+//	                    forwards sub-agent text does) while the main
+//	                    agent's next message streams
 //	huge N              one assistant line of at least N bytes
 //	die                 one assistant message, then exit status 3
 //	noauth              the real unauthenticated answer (also every turn
@@ -32,6 +36,11 @@
 // FAKECLAUDE_EXIT_ON_PROMPT=N (exit status 4 on reading the N-th user
 // line of the process, printing nothing),
 // FAKECLAUDE_IGNORE_SIGTERM=1 (ignore SIGTERM and stdin EOF),
+// FAKECLAUDE_DEAF_TO_INTERRUPT=1 (answer the interrupt request but never
+// end the turn for it, as a CLI stuck in a tool or a hung model call),
+// FAKECLAUDE_CLASSIC_USAGE=1 (message_delta events carry only
+// output_tokens, as Anthropic's API did and gateways, Bedrock and Vertex
+// still do),
 // FAKECLAUDE_SLOW=DURATION (delay every line), FAKECLAUDE_NOISE=1 (a
 // non-JSON line, a blank line and an unknown message type before every
 // line), FAKECLAUDE_ROTATE_ON_RESUME=1 (a new session id on resume, as 1.x
@@ -102,6 +111,8 @@ type fake struct {
 	slow         time.Duration
 	noise        bool
 	ignoreTerm   bool
+	deaf         bool // FAKECLAUDE_DEAF_TO_INTERRUPT
+	classicUsage bool // FAKECLAUDE_CLASSIC_USAGE
 	forkAndDie   int
 	recordStdin  *os.File
 
@@ -136,6 +147,8 @@ func newFake(a args) *fake {
 	f.slow, _ = time.ParseDuration(os.Getenv("FAKECLAUDE_SLOW"))
 	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
 	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
+	f.deaf = os.Getenv("FAKECLAUDE_DEAF_TO_INTERRUPT") == "1"
+	f.classicUsage = os.Getenv("FAKECLAUDE_CLASSIC_USAGE") == "1"
 	f.forkAndDie, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_FORK_AND_DIE"))
 	f.exitOnPrompt, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_EXIT_ON_PROMPT"))
 	f.apiKeySource = "none"
@@ -300,9 +313,11 @@ func (f *fake) handleInput(line []byte) {
 		case "interrupt":
 			f.controlSuccess(m.RequestID, map[string]any{"still_queued": []any{}})
 			f.mu.Lock()
-			if f.cur != nil {
+			switch {
+			case f.deaf: // acknowledged, and ignored
+			case f.cur != nil:
 				f.cur.Interrupt()
-			} else if f.queued > 0 {
+			case f.queued > 0:
 				f.interruptPending = true
 			}
 			f.mu.Unlock()
@@ -486,7 +501,7 @@ func (f *fake) block(msgID string, b map[string]any, deltaRunes int) {
 		f.streamEvent(msgID, map[string]any{"type": "message_start", "message": map[string]any{
 			"id": msgID, "type": "message", "role": "assistant", "model": f.model(), "content": []any{},
 			"stop_reason": nil, "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 100}}})
+			"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100}}})
 	}
 	var start map[string]any
 	var field, deltaType, body string
@@ -572,7 +587,8 @@ func (f *fake) userLine(content any, extra map[string]any) map[string]any {
 // endMessages ends the stream of every message streamed since the last
 // result, as the real CLI relays the API's: message_delta with the call's
 // usage (the fake's per-call usage: what its results report for a turn of
-// one call), then message_stop.
+// one call; only its output with FAKECLAUDE_CLASSIC_USAGE), then
+// message_stop.
 func (f *fake) endMessages(stopReason any, outTokens int) {
 	f.mu.Lock()
 	var ids []string
@@ -582,8 +598,12 @@ func (f *fake) endMessages(stopReason any, outTokens int) {
 	clear(f.blocks)
 	f.mu.Unlock()
 	for _, id := range ids {
+		u := map[string]any{"input_tokens": 12, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens}
+		if f.classicUsage {
+			u = map[string]any{"output_tokens": outTokens}
+		}
 		f.streamEvent(id, map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
-			"usage": map[string]any{"input_tokens": 12, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens}})
+			"usage": u})
 		f.streamEvent(id, map[string]any{"type": "message_stop"})
 	}
 }
@@ -720,6 +740,8 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		f.block(msgID, text(rest), 3)
 		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(rest)}}, "uuid": uuid.NewString()})
 		return done(rest, 1)
+	case "subagent":
+		return f.subagent(msgID)
 	case "tool":
 		return f.tool(t, msgID)
 	case "todo":
@@ -860,6 +882,49 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	say := "listed 2 files" + note
 	f.block("msg_01"+randHex(10), text(say), 0)
 	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
+	return false
+}
+
+// subagent runs a background Task call: the main agent's next message
+// starts streaming, the sub-agent streams a message of its own (its
+// deltas, its assistant line, its message_delta), and the main message
+// ends.
+func (f *fake) subagent(msgID string) bool {
+	taskID := "toolu_01" + randHex(10)
+	f.block(msgID, map[string]any{"type": "tool_use", "id": taskID, "name": "Task", "input": map[string]any{
+		"description": "Look around", "prompt": "Look around the workspace.", "subagent_type": "general-purpose", "run_in_background": true}}, 0)
+	f.emit(f.userLine([]any{map[string]any{"tool_use_id": taskID, "type": "tool_result", "content": "Async agent launched successfully."}}, nil))
+	next := "msg_01" + randHex(10)
+	f.block(next, text("waiting for it"), 0)
+
+	sub := "msg_01" + randHex(10)
+	const said = "the sub-agent looked"
+	event := func(e map[string]any) {
+		if f.a.partial {
+			f.emit(map[string]any{"type": "stream_event", "event": e, "session_id": f.sessionID, "parent_tool_use_id": taskID,
+				"uuid": uuid.NewString(), "api_message_id": sub})
+		}
+	}
+	event(map[string]any{"type": "message_start", "message": map[string]any{
+		"id": sub, "type": "message", "role": "assistant", "model": f.model(), "content": []any{}, "stop_reason": nil,
+		"usage": map[string]any{"input_tokens": 5000, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+	event(map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	for _, d := range splitRunes(said, 3) {
+		event(map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": d}})
+	}
+	a := f.assistant(sub, nil, text(said))
+	a["parent_tool_use_id"] = taskID
+	f.emit(a)
+	event(map[string]any{"type": "content_block_stop", "index": 0})
+	u := map[string]any{"output_tokens": 9}
+	if !f.classicUsage {
+		u = map[string]any{"input_tokens": 5000, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 9}
+	}
+	event(map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": u})
+	event(map[string]any{"type": "message_stop"})
+
+	f.block(next, text(" done"), 0)
+	f.emit(f.result("success", false, "waiting for it done", "end_turn", "completed", 2, 5))
 	return false
 }
 
