@@ -303,35 +303,8 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 	if st := stopOf(entries); st.StopReason != "end_turn" {
 		t.Errorf("the turn ended %q (%s), want end_turn", st.StopReason, st.Error)
 	}
-	var seqs []uint64
-	var ups []journal.SessionUpdate
-	afterKill := 0
-	for _, u := range updates(entries) {
-		seqs = append(seqs, u.PluginSeq)
-		ups = append(ups, u.Update)
-		if time.Unix(0, u.PluginTime).After(killed) {
-			afterKill++
-		}
-	}
-	if afterKill == 0 {
-		t.Errorf("no update was produced after the host was killed: the turn was not interrupted by the kill")
-	}
-	for i, seq := range seqs {
-		if seq != uint64(i+1) {
-			t.Errorf("the journal's plugin seqs are %v, want 1..%d without gaps or duplicates", seqs, len(seqs))
-			break
-		}
-	}
-	if text, _ := messageText(ups); text != answer {
-		t.Errorf("the journal holds the text %q, want the answer exactly once:\n%q", text, answer)
-	}
-	readopted := false
-	for _, e := range entries {
-		if l, ok := e.Record.(*journal.Lifecycle); ok && l.Event == "readopted" {
-			readopted = true
-		}
-	}
-	if !readopted {
+	assertJournaledOnce(t, entries, killed, answer)
+	if !hasLifecycle(entries, "readopted") {
 		t.Errorf("the journal has no readopted lifecycle entry")
 	}
 

@@ -181,7 +181,7 @@ func TestCodexHostKilledMidTurn(t *testing.T) {
 	if st.Host.Decided[api.ActionReadopted] != 1 {
 		t.Errorf("the new host decided %v; want the session readopted", st.Host.Decided)
 	}
-	es := r.waitJournal(s, id, "the readopted turn's end", func(es []entry) bool { return stopOf(es) != nil })
+	es := r.waitJournal(s, id, 30*time.Second, "the readopted turn's end", func(es []entry) bool { return stopOf(es) != nil })
 	if st := stopOf(es); st.StopReason != string(acp.StopReasonEndTurn) {
 		t.Errorf("the turn stopped %q (%s); want end_turn", st.StopReason, st.Error)
 	}

@@ -107,24 +107,6 @@ func (r *rig) assertJournalHas(s *server, id, text string) {
 	r.t.Errorf("no tool call update in the journal of %s carries %q", id, text)
 }
 
-// waitJournal reads the session's journal until cond holds of it, for up
-// to 30 s, and returns it. Each read replays the whole journal on a new
-// connection, so it polls gently.
-func (r *rig) waitJournal(s *server, id, what string, cond func([]entry) bool) []entry {
-	r.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		es := r.journal(s, id)
-		if cond(es) {
-			return es
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: not in the journal of %s within 30 s", what, id)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // assertJournaledOnce checks the journal of a turn whose host was killed
 // at killed and which a new host readopted: its updates' plugin sequence
 // numbers run 1..n without gaps or repeats, some were produced after the
