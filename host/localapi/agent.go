@@ -162,6 +162,17 @@ func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (
 func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	id := string(p.SessionId)
 	s, ok := a.srv.Host.Session(id)
+	if !ok && a.followerOf(id) != nil {
+		// This connection has the session open, but its plugin is gone
+		// (it died, or was stopped): the client expects its next prompt
+		// to go on with the conversation, as it would have had the
+		// plugin lived, so resume it here rather than refuse.
+		rs, err := a.resume(ctx, id, "")
+		if err != nil {
+			return acp.PromptResponse{}, apiError(fmt.Errorf("session %q's plugin is gone and resuming it failed: %w", id, err))
+		}
+		s, ok = rs, true
+	}
 	if !ok {
 		return acp.PromptResponse{}, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 	}
@@ -203,6 +214,9 @@ func (a *agent) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (ac
 			return acp.CloseSessionResponse{}, apiError(err)
 		}
 	}
+	// The client is done with the session: no more updates, and no
+	// prompt resumes it until it is loaded or resumed again.
+	a.unfollow(string(p.SessionId))
 	return acp.CloseSessionResponse{}, nil
 }
 

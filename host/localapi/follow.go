@@ -38,6 +38,17 @@ func (a *agent) follow(id string, after uint64) error {
 	return nil
 }
 
+// unfollow stops following session id, if this connection does.
+func (a *agent) unfollow(id string) {
+	a.mu.Lock()
+	f := a.followers[id]
+	delete(a.followers, id)
+	a.mu.Unlock()
+	if f != nil {
+		f.stop()
+	}
+}
+
 func (a *agent) followerOf(id string) *follower {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -461,5 +462,50 @@ func TestBadRequestsGetErrors(t *testing.T) {
 	c.mustCall(api.MethodStatus, map[string]any{}, &st)
 	if st.Host.PID != os.Getpid() || len(st.Host.Agents) != 1 {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// A connection that has a session open goes on with it when the session's
+// plugin dies: its next prompt resumes the session (a new plugin, the same
+// session) instead of being refused. Once the client closed the session, a
+// prompt is refused until it loads or resumes the session again.
+func TestPromptResumesASessionWhosePluginDied(t *testing.T) {
+	sock, h := serve(t)
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var created acp.NewSessionResponse
+	c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+	id := string(created.SessionId)
+	prompt := func(text string) message {
+		return c.call(api.MethodSessionPrompt, acp.PromptRequest{SessionId: created.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
+	}
+	if m := prompt("count 2"); m.Error != nil {
+		t.Fatalf("first prompt: %+v", m.Error)
+	}
+	s, ok := h.Session(id)
+	if !ok {
+		t.Fatal("the new session is not running")
+	}
+	pid := s.PID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	var res acp.PromptResponse
+	m := prompt("count 3")
+	if m.Error != nil {
+		t.Fatalf("a prompt after the plugin died: %d %s", m.Error.Code, m.Error.Message)
+	}
+	if err := json.Unmarshal(m.Result, &res); err != nil || res.StopReason != acp.StopReasonEndTurn {
+		t.Fatalf("a prompt after the plugin died: %s", m.Result)
+	}
+	s2, ok := h.Session(id)
+	if !ok || s2.PID() == pid {
+		t.Fatalf("after the prompt the session runs %v (pid %d; the dead plugin was %d)", ok, s2.PID(), pid)
+	}
+
+	c.mustCall(api.MethodSessionClose, acp.CloseSessionRequest{SessionId: created.SessionId}, nil)
+	if m := prompt("count 1"); m.Error == nil || m.Error.Code != api.CodeNotFound || !strings.Contains(m.Error.Message, "load or resume it first") {
+		t.Errorf("a prompt after session/close: %+v", m.Error)
 	}
 }

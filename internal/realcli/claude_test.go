@@ -312,11 +312,12 @@ func TestClaudeHostKilledMidTurn(t *testing.T) {
 	cl.mustPrompt(id, "still there?", "end_turn")
 }
 
-// The plugin and its CLI are SIGKILLed between turns: session/resume
-// through the API starts them again on the same provider conversation, so
-// the model's next request carries the earlier turn. With only the CLI
-// killed, the plugin itself starts a new CLI on the conversation at the
-// next prompt.
+// The plugin and its CLI are SIGKILLed between turns: the client's next
+// prompt, on the connection that has the session open, starts them again
+// on the same provider conversation (the host resumes the session), so the
+// model's next request carries the earlier turn. With only the CLI killed,
+// the plugin itself starts a new CLI on the conversation at the next
+// prompt. (codex's test resumes with session/resume instead.)
 func TestClaudeKilledResumes(t *testing.T) {
 	t.Parallel()
 	for _, pluginToo := range []bool{true, false} {
@@ -350,7 +351,6 @@ func testClaudeKilledResumes(t *testing.T, pluginToo bool) {
 	waitUntil(t, 10*time.Second, "the killed processes gone", func() bool { return !alive(plugin) || !pluginToo && !alive(cli) })
 	if pluginToo {
 		cl.waitNotRunning(t, id)
-		cl.resumeSession(t, r, id)
 	}
 	cl.mustPrompt(id, "And of Germany?", "end_turn")
 	switch p, c := r.pluginAndCLI(); {
