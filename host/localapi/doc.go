@@ -8,8 +8,12 @@
 // default agent); session/load replays the session's journal as
 // session/update notifications and then follows it; session/resume
 // follows without replaying; session/prompt runs a turn and answers with its
-// stop reason once the turn's updates were sent; session/cancel;
-// session/list; session/close stops a session. A plugin's permission
+// stop reason once the turn's updates were sent (on a connection that has
+// the session open, a session whose plugin is gone is resumed first, so
+// the conversation goes on after a plugin crash); session/cancel;
+// session/list; session/close stops a session and stops following it.
+// session/new takes the agent's session options in
+// _meta.agenthost.options. A plugin's permission
 // request reaches the client as session/request_permission and the answer
 // goes back to the plugin.
 //
