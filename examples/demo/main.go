@@ -42,11 +42,7 @@ func main() {
 	d := &demo{}
 	err := d.run()
 	d.cleanup()
-	if err != nil {
-		fmt.Printf("\nFAILED: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Println("\nAll checks passed: the session outlived its host, and its journal lost nothing.")
+	narrate.Exit(err, "All checks passed: the session outlived its host, and its journal lost nothing.")
 }
 
 type demo struct {

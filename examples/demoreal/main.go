@@ -55,11 +55,7 @@ func main() {
 	d := &demo{}
 	err := d.run(context.Background())
 	d.cleanup()
-	if err != nil {
-		fmt.Printf("\nFAILED: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Println("\nAll checks passed: the real claude CLI asked for the permission, wrote the file, and the model saw the result.")
+	narrate.Exit(err, "All checks passed: the real claude CLI asked for the permission, wrote the file, and the model saw the result.")
 }
 
 type demo struct {

@@ -5,6 +5,7 @@ package narrate
 
 import (
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -34,4 +35,15 @@ func Command(args ...string) string {
 		out[i] = a
 	}
 	return "$ agenthost " + strings.Join(out, " ")
+}
+
+// Exit ends a demo whose run returned err: with status 1 and what failed,
+// or with status 0 and passed, the sentence saying what the checks showed.
+func Exit(err error, passed string) {
+	if err != nil {
+		fmt.Printf("\nFAILED: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("\n" + passed)
+	os.Exit(0)
 }
