@@ -268,12 +268,11 @@ func isEndTurn(r journal.Record) bool {
 // seq of an agent message chunk, or false for any other line.
 func messageChunk(line []byte) (text string, seq uint64, ok bool) {
 	var m apiclient.Message
-	var p api.SessionUpdateParams
-	if json.Unmarshal(line, &m) != nil || m.Method != api.MethodSessionUpdate || json.Unmarshal(m.Params, &p) != nil {
+	if json.Unmarshal(line, &m) != nil {
 		return "", 0, false
 	}
-	u, err := journal.DecodeUpdate(p.Update)
-	if c, isChunk := u.(*journal.Chunk); err == nil && isChunk && c.Kind == journal.KindAgentMessageChunk {
+	p, u, ok := m.SessionUpdate()
+	if c, isChunk := u.(*journal.Chunk); ok && isChunk && c.Kind == journal.KindAgentMessageChunk {
 		return c.Content.Text(), p.Meta.Agenthost.Seq, true
 	}
 	return "", 0, false

@@ -212,15 +212,8 @@ func (d *demo) run(ctx context.Context) error {
 
 // note keeps every session/update and prints the streamed text.
 func (d *demo) note(m *apiclient.Message) {
-	if m.Method != api.MethodSessionUpdate {
-		return
-	}
-	var p api.SessionUpdateParams
-	if json.Unmarshal(m.Params, &p) != nil {
-		return
-	}
-	u, err := journal.DecodeUpdate(p.Update)
-	if err != nil {
+	_, u, ok := m.SessionUpdate()
+	if !ok {
 		return
 	}
 	d.mu.Lock()

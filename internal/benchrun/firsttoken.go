@@ -233,15 +233,8 @@ func startHostSide(ctx context.Context, c realCLI, path, dir, bin string, turns 
 // note runs on the client's reading goroutine for every notification.
 func (h *hostSide) note(m *apiclient.Message) {
 	now := time.Now()
-	if m.Method != api.MethodSessionUpdate {
-		return
-	}
-	var p api.SessionUpdateParams
-	if json.Unmarshal(m.Params, &p) != nil {
-		return
-	}
-	u, err := journal.DecodeUpdate(p.Update)
-	if c, ok := u.(*journal.Chunk); err != nil || !ok || c.Kind != journal.KindAgentMessageChunk {
+	_, u, ok := m.SessionUpdate()
+	if c, isChunk := u.(*journal.Chunk); !ok || !isChunk || c.Kind != journal.KindAgentMessageChunk {
 		return
 	}
 	h.mu.Lock()
@@ -363,6 +356,36 @@ func (p *bareProc) next(ctx context.Context) (line, error) {
 	}
 }
 
+// timeTurn runs one turn: it calls send, then reads stdout lines, each
+// classified by read (a text delta, the turn's end, or an error ending
+// it), and returns how long after send the first text delta was read.
+func (p *bareProc) timeTurn(ctx context.Context, send func() error, read func([]byte) (text, end bool, err error)) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, turnTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := send(); err != nil {
+		return 0, err
+	}
+	var first time.Duration
+	for {
+		l, err := p.next(ctx)
+		if err != nil {
+			return 0, err
+		}
+		text, end, err := read(l.text)
+		switch {
+		case err != nil:
+			return 0, err
+		case text && first == 0:
+			first = l.at.Sub(start)
+		case end && first == 0:
+			return 0, errors.New("the turn ended without a text delta")
+		case end:
+			return first, nil
+		}
+	}
+}
+
 // close closes the CLI's stdin, on which both CLIs exit, and kills its
 // process group if it has not within 5 s.
 func (p *bareProc) close() {
@@ -417,20 +440,11 @@ func startBareClaude(ctx context.Context, path, workspace string, env []string) 
 }
 
 func (c *bareClaude) turn(ctx context.Context, prompt string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, turnTimeout)
-	defer cancel()
-	start := time.Now()
-	err := c.send(map[string]any{"type": "user", "session_id": "default", "parent_tool_use_id": nil,
-		"message": map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": prompt}}}})
-	if err != nil {
-		return 0, err
+	send := func() error {
+		return c.send(map[string]any{"type": "user", "session_id": "default", "parent_tool_use_id": nil,
+			"message": map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": prompt}}}})
 	}
-	var first time.Duration
-	for {
-		l, err := c.next(ctx)
-		if err != nil {
-			return 0, err
-		}
+	return c.timeTurn(ctx, send, func(b []byte) (text, end bool, err error) {
 		var m struct {
 			Type    string `json:"type"`
 			IsError bool   `json:"is_error"`
@@ -442,20 +456,17 @@ func (c *bareClaude) turn(ctx context.Context, prompt string) (time.Duration, er
 				} `json:"delta"`
 			} `json:"event"`
 		}
-		if json.Unmarshal(l.text, &m) != nil {
-			continue
-		}
 		switch {
-		case first == 0 && m.Type == "stream_event" && m.Event.Type == "content_block_delta" && m.Event.Delta.Type == "text_delta":
-			first = l.at.Sub(start)
+		case json.Unmarshal(b, &m) != nil:
+		case m.Type == "stream_event" && m.Event.Type == "content_block_delta" && m.Event.Delta.Type == "text_delta":
+			return true, false, nil
 		case m.Type == "result" && m.IsError:
-			return 0, fmt.Errorf("the turn failed: %s", m.Result)
-		case m.Type == "result" && first == 0:
-			return 0, errors.New("the turn ended without a text delta")
+			return false, true, fmt.Errorf("the turn failed: %s", m.Result)
 		case m.Type == "result":
-			return first, nil
+			return false, true, nil
 		}
-	}
+		return false, false, nil
+	})
 }
 
 // bareCodex is codex app-server, the interface the plugin drives, with
@@ -556,32 +567,25 @@ func (c *bareCodex) refuse(m codexMessage) error {
 }
 
 func (c *bareCodex) turn(ctx context.Context, prompt string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, turnTimeout)
-	defer cancel()
-	start := time.Now()
-	id, err := c.request("turn/start", map[string]any{"threadId": c.thread,
-		"input": []any{map[string]any{"type": "text", "text": prompt, "text_elements": []any{}}}})
-	if err != nil {
-		return 0, err
+	var id int
+	send := func() (err error) {
+		id, err = c.request("turn/start", map[string]any{"threadId": c.thread,
+			"input": []any{map[string]any{"type": "text", "text": prompt, "text_elements": []any{}}}})
+		return err
 	}
-	var first time.Duration
-	for {
-		l, err := c.next(ctx)
-		if err != nil {
-			return 0, err
-		}
+	return c.timeTurn(ctx, send, func(b []byte) (text, end bool, err error) {
 		var m codexMessage
-		if json.Unmarshal(l.text, &m) != nil {
-			continue
+		if json.Unmarshal(b, &m) != nil {
+			return false, false, nil
 		}
 		if err := c.refuse(m); err != nil {
-			return 0, err
+			return false, true, err
 		}
 		switch {
 		case m.Method == "" && m.ID != nil && *m.ID == id && m.Error != nil:
-			return 0, fmt.Errorf("turn/start: %s", m.Error.Message)
-		case m.Method == "item/agentMessage/delta" && first == 0:
-			first = l.at.Sub(start)
+			return false, true, fmt.Errorf("turn/start: %s", m.Error.Message)
+		case m.Method == "item/agentMessage/delta":
+			return true, false, nil
 		case m.Method == "turn/completed":
 			var n struct {
 				Turn struct {
@@ -597,12 +601,10 @@ func (c *bareCodex) turn(ctx context.Context, prompt string) (time.Duration, err
 				if n.Turn.Error != nil {
 					msg = n.Turn.Error.Message
 				}
-				return 0, fmt.Errorf("the turn ended %q: %s", n.Turn.Status, strings.TrimSpace(msg))
+				return false, true, fmt.Errorf("the turn ended %q: %s", n.Turn.Status, strings.TrimSpace(msg))
 			}
-			if first == 0 {
-				return 0, errors.New("the turn ended without a message delta")
-			}
-			return first, nil
+			return false, true, nil
 		}
-	}
+		return false, false, nil
+	})
 }
