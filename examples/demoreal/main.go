@@ -181,13 +181,13 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 
-	narrate.Step("9. The session's journal, as the host made it durable:")
+	narrate.Step("9. The session's journal, as the host made it durable (runs of message chunks shortened):")
 	narrate.Detail("%s", narrate.Command("journal", id))
 	out, err := d.ah(ctx, "journal", id)
 	if err != nil {
 		return fmt.Errorf("agenthost journal: %w", err)
 	}
-	narrate.Block(out)
+	narrate.Block(shortenChunks(out))
 	if err := d.checkJournal(ctx, id); err != nil {
 		return err
 	}
@@ -381,6 +381,32 @@ func (d *demo) check(stop acp.StopReason, target string) error {
 	narrate.OK("the model's second request carried the tool's result for %s:", toolID)
 	narrate.Detail("  %q", result.Text)
 	return nil
+}
+
+// shortenChunks shortens each run of agent_message_chunk lines of
+// `agenthost journal` to its first and last line and a count between.
+func shortenChunks(out string) string {
+	var b strings.Builder
+	var run []string
+	flush := func() {
+		if len(run) > 3 {
+			run = []string{run[0], fmt.Sprintf("%6s  … %d more chunks …", "", len(run)-2), run[len(run)-1]}
+		}
+		for _, l := range run {
+			b.WriteString(l + "\n")
+		}
+		run = run[:0]
+	}
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if strings.Contains(l, " agent_message_chunk ") {
+			run = append(run, l)
+			continue
+		}
+		flush()
+		b.WriteString(l + "\n")
+	}
+	flush()
+	return b.String()
 }
 
 // checkJournal reads the session's journal through the API and checks it
