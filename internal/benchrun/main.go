@@ -14,7 +14,10 @@
 //   - batch probe of 500 owners vs a minimal hand-written /proc scan;
 //   - host RSS with 50 live sessions, and per-plugin RSS;
 //   - update latency from plugin to a subscribed API client at ~1,000
-//     updates/s (p50/p99), and sustained updates/s.
+//     updates/s (p50/p99), and sustained updates/s;
+//   - the first streamed token of a real claude and a real codex turn
+//     through agenthost serve vs the same CLI driven alone (firsttoken.go;
+//     skipped, saying why, where the pinned CLIs are not installed).
 package main
 
 import (
@@ -106,9 +109,9 @@ func runStep(name, work string, quick bool) error {
 	case "latency":
 		rows, err = benchLatency(work, scripted, n(3000, 500))
 	case "claude-first-token":
-		rows, err = benchFirstToken(work, claudeReal, n(15, 3))
+		rows, err = benchFirstToken(work, claudeReal, n(20, 3))
 	case "codex-first-token":
-		rows, err = benchFirstToken(work, codexReal, n(15, 3))
+		rows, err = benchFirstToken(work, codexReal, n(20, 3))
 	default:
 		return fmt.Errorf("unknown step %q", name)
 	}
