@@ -10,7 +10,7 @@ package main
 // (synced before a client sees an update) to the client.
 //
 // Both sides are warm: the CLI process is already running and has done
-// WarmupTurns turns on the same conversation before the measured ones, and
+// warmupTurns turns on the same conversation before the measured ones, and
 // the sides alternate turn by turn, so a change of load on the machine
 // falls on both. agenthost's side is timed from the client writing
 // session/prompt to its first agent_message_chunk session/update; the bare
