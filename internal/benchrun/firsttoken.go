@@ -12,7 +12,7 @@ package main
 // Both sides are warm: the CLI process is already running and has done
 // warmupTurns turns on the same conversation before the measured ones, and
 // the sides alternate turn by turn, so a change of load on the machine
-// falls on both. agenthost's side is timed from the client writing
+// falls on both (each goes first every other turn). agenthost's side is timed from the client writing
 // session/prompt to its first agent_message_chunk session/update; the bare
 // side from writing the user message on the CLI's stdin to the first text
 // delta on its stdout (claude: a stream_event text_delta of
@@ -133,16 +133,33 @@ func benchFirstToken(work string, c realCLI, rounds int) ([]row, error) {
 		return nil, err
 	}
 
+	// The sides take turns going first, so neither always follows the
+	// other's leftovers (a CLI writing its transcript after a turn).
 	var withHost, alone []time.Duration
 	for i := range warmupTurns + rounds {
 		prompt := fmt.Sprintf("Say something, round %d.", i+1)
-		d, err := ours.turn(ctx, prompt)
-		if err != nil {
-			return nil, fmt.Errorf("%s through agenthost, turn %d: %w", c.name, i+1, err)
+		var d, b time.Duration
+		host := func() (err error) {
+			if d, err = ours.turn(ctx, prompt); err != nil {
+				err = fmt.Errorf("%s through agenthost, turn %d: %w", c.name, i+1, err)
+			}
+			return err
 		}
-		b, err := bare.turn(ctx, prompt)
-		if err != nil {
-			return nil, fmt.Errorf("%s bare, turn %d: %w", c.name, i+1, err)
+		bareTurn := func() (err error) {
+			if b, err = bare.turn(ctx, prompt); err != nil {
+				err = fmt.Errorf("%s bare, turn %d: %w", c.name, i+1, err)
+			}
+			return err
+		}
+		first, second := host, bareTurn
+		if i%2 == 1 {
+			first, second = bareTurn, host
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
 		}
 		if i >= warmupTurns {
 			withHost, alone = append(withHost, d), append(alone, b)
