@@ -23,9 +23,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/acp-go-sdk"
@@ -52,8 +54,12 @@ const (
 )
 
 func main() {
+	// Interrupted, the demo still cleans up: the plugin and the CLI run
+	// in sessions of their own, beyond the terminal's signal.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	d := &demo{}
-	err := d.run(context.Background())
+	err := d.run(ctx)
+	stop()
 	d.cleanup()
 	narrate.Exit(err, "All checks passed: the real claude CLI asked for the permission, wrote the file, and the model saw the result.")
 }
