@@ -414,12 +414,23 @@ func (h *Host) agentNames() []string {
 	return names
 }
 
-// Session returns the session this host runs with that id, if any.
+// Session returns the session this host runs with that id, if any. A
+// session whose plugin has exited is not running any more, though it stays
+// listed until its journal is closed and its lease released: it can take
+// no prompt, so it is not returned (StartSession waits for it to go).
 func (h *Host) Session(id string) (*Session, bool) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	s, ok := h.sessions[id]
-	return s, ok
+	h.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	select {
+	case <-s.proc.Terminated():
+		return nil, false
+	default:
+		return s, true
+	}
 }
 
 // Agents returns the names of the configured agents, sorted.

@@ -189,6 +189,38 @@ func TestPluginDeathReleasesTheLeaseWithEvidence(t *testing.T) {
 	}
 }
 
+// A session whose plugin died is no longer offered as running, and
+// resuming it (without options, as the API's session/resume does) starts
+// a plugin with the options the session was started with: here the
+// scripted plugin refuses to open without its model.
+func TestResumeAfterPluginDeathKeepsTheSessionsOptions(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	opts := map[string]string{"require_model": "true", "model": "m1"}
+	s, err := h.StartSession(ctx, SessionRequest{ID: "keeps", Agent: "scripted", Workspace: t.TempDir(), Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.proc.Terminated():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin's death went unnoticed")
+	}
+	if _, ok := h.Session("keeps"); ok {
+		t.Error("a session whose plugin died is still offered as running")
+	}
+	s2, err := h.StartSession(ctx, SessionRequest{ID: "keeps", Agent: "scripted"})
+	if err != nil {
+		t.Fatalf("resume after the plugin died: %v", err)
+	}
+	if s2 == s || s2.PID() == s.PID() {
+		t.Errorf("the resume handed back the dead session")
+	}
+}
+
 func TestMissingPluginRecordsPreSpawnProof(t *testing.T) {
 	ctx := testCtx(t)
 	h := openHost(t)

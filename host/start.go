@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,10 @@ import (
 
 // ErrUnknownAgent: the host has no plugin configured for the agent.
 var ErrUnknownAgent = errors.New("unknown agent")
+
+// optAllowCredentials is the session option that tells a plugin to pass
+// its provider's credentials on to its CLI.
+const optAllowCredentials = "allow_credentials"
 
 // SessionRequest asks for a session to be started or resumed.
 type SessionRequest struct {
@@ -61,7 +66,20 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		if running.agent != req.Agent {
 			return nil, fmt.Errorf("%w: session %q runs agent %q, not %q", leasestore.ErrInvalidArgument, req.ID, running.agent, req.Agent)
 		}
-		return running, nil
+		select {
+		case <-running.proc.Terminated():
+			// Its plugin has exited and the session is winding down (its
+			// journal closing, its lease being released) but is still
+			// listed: handing it out would fail the caller's next prompt
+			// on a closed journal. Wait until it is gone, then resume it.
+			select {
+			case <-running.Done():
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		default:
+			return running, nil
+		}
 	}
 	store := h.store
 	rec, err := store.Get(ctx, req.ID)
@@ -90,6 +108,14 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			return nil, err
 		}
 	}
+	if resume && req.Options == nil {
+		// A resume keeps the options the session was started with (its
+		// approval policy, its model): a plugin resumed without them
+		// would fall back to its CLI's defaults, which may ask less.
+		// Whether credentials pass is the current policy's to say.
+		req.Options = maps.Clone(rec.Options)
+		delete(req.Options, optAllowCredentials)
+	}
 	if h.cfg.Credentials[req.Agent].Inherit {
 		req.AllowCredentials = true
 	}
@@ -99,7 +125,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		for k, v := range req.Options {
 			opts[k] = v
 		}
-		opts["allow_credentials"] = "true"
+		opts[optAllowCredentials] = "true"
 		req.Options = opts
 	}
 	workspace := req.Workspace

@@ -74,6 +74,7 @@ type rig struct {
 	cli       cli
 	srv       *modelserver.Server
 	dir       string // state directory
+	home      string // the CLI's HOME
 	workspace string
 	env       []string // agenthost serve's environment
 	serve     *server
@@ -111,7 +112,12 @@ func newRig(t *testing.T, c cli) *rig {
 		}
 		env = append(env, kv)
 	}
+	guard, err := realcli.StartGuard()
+	if err != nil {
+		t.Fatal(err)
+	}
 	setup := c.setup(t, path, home, srv)
+	setup.Env = append(setup.Env, guard.Env()...)
 	config, err := realcli.Config(setup)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +127,13 @@ func newRig(t *testing.T, c cli) *rig {
 	}
 	env = append(env, "HOME="+home, "AGENTHOST_LOG_LEVEL=debug")
 	env = append(env, setup.Credentials...)
-	r := &rig{t: t, cli: c, srv: srv, dir: dir, workspace: workspace, env: env}
+	r := &rig{t: t, cli: c, srv: srv, dir: dir, home: home, workspace: workspace, env: env}
+	t.Cleanup(func() {
+		guard.Close()
+		if hosts := guard.Hosts(); len(hosts) > 0 {
+			t.Logf("the %s CLI tried to reach %q; the guard refused", c.name, hosts)
+		}
+	})
 	t.Cleanup(func() {
 		if r.serve != nil {
 			r.serve.stop()
@@ -214,19 +226,19 @@ func (s *server) kill() {
 	<-s.done
 }
 
-// processes lists the live processes started for the rig: the plugins
-// and their CLIs carry the session directory in their environment.
+// processes lists the live processes started for the rig: plugins, CLIs
+// and whatever they ran all have the rig's home as HOME (agenthost serve
+// itself is left out).
 func (r *rig) processes() []int {
 	ents, _ := os.ReadDir("/proc")
-	needle := []byte("AGENTHOST_SESSION_DIR=" + filepath.Join(r.dir, "sessions") + "/")
 	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || (r.serve != nil && r.serve.cmd.Process.Pid == pid) {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !strings.Contains(string(env), string(needle)) {
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "HOME="+r.home) {
 			continue
 		}
 		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {

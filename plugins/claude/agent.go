@@ -266,22 +266,42 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 	if err != nil {
 		return "", err
 	}
-	c, err := a.current(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return sdk.StopCancelled, nil
-		}
-		return "", err
-	}
 	line := userLine{Type: "user", Message: userMessage{Role: "user", Content: content}, SessionID: "default"}
-	if err := c.write(line); err != nil {
-		a.retire(c)
-		return "", fmt.Errorf("claude did not take the prompt: %v", err)
+	// A CLI can die between turns unseen: the plugin learns of it only
+	// when it is reaped, which can come after the next prompt was written.
+	// A CLI that ended without taking the prompt (it printed nothing of
+	// the turn, not even the system/init that opens every turn) is
+	// replaced and given the prompt once more.
+	for attempt := 1; ; attempt++ {
+		c, err := a.current(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return sdk.StopCancelled, nil
+			}
+			return "", err
+		}
+		r := &turnRun{a: a, c: c, turn: turn, log: a.log.With("turn", turn.ID()),
+			perms: map[string]*pendingPerm{}, answers: make(chan permAnswer)}
+		var stop sdk.StopReason
+		if err = c.write(line); err != nil {
+			a.retire(c)
+			err = &notTakenError{why: fmt.Sprintf("claude did not take the prompt: %v", err)}
+		} else {
+			stop, err = r.run(ctx)
+		}
+		var nt *notTakenError
+		if !errors.As(err, &nt) || attempt == 2 || ctx.Err() != nil {
+			return stop, err
+		}
+		a.log.Warn("claude ended before it took the prompt; starting it again", "why", nt.why)
 	}
-	r := &turnRun{a: a, c: c, turn: turn, log: a.log.With("turn", turn.ID()),
-		perms: map[string]*pendingPerm{}, answers: make(chan permAnswer)}
-	return r.run(ctx)
 }
+
+// notTakenError fails a turn whose prompt never reached the CLI: it was
+// gone before it read it.
+type notTakenError struct{ why string }
+
+func (e *notTakenError) Error() string { return e.why }
 
 // Close stops the CLI (stdin EOF, grace, SIGTERM, grace, SIGKILL, the
 // waits sharing ctx's deadline) and waits for CLIs being stopped in the

@@ -15,7 +15,8 @@
 // credential the CLI will find. Then the plugin starts, in the workspace,
 //
 //	claude -p --output-format stream-json --input-format stream-json --verbose
-//	       --permission-prompt-tool stdio [options] --session-id=<uuid>|--resume=<id>
+//	       --include-partial-messages --permission-prompt-tool stdio [options]
+//	       --session-id=<uuid>|--resume=<id>
 //
 // and sends the control protocol's initialize request. The handle is the
 // Claude session id: a new session gets a pre-assigned UUID (or
@@ -24,7 +25,11 @@
 // session's error quotes.
 //
 // Prompt writes one user line and maps stdout until the turn's result
-// line: text blocks become message chunks, thinking blocks thoughts,
+// line: the model's text and thinking deltas (stream_event lines, which
+// --include-partial-messages asks for) become message chunks and thoughts
+// as they arrive, and the assistant line that completes each block adds
+// only what the deltas did not carry; text blocks that were not streamed
+// become message chunks, thinking blocks thoughts,
 // tool_use blocks tool calls (TodoWrite also a plan), tool_result blocks
 // tool call updates, the result's usage a usage update. A can_use_tool
 // control request becomes turn.RequestPermission (allow, allow_always when
@@ -32,7 +37,9 @@
 // control_cancel_request withdraws it. Cancelling a turn sends the
 // interrupt control request; a CLI that has not ended the turn 3 s later
 // is stopped. A CLI that died or was stopped is replaced at the next turn,
-// on the same conversation. Close stops the CLI under cliproc's rule
+// on the same conversation; one that turns out to have died before it
+// took the prompt (it printed nothing of the turn) is replaced and given
+// the prompt again, once. Close stops the CLI under cliproc's rule
 // (stdin EOF, on which the CLI flushes its transcript; SIGTERM; SIGKILL;
 // the waits sharing the Close deadline, each at most OptStopGrace).
 //
@@ -66,8 +73,15 @@
 //   - Unlike the Python SDK the plugin does not pass --system-prompt "":
 //     an agenthost session is a Claude Code session, with Claude Code's
 //     own system prompt, settings and CLAUDE.md files.
+//   - Permission requests of 2.1.332 carry no title (the plugin makes one
+//     from the tool and its subject, "Write /path"); a Write in the
+//     workspace asks in the default permission mode, and so does a Bash
+//     command that writes, while a read-only one (echo, ls) runs unasked.
 //
 // Tests run the plugin binary against a faithful fake CLI
-// (testdata/fakeclaude); tests against the real CLI are behind the build
-// tag realclis and read its path from AGENTHOST_REAL_CLAUDE.
+// (testdata/fakeclaude), which follows what the live CLI was seen doing;
+// tests against the real CLI are behind the build tag realclis and read
+// its path from AGENTHOST_REAL_CLAUDE, and internal/realcli drives the
+// pinned CLI through whole turns of `agenthost serve` against a scripted
+// model server.
 package claude

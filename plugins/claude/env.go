@@ -143,7 +143,8 @@ func checkCredentials(allow bool) error {
 			}
 		}
 	}
-	msg := fmt.Sprintf("claude has no credentials: log in with `claude auth login` (it keeps the login in %s), or set ANTHROPIC_API_KEY and the session option %s=true",
+	msg := fmt.Sprintf("claude has no credentials: log in with `claude auth login` (it keeps the login in %s), "+
+		"or set ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option %s=true)",
 		filepath.Join(orDefault(dir, "~/.claude"), ".credentials.json"), OptAllowCredentials)
 	if len(present) > 0 {
 		msg += fmt.Sprintf("; %s is set, but provider credentials are removed from claude's environment unless the session option %s=true",

@@ -150,7 +150,8 @@ func parseBool(v string) (bool, error) {
 }
 
 // cliArgs returns the claude argv (without the program name) for a session:
-// the stream-json flags the official SDKs use, the permission prompts routed
+// the stream-json flags the official SDKs use, partial messages (the
+// model's stream as it arrives), the permission prompts routed
 // to the plugin over the control protocol, the session's options, and the
 // session to start or resume. Values always use the --flag=value form, so a
 // value that begins with "-" is never parsed as a flag.
@@ -160,6 +161,7 @@ func (c config) cliArgs(s start) []string {
 		"--output-format", "stream-json",
 		"--input-format", "stream-json",
 		"--verbose",
+		"--include-partial-messages",
 		"--permission-prompt-tool", "stdio",
 	}
 	if c.model != "" {

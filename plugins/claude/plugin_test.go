@@ -53,7 +53,7 @@ func TestArgvAndEnvironment(t *testing.T) {
 		t.Fatalf("want one CLI started, got %d", len(inv))
 	}
 	want := []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-		"--permission-prompt-tool", "stdio", "--model=sonnet", "--permission-mode=acceptEdits",
+		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--model=sonnet", "--permission-mode=acceptEdits",
 		"--allowedTools=Read,Bash(git log:*)", "--append-system-prompt=-be brief", "--session-id=" + handle}
 	if !slices.Equal(inv[0].Args, want) {
 		t.Errorf("argv:\n got %q\nwant %q", inv[0].Args, want)
@@ -153,6 +153,23 @@ func TestTurnMapping(t *testing.T) {
 		t.Errorf("think: messages %q", texts(ups))
 	}
 
+	// Partial messages: every delta is a chunk as it arrives, and the
+	// assistant lines completing the blocks add nothing.
+	const said = "streamed in many small pieces"
+	ups, stop = h.Run("stream "+said, wait)
+	if got := texts(ups); stop.StopReason != "end_turn" || strings.Join(got, "") != said || len(got) != 10 {
+		t.Errorf("stream: %v, messages %q; want %q once, in 10 chunks", stop, got, said)
+	}
+	var thought strings.Builder
+	for _, u := range ups {
+		if c, ok := u.SessionUpdate().(*journal.Chunk); ok && c.Kind == journal.KindAgentThoughtChunk {
+			thought.WriteString(c.Content.Text())
+		}
+	}
+	if thought.String() != "Thinking about "+said {
+		t.Errorf("stream: thought %q", thought.String())
+	}
+
 	ups, stop = h.Run("todo", wait)
 	if stop.StopReason != "end_turn" {
 		t.Fatalf("todo: %v", stop)
@@ -221,7 +238,7 @@ func TestPermissions(t *testing.T) {
 		if want := []string{"allow/allow_once", "allow_always/allow_always", "reject/reject_once"}; !slices.Equal(opts, want) {
 			t.Errorf("options = %v, want %v", opts, want)
 		}
-		if call == nil || req.ToolCall.ToolCallID != call.ToolCallID || req.ToolCall.Title != "Claude wants to run ls" {
+		if call == nil || req.ToolCall.ToolCallID != call.ToolCallID || req.ToolCall.Title != "Bash ls" {
 			t.Errorf("permission request tool call = %+v", req.ToolCall)
 		}
 		plugintest.Answer(t, h, req.RequestID, tt.option)
@@ -353,7 +370,7 @@ func TestOpenErrors(t *testing.T) {
 		{name: "not claude", env: []string{"FAKECLAUDE_VERSION=banana"},
 			want: []string{`printed an unexpected version "banana (Claude Code)"`}},
 		{name: "no credentials", noLogin: true,
-			want: []string{"claude has no credentials: log in with `claude auth login`", "ANTHROPIC_API_KEY and the session option allow_credentials=true", "skip_auth_check=true"}},
+			want: []string{"claude has no credentials: log in with `claude auth login`", "ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option allow_credentials=true)", "skip_auth_check=true"}},
 		{name: "credentials not allowed", noLogin: true, env: []string{"ANTHROPIC_API_KEY=sk-ant-test"},
 			want: []string{"ANTHROPIC_API_KEY is set, but provider credentials are removed from claude's environment unless the session option allow_credentials=true"}},
 		{name: "binary does not run", opts: map[string]string{OptCLIPath: "broken"},
@@ -418,7 +435,8 @@ func TestTurnErrors(t *testing.T) {
 		h := f.start(t)
 		f.open(t, h, map[string]string{OptSkipAuthCheck: "true"})
 		ups, stop := h.Run("count 3", wait)
-		want := "claude could not authenticate (Not logged in · Please run /login): run `claude auth login`, or set ANTHROPIC_API_KEY and allow it for this session with the session option allow_credentials=true"
+		want := "claude: authentication failed (Not logged in · Please run /login): claude has no usable credential: log in with `claude auth login`, " +
+			"or set ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option allow_credentials=true)"
 		if stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
 		}
@@ -430,7 +448,7 @@ func TestTurnErrors(t *testing.T) {
 		f := newFixture(t)
 		h := f.start(t)
 		f.open(t, h, nil)
-		if _, stop := h.Run("noauth", wait); stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate") {
+		if _, stop := h.Run("noauth", wait); stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude: authentication failed") {
 			t.Errorf("turn: %v", stop)
 		}
 		// The session goes on.
@@ -443,7 +461,18 @@ func TestTurnErrors(t *testing.T) {
 		h := f.start(t)
 		f.open(t, h, nil)
 		_, stop := h.Run("fail", wait)
-		if want := `claude failed the turn: API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`; stop.StopReason != "failed" || stop.Error != want {
+		if want := "claude failed the turn: API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8080)."; stop.StopReason != "failed" || stop.Error != want {
+			t.Errorf("turn: %v\nwant failed with %q", stop, want)
+		}
+	})
+	t.Run("model not found", func(t *testing.T) {
+		f := newFixture(t)
+		h := f.start(t)
+		f.open(t, h, map[string]string{OptModel: "claude-x-bad"})
+		_, stop := h.Run("nomodel", wait)
+		want := "claude: the provider does not serve the model claude-x-bad (There's an issue with the selected model (claude-x-bad). " +
+			"It may not exist or you may not have access to it. Run --model to pick a different model.): choose another with the session option model"
+		if stop.StopReason != "failed" || stop.Error != want {
 			t.Errorf("turn: %v\nwant failed with %q", stop, want)
 		}
 	})
@@ -462,6 +491,24 @@ func TestTurnErrors(t *testing.T) {
 		// The next turn resumes the conversation in a new CLI.
 		if ups, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1"}) {
 			t.Fatalf("turn after the death: %v %s", stop, sdktest.Describe(ups))
+		}
+		inv := f.sessions()
+		if len(inv) != 2 || !slices.Contains(inv[1].Args, "--resume="+handle) {
+			t.Errorf("CLIs started: %v, want a second one with --resume=%s", inv, handle)
+		}
+	})
+	t.Run("gone before the prompt", func(t *testing.T) {
+		// The CLI exits on reading the second prompt, before it prints
+		// anything of the turn: the prompt goes to a new CLI on the same
+		// conversation, and the turn runs there.
+		f := newFixture(t)
+		h := f.start(t, "FAKECLAUDE_EXIT_ON_PROMPT=2")
+		handle := f.open(t, h, nil)
+		if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
+			t.Fatalf("first turn: %v", stop)
+		}
+		if ups, stop := h.Run("count 2", wait); stop.StopReason != "end_turn" || !slices.Equal(texts(ups), []string{"1", "2"}) {
+			t.Fatalf("turn after the CLI left: %v %s", stop, sdktest.Describe(ups))
 		}
 		inv := f.sessions()
 		if len(inv) != 2 || !slices.Contains(inv[1].Args, "--resume="+handle) {

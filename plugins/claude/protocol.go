@@ -58,6 +58,11 @@ type message struct {
 	ModelUsage map[string]modelUsage `json:"modelUsage"`
 	NumTurns   int                   `json:"num_turns"`
 
+	// stream_event (--include-partial-messages): one event of the
+	// Messages API stream, and the id of the message it belongs to.
+	Event        *streamEvent `json:"event"`
+	APIMessageID string       `json:"api_message_id"`
+
 	// control_request, control_cancel_request (CLI → plugin).
 	RequestID string          `json:"request_id"`
 	Request   json.RawMessage `json:"request"`
@@ -98,6 +103,27 @@ func (m *apiMessage) blocks() []contentBlock {
 		return nil
 	}
 	return out
+}
+
+// streamEvent is one Messages API server-sent event as the CLI relays it
+// in a stream_event line. The plugin reads the text and thinking deltas;
+// tool calls are reported from the complete assistant message, whose
+// input is whole.
+type streamEvent struct {
+	Type  string `json:"type"` // content_block_delta, message_start, …
+	Index int    `json:"index"`
+	Delta struct {
+		Type     string `json:"type"` // text_delta, thinking_delta, input_json_delta, signature_delta
+		Text     string `json:"text"`
+		Thinking string `json:"thinking"`
+	} `json:"delta"`
+	// Message is message_start's message, whose usage counts what the
+	// model call read.
+	Message *struct {
+		Usage *usage `json:"usage"`
+	} `json:"message"`
+	// Usage is message_delta's: the model call's final counts.
+	Usage *usage `json:"usage"`
 }
 
 // contentBlock is an Anthropic content block: text, thinking, tool_use,
@@ -143,7 +169,8 @@ func (b contentBlock) resultText() string {
 	return strings.Join(texts, "\n")
 }
 
-// usage is the token usage of a result.
+// usage is the token usage of a result (the turn's model calls summed)
+// or of one model call (a stream event's).
 type usage struct {
 	InputTokens              int64 `json:"input_tokens"`
 	OutputTokens             int64 `json:"output_tokens"`
@@ -152,6 +179,12 @@ type usage struct {
 	OutputTokensDetails      *struct {
 		ThinkingTokens int64 `json:"thinking_tokens"`
 	} `json:"output_tokens_details"`
+}
+
+// context is what a model call's context held: everything it read (fresh,
+// cache writes and cache reads) and what it wrote.
+func (u *usage) context() int64 {
+	return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens + u.OutputTokens
 }
 
 // modelUsage is one model's entry in a result's modelUsage.
@@ -243,6 +276,9 @@ type cli struct {
 	mu      sync.Mutex
 	pending map[string]chan controlResponse
 	seq     int
+	// source is where the CLI found its API key (system/init's
+	// apiKeySource), for an authentication failure's advice.
+	source string
 }
 
 // startCLI starts path with args in dir as a cliproc child: pipes of its
@@ -263,6 +299,20 @@ func startCLI(ctx context.Context, log hclog.Logger, path string, args, env []st
 	}
 	go c.readStdout(maxLine)
 	return c, nil
+}
+
+// keySource is where the CLI said it found its API key; "" before its
+// system/init.
+func (c *cli) keySource() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.source
+}
+
+func (c *cli) setKeySource(s string) {
+	c.mu.Lock()
+	c.source = s
+	c.mu.Unlock()
 }
 
 // pid is the CLI's process id.

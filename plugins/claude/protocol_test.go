@@ -166,7 +166,7 @@ func TestCLIArgs(t *testing.T) {
 	}
 	got := c.cliArgs(start{id: "-x", resume: true})
 	want := []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-		"--permission-prompt-tool", "stdio", "--disallowedTools=Bash", "--max-turns=3", "--system-prompt=", "--resume=-x"}
+		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--disallowedTools=Bash", "--max-turns=3", "--system-prompt=", "--resume=-x"}
 	if !slices.Equal(got, want) {
 		t.Errorf("argv %q, want %q", got, want)
 	}

@@ -70,7 +70,7 @@ func TestRealNewSessionAndAuthError(t *testing.T) {
 	h := f.start(t, env...)
 	handle := f.open(t, h, noLogin)
 	ups, stop := h.Run("say hi", wait)
-	if stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate (Not logged in") {
+	if stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude: authentication failed (Not logged in") {
 		t.Fatalf("turn without credentials: %v %s", stop, sdktest.Describe(ups))
 	}
 	if strings.Contains(strings.Join(texts(ups), ""), "Not logged in") {
@@ -91,7 +91,7 @@ func TestRealNewSessionAndAuthError(t *testing.T) {
 		t.Fatalf("ResumeSession(%s): %+v %v", handle, info, err)
 	}
 	ups, stop = h.Run("say hi again", wait)
-	if stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude could not authenticate") {
+	if stop.StopReason != "failed" || !strings.HasPrefix(stop.Error, "claude: authentication failed") {
 		t.Fatalf("resumed turn: %v %s", stop, sdktest.Describe(ups))
 	}
 	for _, u := range ups {

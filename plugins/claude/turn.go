@@ -25,8 +25,22 @@ const (
 	optReject      = "reject"
 )
 
-// authHelp is what a user reads when the CLI could not authenticate.
-const authHelp = "run `claude auth login`, or set ANTHROPIC_API_KEY and allow it for this session with the session option " + OptAllowCredentials + "=true"
+// authError is the error of a turn the provider refused to authenticate:
+// what the CLI said, and what to configure. source is where the CLI said
+// (system/init's apiKeySource) it found its key: a variable the host let
+// through was rejected and must be fixed where it is set; with none
+// ("none", or unknown) the CLI had no usable credential at all.
+func authError(said, source string) error {
+	said = orDefault(said, "no reason given")
+	if source != "" && source != "none" {
+		return fmt.Errorf("claude: authentication failed: the provider rejected the credential claude read from %s (%s): "+
+			"set a valid one where %s comes from (agenthost passes it only to an agent whose agenthost.json entry says \"credentials\": \"inherit\", or a session with %s=true), or log in with `claude auth login`",
+			source, said, source, OptAllowCredentials)
+	}
+	return fmt.Errorf("claude: authentication failed (%s): claude has no usable credential: log in with `claude auth login`, "+
+		"or set ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option %s=true)",
+		said, OptAllowCredentials)
+}
 
 // turnRun maps one turn's stdout messages to SDK updates and answers the
 // CLI's permission requests, until the result line.
@@ -43,7 +57,27 @@ type turnRun struct {
 	cancelled   bool
 	interruptID string
 	authFailed  bool
+	// started is set by the turn's first stdout message: the CLI took
+	// the prompt.
+	started bool
+	// model is the model the CLI said it uses (system/init);
+	// modelNotFound is set when the provider refused it.
+	model         string
+	modelNotFound bool
+
+	// streamed is the text and thinking reported from stream_event deltas
+	// and not yet matched by the assistant message that completes them,
+	// by API message id (see assistant).
+	streamed map[string]*streamedText
+	// lastCall is the usage of the turn's newest model call, from its
+	// stream events: the result's usage sums every call of the turn, so
+	// only the last one says what the context holds.
+	lastCall *usage
 }
+
+// streamedText is what the deltas of one API message reported ahead of
+// its assistant lines.
+type streamedText struct{ text, thinking string }
 
 // pendingPerm is a can_use_tool request waiting for the user.
 type pendingPerm struct {
@@ -74,6 +108,7 @@ func (r *turnRun) run(ctx context.Context) (sdk.StopReason, error) {
 				}
 				return "", ev.err
 			}
+			r.started = true
 			if stop, err, end := r.handle(ctx, ev.msg); end {
 				return stop, err
 			}
@@ -126,8 +161,11 @@ func (r *turnRun) interrupt() error {
 func (r *turnRun) streamEnded() (sdk.StopReason, error) {
 	note := r.c.exitNote()
 	r.a.retire(r.c)
-	if r.cancelled {
+	switch {
+	case r.cancelled:
 		return sdk.StopCancelled, nil
+	case !r.started:
+		return "", &notTakenError{why: fmt.Sprintf("claude exited before it took the prompt (%s); the next turn restarts it", note)}
 	}
 	return "", fmt.Errorf("claude exited during the turn (%s); the next turn restarts it", note)
 }
@@ -139,10 +177,14 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 		if m.Subtype == "init" {
 			r.log.Debug("claude session", "session_id", m.SessionID, "model", m.Model, "version", m.ClaudeCodeVersion,
 				"permission_mode", m.PermissionMode, "api_key_source", m.APIKeySource)
+			r.c.setKeySource(m.APIKeySource)
+			r.model = m.Model
 			r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
 		} else {
 			r.log.Debug("claude system message", "subtype", m.Subtype)
 		}
+	case "stream_event":
+		r.streamEvent(m)
 	case "assistant":
 		r.assistant(m)
 	case "user":
@@ -162,26 +204,96 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 	return "", nil, false
 }
 
-// assistant reports an assistant message's text, thinking and tool calls.
-// A synthetic message that reports a failed API call is not the agent
-// speaking: its error surfaces with the result.
+// streamEvent reports a text or thinking delta of the model's stream as
+// a message chunk or thought as it arrives, and remembers it so that the
+// assistant line completing the block does not report it again.
+func (r *turnRun) streamEvent(m *message) {
+	e := m.Event
+	switch {
+	case e == nil:
+		return
+	case e.Type == "message_start" && e.Message != nil && e.Message.Usage != nil:
+		r.lastCall = e.Message.Usage
+		return
+	case e.Type == "message_delta" && e.Usage != nil:
+		r.lastCall = e.Usage
+		return
+	case e.Type != "content_block_delta":
+		return
+	}
+	if r.streamed == nil {
+		r.streamed = map[string]*streamedText{}
+	}
+	s := r.streamed[m.APIMessageID]
+	if s == nil {
+		s = &streamedText{}
+		r.streamed[m.APIMessageID] = s
+	}
+	switch e.Delta.Type {
+	case "text_delta":
+		if e.Delta.Text != "" {
+			s.text += e.Delta.Text
+			r.turn.Message(e.Delta.Text)
+		}
+	case "thinking_delta":
+		if e.Delta.Thinking != "" {
+			s.thinking += e.Delta.Thinking
+			r.turn.Thought(e.Delta.Thinking)
+		}
+	}
+}
+
+// unstreamed returns the part of a completed block's text that its deltas
+// did not report, consuming what they did from *streamed. With partial
+// messages the CLI prints each block's deltas and then an assistant line
+// holding the whole block (one line per block, or a line of several);
+// without them, or for a block the deltas never reached, all of it is new.
+func unstreamed(streamed *string, block string) string {
+	switch {
+	case *streamed == "":
+		return block
+	case strings.HasPrefix(*streamed, block):
+		*streamed = (*streamed)[len(block):]
+		return ""
+	case strings.HasPrefix(block, *streamed):
+		rest := block[len(*streamed):]
+		*streamed = ""
+		return rest
+	}
+	// The deltas and the block disagree: the deltas were reported; do not
+	// report the block's text a second time.
+	*streamed = ""
+	return ""
+}
+
+// assistant reports an assistant message's text, thinking and tool calls,
+// less what its stream events reported already. A synthetic message that
+// reports a failed API call is not the agent speaking: its error surfaces
+// with the result.
 func (r *turnRun) assistant(m *message) {
 	if m.IsAPIErrorMessage || m.Error != "" {
-		if m.Error == "authentication_failed" {
+		switch m.Error {
+		case "authentication_failed":
 			r.authFailed = true
+		case "model_not_found":
+			r.modelNotFound = true
 		}
 		r.log.Debug("claude reports an API error", "error", m.Error)
 		return
 	}
+	s := &streamedText{}
+	if m.Message != nil && r.streamed[m.Message.ID] != nil {
+		s = r.streamed[m.Message.ID]
+	}
 	for _, b := range m.Message.blocks() {
 		switch b.Type {
 		case "text":
-			if b.Text != "" {
-				r.turn.Message(b.Text)
+			if t := unstreamed(&s.text, b.Text); t != "" {
+				r.turn.Message(t)
 			}
 		case "thinking":
-			if b.Thinking != "" {
-				r.turn.Thought(b.Thinking)
+			if t := unstreamed(&s.thinking, b.Thinking); t != "" {
+				r.turn.Thought(t)
 			}
 		case "tool_use", "server_tool_use", "mcp_tool_use":
 			r.turn.ToolCall(sdk.ToolCall{
@@ -229,9 +341,13 @@ func (r *turnRun) result(m *message) (sdk.StopReason, error) {
 			if u.OutputTokensDetails != nil {
 				su.ReasoningTokens = u.OutputTokensDetails.ThinkingTokens
 			}
-			// What the context holds after the turn: everything read
-			// (fresh, cache writes and cache reads) and what was written.
-			su.ContextTokens = su.InputTokens + u.OutputTokens
+			// What the context holds after the turn: what its last model
+			// call read and wrote. Without stream events, the sum over
+			// the turn's calls, which is that for a turn of one call.
+			su.ContextTokens = u.context()
+			if r.lastCall != nil {
+				su.ContextTokens = r.lastCall.context()
+			}
 		}
 		for _, mu := range m.ModelUsage {
 			su.ContextWindow = max(su.ContextWindow, mu.ContextWindow)
@@ -247,7 +363,10 @@ func (r *turnRun) result(m *message) (sdk.StopReason, error) {
 	case m.Subtype == "error_max_turns":
 		return sdk.StopMaxTurnRequests, nil
 	case m.IsError && (r.authFailed || isAuthText(m.Result)):
-		return "", fmt.Errorf("claude could not authenticate (%s): %s", orDefault(resultText(m), "authentication failed"), authHelp)
+		return "", authError(resultText(m), r.c.keySource())
+	case m.IsError && r.modelNotFound:
+		return "", fmt.Errorf("claude: the provider does not serve the model %s (%s): choose another with the session option %s",
+			orDefault(r.model, "the CLI chose"), resultText(m), OptModel)
 	case m.IsError:
 		return "", fmt.Errorf("claude failed the turn: %s", resultText(m))
 	}

@@ -286,7 +286,7 @@ func TestReadinessFailures(t *testing.T) {
 		{"too old", true, nil, []string{"FAKECODEX_VERSION=0.170.9"},
 			[]string{"codex-cli 0.170.9", "older than 0.171.0", "npm install -g @openai/codex@latest"}},
 		{"no credentials", false, nil, nil,
-			[]string{"codex has no credentials", "auth.json", "codex login", "OPENAI_API_KEY", "allow_credentials=true", "skip_auth_check=true"}},
+			[]string{"codex has no credentials", "auth.json", "codex login", "OPENAI_API_KEY", `"credentials": "inherit"`, "allow_credentials=true", "skip_auth_check=true"}},
 		{"credential withheld", false, nil, []string{"OPENAI_API_KEY=sk-test"},
 			[]string{"OPENAI_API_KEY is set but withheld from codex by the credential policy", "allow_credentials=true"}},
 		{"bad option", true, map[string]string{"approval_policy": "sometimes"}, nil,
@@ -331,6 +331,16 @@ func TestCredentialPolicy(t *testing.T) {
 	p2, _ := open(t, noAuth, map[string]string{"allow_credentials": "true"}, keys...)
 	if v := ask(p2, "OPENAI_API_KEY"); v != "sk-test" {
 		t.Errorf("allowed OPENAI_API_KEY reached codex as %q", v)
+	}
+	// A model provider's env_key, allowed through, is a credential too.
+	providerOnly := newHome(t, false)
+	if err := os.WriteFile(filepath.Join(providerOnly.codexHome, "config.toml"), []byte("model_provider = \"mine\"\n[model_providers.mine]\nname = \"mine\"\nenv_key = \"MY_PROVIDER_KEY\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plugintest.Unsetenv(t, "OPENAI_API_KEY", "CODEX_ACCESS_TOKEN")
+	p4, _ := open(t, providerOnly, map[string]string{"allow_credentials": "true"}, "MY_PROVIDER_KEY=mine")
+	if v := ask(p4, "MY_PROVIDER_KEY"); v != "mine" {
+		t.Errorf("allowed MY_PROVIDER_KEY reached codex as %q", v)
 	}
 	// The last agent's environment holds none of the keys.
 	plugintest.Unsetenv(t, "OPENAI_API_KEY", "CODEX_ACCESS_TOKEN", "MY_PROVIDER_KEY", "UNRELATED")
@@ -377,6 +387,9 @@ func TestApprovals(t *testing.T) {
 		}
 		if req.ToolCall.Kind != wantKind || !strings.HasPrefix(req.ToolCall.Title, wantTitle) {
 			t.Errorf("%s: permission tool call %+v", tt.prompt, req.ToolCall)
+		}
+		if tt.prompt == "edit" && !strings.Contains(string(req.ToolCall.RawInput), `"diff":"hello\n"`) {
+			t.Errorf("edit: the permission's rawInput %s lacks the change it asks about", req.ToolCall.RawInput)
 		}
 		var opts []string
 		for _, o := range req.Options {
@@ -464,6 +477,21 @@ func TestTurnFailures(t *testing.T) {
 	for _, w := range []string{"could not reach its model for 300ms", "Reconnecting... waiting for network", "Connection failed", "model_retry_timeout"} {
 		if !strings.Contains(st.Error, w) {
 			t.Errorf("error %q lacks %q", st.Error, w)
+		}
+	}
+	// The provider's failures, after codex's retries, say what they mean.
+	for text, want := range map[string][]string{
+		"http 401 Incorrect API key provided":   {"authentication failed", "Incorrect API key provided", "OPENAI_API_KEY", "codex login", `"credentials": "inherit"`},
+		"http 529 overloaded right now":         {"overloaded", "overloaded right now"},
+		"http 500 database on fire":             {"server error", "high demand"},
+		"http 429 slow down":                    {"rate limiting", "slow down"},
+		"http 400 The model `m` does not exist": {"the model provider refused the request: The model `m` does not exist"},
+	} {
+		_, st = run(t, p, text, "failed")
+		for _, w := range want {
+			if !strings.Contains(st.Error, w) {
+				t.Errorf("%s: error %q lacks %q", text, st.Error, w)
+			}
 		}
 	}
 	// The session goes on.

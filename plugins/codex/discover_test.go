@@ -140,7 +140,7 @@ func TestChildEnvAndAuth(t *testing.T) {
 		t.Errorf("stripped %q", stripped)
 	}
 	err := checkAuth(env, stripped)
-	if err == nil || !strings.Contains(err.Error(), "OPENAI_API_KEY is set but withheld") || !strings.Contains(err.Error(), filepath.Join(ch, "auth.json")) {
+	if err == nil || !strings.Contains(err.Error(), "OPENAI_API_KEY, AZ_KEY are set but withheld") || !strings.Contains(err.Error(), filepath.Join(ch, "auth.json")) {
 		t.Errorf("checkAuth: %v", err)
 	}
 	if env, _ := childEnv(base, true); len(env) != len(base) {

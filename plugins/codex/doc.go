@@ -12,10 +12,10 @@
 // install, set or run: the binary (OptCLIPath, EnvCodexPath, PATH, the
 // usual install locations), its version (`codex --version`), and a
 // credential (an auth.json in $CODEX_HOME, written by `codex login`, or a
-// key variable that reaches codex). It then starts `codex app-server` in
-// the workspace and opens the thread: initialize, initialized, then
-// thread/start for NewSession or thread/resume for ResumeSession. The
-// handle is the thread id.
+// key variable that reaches codex, a model provider's env_key included).
+// It then starts `codex app-server` in the workspace and opens the thread:
+// initialize, initialized, then thread/start for NewSession or
+// thread/resume for ResumeSession. The handle is the thread id.
 //
 // Prompt sends turn/start and maps the turn's notifications until
 // turn/completed: message and reasoning deltas become message and thought
@@ -57,6 +57,22 @@
 //   - Offline, codex retries its model forever (error notifications with
 //     willRetry). OptModelRetryTimeout fails a turn that only retried for
 //     that long with "codex could not reach its model …".
+//   - A provider's failure reaches the plugin only once codex's own
+//     retries are spent (its provider's request_max_retries and
+//     stream_max_retries; a 401 is retried too). The turn's error leads
+//     with what codexErrorInfo means: a refused key (401, 403) is
+//     "authentication failed" with what to configure; overload, rate
+//     limits and server errors say so. Codex drops a 5xx's body and
+//     reports a text of its own, so the provider's message is lost.
+//   - A command approval lists availableDecisions (0.171.0: accept,
+//     acceptWithExecpolicyAmendment, cancel). The plugin offers accept,
+//     acceptForSession and decline whatever the list says, as codex
+//     honours them all; it never offers the execpolicy amendment, which
+//     would write a lasting rule into the user's codex configuration.
+//     Its title is the command without codex's /bin/bash -lc wrapper.
+//   - A stream codex retries mid-message leaves that message's deltas
+//     with the client: codex abandons the item (no item/completed) and
+//     streams the retry as a new one, and ACP cannot take chunks back.
 //   - Credentials in the plugin's environment (CredentialVariables, and
 //     the env_key of every model provider in $CODEX_HOME/config.toml) are
 //     removed from the app-server's unless OptAllowCredentials, so a key

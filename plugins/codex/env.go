@@ -90,12 +90,20 @@ func childEnv(base []string, allowCredentials bool) (env, stripped []string) {
 // home and no key variable in the environment it gets. stripped names the
 // variables the credential policy removed, so the message can say so.
 func checkAuth(env, stripped []string) error {
-	for _, k := range authVars {
+	home := codexHome(env)
+	// A model provider's env_key is a credential too: a key set there is
+	// what codex sends that provider.
+	keys := slices.Clone(authVars)
+	for _, k := range providerEnvKeys(home) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
 		if v, ok := lookupEnv(env, k); ok && v != "" {
 			return nil
 		}
 	}
-	home := codexHome(env)
 	if home != "" {
 		if _, err := os.Stat(filepath.Join(home, "auth.json")); err == nil {
 			return nil
@@ -105,16 +113,22 @@ func checkAuth(env, stripped []string) error {
 	if home != "" {
 		where = "no " + filepath.Join(home, "auth.json")
 	}
-	msg := fmt.Sprintf("codex has no credentials (%s, and none of %s is set): run `codex login` as the user agenthost runs as, or set OPENAI_API_KEY and the session option %s=true",
-		where, strings.Join(authVars, ", "), OptAllowCredentials)
+	msg := fmt.Sprintf("codex has no credentials (%s, and none of %s is set): run `codex login` as the user agenthost runs as, "+
+		"or set OPENAI_API_KEY (or the env_key of your model provider) in agenthost's environment and opt codex into it with \"credentials\": \"inherit\" on the codex entry of agenthost.json "+
+		"(a plugin run by itself: the session option %s=true)",
+		where, strings.Join(keys, ", "), OptAllowCredentials)
 	var held []string
 	for _, k := range stripped {
-		if slices.Contains(authVars, k) {
+		if slices.Contains(keys, k) {
 			held = append(held, k)
 		}
 	}
 	if len(held) > 0 {
-		msg += fmt.Sprintf("; %s is set but withheld from codex by the credential policy: set the session option %s=true to pass it", strings.Join(held, ", "), OptAllowCredentials)
+		verb := "is"
+		if len(held) > 1 {
+			verb = "are"
+		}
+		msg += fmt.Sprintf("; %s %s set but withheld from codex by the credential policy: set the session option %s=true to pass it", strings.Join(held, ", "), verb, OptAllowCredentials)
 	}
 	return errors.New(msg + fmt.Sprintf(" (or set %s=true if codex is configured another way)", OptSkipAuthCheck))
 }

@@ -341,11 +341,7 @@ func (t *turnRun) completed(turn turnInfo) outcome {
 		if e == nil || e.Message == "" {
 			return outcome{err: errors.New("codex failed the turn without saying why")}
 		}
-		msg := e.Message
-		if e.AdditionalDetails != nil && *e.AdditionalDetails != "" && !strings.Contains(msg, *e.AdditionalDetails) {
-			msg += " (" + *e.AdditionalDetails + ")"
-		}
-		return outcome{err: errors.New(msg)}
+		return outcome{err: t.a.turnFailure(e)}
 	}
 	return outcome{err: fmt.Errorf("codex ended the turn with the unknown status %q", turn.Status)}
 }
@@ -421,10 +417,7 @@ func toolCall(it threadItem) (sdk.ToolCall, bool) {
 	c := sdk.ToolCall{ToolCallID: it.ID, Status: "in_progress"}
 	switch it.Type {
 	case "commandExecution":
-		c.Kind, c.Title = "execute", it.Command
-		if c.Title == "" {
-			c.Title = "run a command"
-		}
+		c.Kind, c.Title = "execute", commandTitle(it.Command)
 		c.RawInputJSON = marshal(map[string]any{"command": it.Command, "cwd": it.Cwd})
 	case "fileChange":
 		c.Kind, c.Title = "edit", "edit "+paths(it.Changes)
@@ -492,6 +485,59 @@ func toolStatus(s string) string {
 		return "failed"
 	}
 	return s
+}
+
+// shellWrappers are the prefixes codex wraps a command in: it runs the
+// model's cmd as `/bin/bash -lc '<cmd>'` and reports it so.
+var shellWrappers = []string{"/bin/bash -lc ", "/bin/bash -c ", "bash -lc ", "bash -c ", "/bin/zsh -lc ", "/bin/zsh -c ", "/bin/sh -c ", "sh -c "}
+
+// commandTitle is a command item's title: the command the model asked
+// for, without the login shell codex wraps it in (rawInput keeps the
+// whole command line).
+func commandTitle(command string) string {
+	if command == "" {
+		return "run a command"
+	}
+	for _, w := range shellWrappers {
+		rest, ok := strings.CutPrefix(command, w)
+		if !ok {
+			continue
+		}
+		if inner, ok := shellWord(rest); ok && inner != "" {
+			return inner
+		}
+		break
+	}
+	return command
+}
+
+// shellWord undoes the quoting of one POSIX shell word made of
+// single-quoted pieces ('…', a quote written as '\” inside) and plain
+// characters, as codex quotes the command it wraps. It reports false for
+// anything else (blanks, double quotes, expansions), which is then shown
+// as it is.
+func shellWord(s string) (string, bool) {
+	var b strings.Builder
+	for s != "" {
+		switch {
+		case strings.HasPrefix(s, `\'`):
+			b.WriteByte('\'')
+			s = s[2:]
+		case s[0] == '\'':
+			end := strings.IndexByte(s[1:], '\'')
+			if end < 0 {
+				return "", false
+			}
+			b.WriteString(s[1 : 1+end])
+			s = s[2+end:]
+		case strings.ContainsRune(" \t\n\"$`\\", rune(s[0])):
+			return "", false
+		default:
+			b.WriteByte(s[0])
+			s = s[1:]
+		}
+	}
+	return b.String(), true
 }
 
 func planStatus(s string) string {
@@ -585,17 +631,18 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 	call := sdk.ToolCall{ToolCallID: p.ItemID, Status: "pending"}
 	switch m.Method {
 	case "item/commandExecution/requestApproval":
-		call.Kind, call.Title = "execute", deref(p.Command)
-		if call.Title == "" {
-			call.Title = "run a command"
-		}
+		call.Kind, call.Title = "execute", commandTitle(deref(p.Command))
 		call.RawInputJSON = marshal(map[string]any{"command": p.Command, "cwd": p.Cwd, "reason": p.Reason})
 	case "item/fileChange/requestApproval":
+		// The request names only the item: what it would write is in the
+		// fileChange item codex announced just before.
 		call.Kind, call.Title = "edit", "apply file changes"
+		input := map[string]any{"reason": p.Reason, "grantRoot": p.GrantRoot}
 		if it, ok := t.startedItem(p.ItemID); ok {
 			call.Title = "edit " + paths(it.Changes)
+			input["changes"] = it.Changes
 		}
-		call.RawInputJSON = marshal(map[string]any{"reason": p.Reason, "grantRoot": p.GrantRoot})
+		call.RawInputJSON = marshal(input)
 	case "item/permissions/requestApproval":
 		call.Kind, call.Title = "other", "grant additional permissions"
 		if r := deref(p.Reason); r != "" {

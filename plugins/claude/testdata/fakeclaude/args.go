@@ -10,6 +10,7 @@ import (
 // args is what the fake reads of its argv.
 type args struct {
 	version, print, verbose, fork, cont bool
+	partial                             bool // --include-partial-messages
 	outputFormat, inputFormat           string
 	permPromptTool, permMode            string
 	sessionID, model                    string
@@ -46,7 +47,8 @@ func parseArgs(argv []string) args {
 		"output-format": &a.outputFormat, "input-format": &a.inputFormat, "permission-prompt-tool": &a.permPromptTool,
 		"permission-mode": &a.permMode, "session-id": &a.sessionID, "model": &a.model,
 	}
-	bools := map[string]*bool{"print": &a.print, "verbose": &a.verbose, "fork-session": &a.fork, "continue": &a.cont, "version": &a.version}
+	bools := map[string]*bool{"print": &a.print, "verbose": &a.verbose, "fork-session": &a.fork, "continue": &a.cont, "version": &a.version,
+		"include-partial-messages": &a.partial}
 	shorts := map[string]string{"-p": "print", "-c": "continue", "-v": "version", "-r": "resume"}
 	for i := 0; i < len(argv); i++ {
 		arg := argv[i]

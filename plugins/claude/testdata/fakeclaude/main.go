@@ -2,7 +2,10 @@
 // stream-json mode, for the claude plugin's tests. It accepts the argv the
 // plugin and the official SDKs use, answers the control protocol's
 // initialize and interrupt requests like the real CLI, emits system/init
-// lazily on the first user message, writes a transcript under
+// when each user message's turn starts (not at startup), prints the model's stream as
+// stream_event lines before each block's assistant line when asked
+// (--include-partial-messages; one delta per block unless the model below
+// says otherwise), writes a transcript under
 // $CLAUDE_CONFIG_DIR (or ~/.claude)/projects, fails an unknown --resume and
 // a --session-id already in use with the real CLI's texts, and adds
 // unknown fields to every message it prints.
@@ -15,15 +18,19 @@
 //	                    (with --permission-prompt-tool stdio), its tool_result
 //	todo                a TodoWrite tool_use and its tool_result
 //	think               a thinking block, then a text block
+//	stream TEXT         a thinking block and TEXT, streamed in 3-rune deltas
 //	huge N              one assistant line of at least N bytes
 //	die                 one assistant message, then exit status 3
 //	noauth              the real unauthenticated answer (also every turn
 //	                    when no credential is configured)
 //	fail                an API error (is_error result, subtype success)
+//	nomodel             the provider's 404 for the model, as the CLI reports it
 //	maxturns            an error_max_turns result
 //	anything else       echoed as one assistant message
 //
 // Environment knobs: FAKECLAUDE_VERSION (what --version prints),
+// FAKECLAUDE_EXIT_ON_PROMPT=N (exit status 4 on reading the N-th user
+// line of the process, printing nothing),
 // FAKECLAUDE_IGNORE_SIGTERM=1 (ignore SIGTERM and stdin EOF),
 // FAKECLAUDE_SLOW=DURATION (delay every line), FAKECLAUDE_NOISE=1 (a
 // non-JSON line, a blank line and an unknown message type before every
@@ -107,6 +114,9 @@ type fake struct {
 	initSent         bool
 	lastIsError      bool
 	permWaiters      map[string]chan map[string]any
+	blocks           map[string]int // content blocks streamed so far, by message id
+	prompts          int            // user lines read
+	exitOnPrompt     int            // FAKECLAUDE_EXIT_ON_PROMPT
 
 	turns chan string
 	done  chan struct{}
@@ -116,7 +126,7 @@ type fake struct {
 type turn = fakecli.Turn
 
 func newFake(a args) *fake {
-	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, turns: make(chan string, 64), done: make(chan struct{})}
+	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, blocks: map[string]int{}, turns: make(chan string, 64), done: make(chan struct{})}
 	f.cwd, _ = os.Getwd()
 	f.configDir = os.Getenv("CLAUDE_CONFIG_DIR")
 	if f.configDir == "" {
@@ -127,6 +137,7 @@ func newFake(a args) *fake {
 	f.noise = os.Getenv("FAKECLAUDE_NOISE") == "1"
 	f.ignoreTerm = os.Getenv("FAKECLAUDE_IGNORE_SIGTERM") == "1"
 	f.forkAndDie, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_FORK_AND_DIE"))
+	f.exitOnPrompt, _ = strconv.Atoi(os.Getenv("FAKECLAUDE_EXIT_ON_PROMPT"))
 	f.apiKeySource = "none"
 	switch {
 	case os.Getenv("ANTHROPIC_API_KEY") != "":
@@ -321,6 +332,15 @@ func (f *fake) handleInput(line []byte) {
 			fmt.Fprintf(os.Stderr, "fakeclaude: control response for unknown request %q\n", resp.RequestID)
 		}
 	case "user":
+		f.mu.Lock()
+		f.prompts++
+		n := f.prompts
+		f.mu.Unlock()
+		if n == f.exitOnPrompt {
+			// Gone before the turn starts, as a CLI killed between turns
+			// is when its plugin has not reaped it yet.
+			os.Exit(4)
+		}
 		text := contentText(m.Message.Content)
 		f.mu.Lock()
 		f.queued++
@@ -447,7 +467,77 @@ func (f *fake) systemInit() map[string]any {
 	}
 }
 
-// assistant returns an assistant line with the given content blocks.
+// block prints one content block of message msgID as the real CLI does:
+// with --include-partial-messages, its stream events (message_start
+// before the message's first block, content_block_start, the deltas of
+// deltaRunes runes each, zero meaning one delta) and, after the deltas
+// and before content_block_stop, an assistant line holding the whole
+// block. Without the flag, only the assistant line.
+func (f *fake) block(msgID string, b map[string]any, deltaRunes int) {
+	if !f.a.partial {
+		f.emit(f.assistant(msgID, nil, b))
+		return
+	}
+	f.mu.Lock()
+	index := f.blocks[msgID]
+	f.blocks[msgID] = index + 1
+	f.mu.Unlock()
+	if index == 0 {
+		f.streamEvent(msgID, map[string]any{"type": "message_start", "message": map[string]any{
+			"id": msgID, "type": "message", "role": "assistant", "model": f.model(), "content": []any{},
+			"stop_reason": nil, "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 100}}})
+	}
+	var start map[string]any
+	var field, deltaType, body string
+	switch b["type"] {
+	case "text":
+		start, field, deltaType = map[string]any{"type": "text", "text": ""}, "text", "text_delta"
+		body, _ = b["text"].(string)
+	case "thinking":
+		start, field, deltaType = map[string]any{"type": "thinking", "thinking": "", "signature": ""}, "thinking", "thinking_delta"
+		body, _ = b["thinking"].(string)
+	case "tool_use":
+		start = map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}
+		field, deltaType = "partial_json", "input_json_delta"
+		in, _ := json.Marshal(b["input"])
+		body = string(in)
+	}
+	f.streamEvent(msgID, map[string]any{"type": "content_block_start", "index": index, "content_block": start})
+	for _, d := range splitRunes(body, deltaRunes) {
+		f.streamEvent(msgID, map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": deltaType, field: d}})
+	}
+	if sig, ok := b["signature"]; ok {
+		f.streamEvent(msgID, map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "signature_delta", "signature": sig}})
+	}
+	f.emit(f.assistant(msgID, nil, b))
+	f.streamEvent(msgID, map[string]any{"type": "content_block_stop", "index": index})
+}
+
+// streamEvent prints one stream_event line.
+func (f *fake) streamEvent(msgID string, event map[string]any) {
+	f.emit(map[string]any{"type": "stream_event", "event": event, "session_id": f.sessionID, "parent_tool_use_id": nil,
+		"uuid": uuid.NewString(), "api_message_id": msgID})
+}
+
+// splitRunes splits s into pieces of n runes; n <= 0 is one piece.
+func splitRunes(s string, n int) []string {
+	r := []rune(s)
+	if n <= 0 || len(r) <= n {
+		return []string{s}
+	}
+	var out []string
+	for len(r) > 0 {
+		k := min(n, len(r))
+		out = append(out, string(r[:k]))
+		r = r[k:]
+	}
+	return out
+}
+
+// assistant returns an assistant line with the given content blocks. The
+// real CLI prints each block's line before the stream's message_delta, so
+// its stop_reason is null but for synthetic messages.
 func (f *fake) assistant(msgID string, stopReason any, blocks ...map[string]any) map[string]any {
 	for _, b := range blocks {
 		b["fake_block_field"] = true
@@ -479,8 +569,29 @@ func (f *fake) userLine(content any, extra map[string]any) map[string]any {
 	return m
 }
 
-// result returns a result line.
+// endMessages ends the stream of every message streamed since the last
+// result, as the real CLI relays the API's: message_delta with the call's
+// usage (the fake's per-call usage: what its results report for a turn of
+// one call), then message_stop.
+func (f *fake) endMessages(stopReason any, outTokens int) {
+	f.mu.Lock()
+	var ids []string
+	for id := range f.blocks {
+		ids = append(ids, id)
+	}
+	clear(f.blocks)
+	f.mu.Unlock()
+	for _, id := range ids {
+		f.streamEvent(id, map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
+			"usage": map[string]any{"input_tokens": 12, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 100, "output_tokens": outTokens}})
+		f.streamEvent(id, map[string]any{"type": "message_stop"})
+	}
+}
+
+// result returns a result line, after ending the streams of the turn's
+// messages.
 func (f *fake) result(subtype string, isError bool, resultText string, stopReason any, terminal string, numTurns int, outTokens int) map[string]any {
+	f.endMessages(stopReason, outTokens)
 	m := map[string]any{
 		"type": "result", "subtype": subtype, "is_error": isError, "duration_ms": 42, "duration_api_ms": 30,
 		"num_turns": numTurns, "stop_reason": stopReason, "session_id": f.sessionID,
@@ -521,9 +632,8 @@ func (f *fake) runTurns() {
 		first := !f.initSent
 		f.initSent = true
 		f.mu.Unlock()
-		if first {
-			f.emit(f.systemInit())
-		}
+		// Like 2.1.332, system/init opens every turn, not only the first.
+		f.emit(f.systemInit())
 		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": uuid.NewString()})
 		if first && f.forkAndDie > 0 {
 			f.forkGrandchildrenAndDie(f.forkAndDie)
@@ -549,6 +659,16 @@ func (f *fake) interrupted(marker string) bool {
 
 const interruptMarker = "[Request interrupted by user]"
 
+// interruptedTool ends a turn interrupted while a tool call waited for
+// permission, as 2.1.332 does.
+func (f *fake) interruptedTool() bool {
+	f.emit(f.userLine([]any{text("[Request interrupted by user for tool use]")}, nil))
+	r := f.result("error_during_execution", true, "", "tool_use", "aborted_tools", 3, 0)
+	r["errors"] = []string{"[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=tool_use"}
+	f.emit(r)
+	return true
+}
+
 // runTurn plays one turn and reports whether its result was an error.
 func (f *fake) runTurn(t *turn, prompt string) bool {
 	if !t.Wait(0) {
@@ -560,8 +680,12 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		word = "noauth"
 	}
 	msgID := "msg_01" + randHex(10)
+	if f.authed {
+		// The real CLI says so before every model call.
+		f.emit(map[string]any{"type": "system", "subtype": "status", "status": "requesting", "session_id": f.sessionID, "uuid": uuid.NewString()})
+	}
 	say := func(s string) {
-		f.emit(f.assistant(msgID, nil, text(s)))
+		f.block(msgID, text(s), 0)
 		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": uuid.NewString()})
 	}
 	done := func(last string, n int) bool {
@@ -586,9 +710,16 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		say("slept " + d.String())
 		return done("slept "+d.String(), 1)
 	case "think":
-		f.emit(f.assistant(msgID, nil, map[string]any{"type": "thinking", "thinking": "Let me think about it.", "signature": "c2lnbmF0dXJl"}))
+		f.block(msgID, map[string]any{"type": "thinking", "thinking": "Let me think about it.", "signature": "c2lnbmF0dXJl"}, 0)
 		say("thought it through")
 		return done("thought it through", 1)
+	case "stream":
+		// A thought and a text, each streamed in deltas of 3 runes.
+		rest := strings.TrimSpace(strings.TrimPrefix(prompt, "stream"))
+		f.block(msgID, map[string]any{"type": "thinking", "thinking": "Thinking about " + rest, "signature": "c2lnbmF0dXJl"}, 3)
+		f.block(msgID, text(rest), 3)
+		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(rest)}}, "uuid": uuid.NewString()})
+		return done(rest, 1)
 	case "tool":
 		return f.tool(t, msgID)
 	case "todo":
@@ -597,7 +728,7 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 			map[string]any{"content": "write the code", "status": "completed", "activeForm": "Writing the code"},
 			map[string]any{"content": "test it", "status": "in_progress", "activeForm": "Testing it"},
 		}}
-		f.emit(f.assistant(msgID, "tool_use", map[string]any{"type": "tool_use", "id": id, "name": "TodoWrite", "input": input}))
+		f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": "TodoWrite", "input": input}, 0)
 		f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result",
 			"content": "Todos have been modified successfully. Ensure that you continue to use the todo list to track your progress."}}, nil))
 		say("planned")
@@ -612,16 +743,12 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		f.noAuth()
 		return true
 	case "fail":
-		const msg = `API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}`
-		a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
-		a["error"] = "server_error"
-		a["is_api_error_message"] = true
-		a["message"].(map[string]any)["model"] = "<synthetic>"
-		f.emit(a)
-		r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
-		r["api_error_status"] = 500
-		f.emit(r)
-		return true
+		// 2.1.332's words for a 500 from a model server at a custom
+		// ANTHROPIC_BASE_URL, once its retries are spent.
+		return f.apiError(500, "server_error", "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8080).")
+	case "nomodel":
+		// 2.1.332 when the provider answers 404 for the model.
+		return f.apiError(404, "model_not_found", "There's an issue with the selected model ("+f.model()+"). It may not exist or you may not have access to it. Run --model to pick a different model.")
 	case "maxturns":
 		say("still working")
 		r := f.result("error_max_turns", true, "", nil, "max_turns", 2, 5)
@@ -631,6 +758,21 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	}
 	say(prompt)
 	return done(prompt, 1)
+}
+
+// apiError ends a turn whose model call failed with status, as the real
+// CLI does: a synthetic assistant message carrying the error's kind and
+// msg, then an is_error result of subtype success.
+func (f *fake) apiError(status int, kind, msg string) bool {
+	a := f.assistant(uuid.NewString(), "stop_sequence", text(msg))
+	a["error"] = kind
+	a["is_api_error_message"] = true
+	a["message"].(map[string]any)["model"] = "<synthetic>"
+	f.emit(a)
+	r := f.result("success", true, msg, "stop_sequence", "api_error", 1, 0)
+	r["api_error_status"] = status
+	f.emit(r)
+	return true
 }
 
 // noAuth is the real unauthenticated turn (samples/claude_stream_noauth.jsonl).
@@ -664,7 +806,7 @@ func (f *fake) noAuth() {
 func (f *fake) tool(t *turn, msgID string) bool {
 	id := "toolu_01" + randHex(10)
 	input := map[string]any{"command": "ls", "description": "List files in the workspace"}
-	f.emit(f.assistant(msgID, "tool_use", map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": input}))
+	f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": input}, 0)
 	ask := f.a.permPromptTool == "stdio" && f.a.permMode != "bypassPermissions" && f.a.permMode != "dontAsk"
 	note := ""
 	if ask {
@@ -677,8 +819,8 @@ func (f *fake) tool(t *turn, msgID string) bool {
 			"subtype": "can_use_tool", "tool_name": "Bash", "input": input,
 			"permission_suggestions": []any{map[string]any{"type": "addRules",
 				"rules": []any{map[string]any{"toolName": "Bash", "ruleContent": "ls"}}, "behavior": "allow", "destination": "localSettings"}},
-			"tool_use_id": id, "agent_id": nil, "blocked_path": nil, "decision_reason": nil,
-			"title": "Claude wants to run ls", "display_name": "Bash", "description": "List files in the workspace",
+			"decision_reason_type": "subcommandResults", "tool_use_id": id,
+			"display_name": "Bash", "description": "List files in the workspace",
 		}})
 		var resp map[string]any
 		select {
@@ -687,16 +829,21 @@ func (f *fake) tool(t *turn, msgID string) bool {
 			f.mu.Lock()
 			delete(f.permWaiters, reqID)
 			f.mu.Unlock()
+			// 2.1.332 withdraws the request, rejects the tool call in a
+			// tool_result and marks the interrupt as one "for tool use".
 			f.emit(map[string]any{"type": "control_cancel_request", "request_id": reqID})
-			return f.interrupted(interruptMarker)
+			f.emit(f.userLine([]any{map[string]any{"type": "tool_result", "tool_use_id": id, "is_error": true,
+				"content": "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell you how to proceed."}}, nil))
+			return f.interruptedTool()
 		}
 		if resp["behavior"] != "allow" {
 			msg, _ := resp["message"].(string)
-			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}}, nil))
+			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}},
+				map[string]any{"tool_use_result": "Error: " + msg}))
 			if resp["interrupt"] == true {
-				return f.interrupted("[Request interrupted by user for tool use]")
+				return f.interruptedTool()
 			}
-			f.emit(f.assistant("msg_01"+randHex(10), nil, text("permission denied: "+msg)))
+			f.block("msg_01"+randHex(10), text("permission denied: "+msg), 0)
 			f.emit(f.result("success", false, "permission denied: "+msg, "end_turn", "completed", 2, 5))
 			return false
 		}
@@ -711,7 +858,7 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": out, "is_error": false}},
 		map[string]any{"tool_use_result": map[string]any{"stdout": out, "stderr": "", "interrupted": false, "isImage": false, "command": input["command"]}}))
 	say := "listed 2 files" + note
-	f.emit(f.assistant("msg_01"+randHex(10), "end_turn", text(say)))
+	f.block("msg_01"+randHex(10), text(say), 0)
 	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
 	return false
 }
@@ -724,7 +871,7 @@ const lingerVar = "FAKECLAUDE_LINGER"
 // with its stdout and stderr, waits for none of them and exits mid-turn.
 func (f *fake) forkGrandchildrenAndDie(n int) {
 	msgID := "msg_01" + randHex(10)
-	f.emit(f.assistant(msgID, nil, text(fmt.Sprintf("forking %d grandchildren", n))))
+	f.block(msgID, text(fmt.Sprintf("forking %d grandchildren", n)), 0)
 	self, err := os.Executable()
 	if err != nil {
 		fatal(1, "fakeclaude: "+err.Error())

@@ -17,6 +17,10 @@
 //	huge N              one agentMessage delta on a line of exactly N bytes
 //	die                 exit with status 3 in the middle of the turn
 //	fail MESSAGE        complete the turn as failed with MESSAGE
+//	http STATUS MESSAGE the model provider answering STATUS with MESSAGE
+//	                    on every attempt: one retry error, then the turn
+//	                    failed as codex reports it (a 500's body dropped,
+//	                    a 400 not retried, its message the whole body)
 //	offline             retry errors (willRetry) until interrupted
 //	env NAME            reply with the value of NAME in its environment
 //	noise               non-JSON and unknown lines, an unknown request
@@ -644,6 +648,8 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		e := map[string]any{"message": msg, "codexErrorInfo": "other", "additionalDetails": nil, "misalignment": nil}
 		s.notify("error", map[string]any{"error": e, "willRetry": false, "threadId": th.id, "turnId": tu.id})
 		return turnEnd{status: "failed", err: e}
+	case "http":
+		return s.httpFailure(th, tu, strings.TrimSpace(strings.TrimPrefix(text, "http")))
 	case "offline":
 		for i := 2; ; i++ {
 			msg := "Reconnecting... waiting for network"
@@ -688,18 +694,27 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 // tool runs a command (or file change) item, asking first when the
 // approval policy says so.
 func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
-	id := newID()
-	item := map[string]any{"type": "commandExecution", "id": id, "command": "ls", "cwd": th.cwd, "processId": nil, "source": "agent",
-		"status": "inProgress", "commandActions": []any{map[string]any{"type": "listFiles", "command": "ls", "path": nil}},
-		"aggregatedOutput": nil, "exitCode": nil, "durationMs": nil}
+	// As 0.171.0 reports a command the model ran through exec_command:
+	// an "exec-" id, the command wrapped in the login shell, the approval
+	// request listing its decisions (without acceptForSession and decline,
+	// which it honours all the same) and no reason.
+	id := "exec-" + uuid.NewString()
+	const command = "/bin/bash -lc ls"
+	actions := []any{map[string]any{"type": "listFiles", "command": "ls", "path": nil}}
+	item := map[string]any{"type": "commandExecution", "id": id, "pluginId": nil, "scriptPath": nil, "command": command, "cwd": th.cwd,
+		"processId": nil, "source": "agent", "status": "inProgress", "commandActions": actions,
+		"aggregatedOutput": nil, "exitCode": nil, "durationMs": nil, "startedAtMs": nowMs(), "completedAtMs": nil}
 	method := "item/commandExecution/requestApproval"
-	params := map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "approvalId": nil,
-		"reason": "list the files", "command": "ls", "cwd": th.cwd, "commandActions": []any{}, "proposedExecpolicyAmendment": nil}
+	amendment := []any{"/bin/bash", "-lc", "ls"}
+	params := map[string]any{"kind": "command", "threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "environmentId": "local",
+		"command": command, "cwd": th.cwd, "commandActions": actions, "proposedExecpolicyAmendment": amendment,
+		"availableDecisions": []any{"accept", map[string]any{"acceptWithExecpolicyAmendment": map[string]any{"execpolicy_amendment": amendment}}, "cancel"}}
 	if kind == "edit" {
-		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress",
-			"changes": []any{map[string]any{"path": filepath.Join(th.cwd, "notes.txt"), "kind": map[string]any{"type": "add"}, "diff": "+hello\n"}}}
+		// An added file's diff is its content.
+		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress", "startedAtMs": nowMs(), "completedAtMs": nil,
+			"changes": []any{map[string]any{"path": filepath.Join(th.cwd, "notes.txt"), "kind": map[string]any{"type": "add"}, "diff": "hello\n"}}}
 		method = "item/fileChange/requestApproval"
-		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": "write notes", "grantRoot": nil}
+		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": nil, "grantRoot": nil}
 	}
 	s.notify("item/started", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
 	decision := "not asked"
@@ -719,11 +734,13 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 		if kind == "tool" {
 			s.notify("item/commandExecution/outputDelta", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": "README.md\nmain.go\n"})
 			item["aggregatedOutput"], item["exitCode"], item["durationMs"] = "README.md\nmain.go\n", 0, 3
+			item["processId"], item["source"] = fmt.Sprint(os.Getpid()), "unifiedExecStartup"
 		}
 		item["status"] = "completed"
 	default:
 		item["status"] = "declined"
 	}
+	item["completedAtMs"] = nowMs()
 	s.notify("item/completed", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
 	if decision == "cancel" {
 		tu.Interrupt()
@@ -731,4 +748,37 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 	}
 	s.message(th, tu, []string{"approval: " + decision}, 0)
 	return turnEnd{status: "completed", output: 2}
+}
+
+// httpFailure fails the turn as 0.171.0 does once its retries of a model
+// request answered with an HTTP error status are spent: a willRetry error
+// (the stream retry) naming the status, then the final error, whose shape
+// depends on the status. A 5xx's body never reaches the client: codex
+// reports a text of its own.
+func (s *server) httpFailure(th *thread, tu *turn, arg string) turnEnd {
+	code, msg, _ := strings.Cut(arg, " ")
+	status := 0
+	fmt.Sscan(code, &status)
+	reasons := map[int]string{401: "Unauthorized", 403: "Forbidden", 429: "Too Many Requests", 529: "<unknown status code>"}
+	detail := fmt.Sprintf("unexpected status %d %s: %s, url: http://127.0.0.1:1/v1/responses, request id: req_0001", status, reasons[status], msg)
+	retry := map[string]any{"message": "Reconnecting... 1/1", "codexErrorInfo": map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": status}},
+		"additionalDetails": detail, "misalignment": nil}
+	final := map[string]any{"message": strings.Replace(detail, "req_0001", "req_0002", 1),
+		"codexErrorInfo": map[string]any{"httpConnectionFailed": map[string]any{"httpStatusCode": status}}, "additionalDetails": nil, "misalignment": nil}
+	if status == 400 {
+		// Not retried; the message is the provider's error body.
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": "invalid_request_error", "message": msg, "param": nil, "type": "invalid_request_error"}})
+		final = map[string]any{"message": string(body), "codexErrorInfo": "other", "additionalDetails": nil, "misalignment": nil}
+		s.notify("error", map[string]any{"error": final, "willRetry": false, "threadId": th.id, "turnId": tu.id})
+		return turnEnd{status: "failed", err: final}
+	}
+	if status >= 500 && status != 529 {
+		const busy = "We\u2019re currently experiencing high demand, which may cause temporary errors."
+		retry["codexErrorInfo"] = map[string]any{"responseStreamDisconnected": map[string]any{"httpStatusCode": nil}}
+		retry["additionalDetails"] = busy
+		final = map[string]any{"message": busy, "codexErrorInfo": "internalServerError", "additionalDetails": nil, "misalignment": nil}
+	}
+	s.notify("error", map[string]any{"error": retry, "willRetry": true, "threadId": th.id, "turnId": tu.id})
+	s.notify("error", map[string]any{"error": final, "willRetry": false, "threadId": th.id, "turnId": tu.id})
+	return turnEnd{status: "failed", err: final}
 }

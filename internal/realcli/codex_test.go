@@ -1,0 +1,481 @@
+package realcli_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/internal/agentconfig"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
+	"github.com/agenthost/agenthost/plugins/codex"
+)
+
+// The real codex CLI (codex app-server, driven by the codex plugin) through
+// agenthost serve's socket API. The text turn is TestCodexTextTurn in
+// turns_test.go.
+//
+// Codex's default model has one tool, the code-mode "exec": JavaScript
+// that calls tools.exec_command and tools.apply_patch. That is the path a
+// user's turns take, so the tool scenarios script it (codexExec) rather
+// than the exec_command function tool codex offers only to models it has
+// no metadata for.
+
+// A command that needs approval asks the API client, with the command as
+// the title, kind execute and the command in rawInput. Allowed, it runs:
+// its file appears in the workspace, its output is in the journal, and
+// the model's next request carries it as the exec call's output.
+func TestCodexPermissionAllow(t *testing.T) {
+	t.Parallel()
+	testCodexPermission(t, true)
+}
+
+// Rejected, nothing runs, the tool call fails, and the model's next
+// request says the user rejected it.
+func TestCodexPermissionReject(t *testing.T) {
+	t.Parallel()
+	testCodexPermission(t, false)
+}
+
+func testCodexPermission(t *testing.T, allow bool) {
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	answer := acp.PermissionOptionKindRejectOnce
+	if allow {
+		answer = acp.PermissionOptionKindAllowOnce
+	}
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return answer }
+	id := c.newSession(r, askingOptions)
+	const cmd = "printf made-by-codex > made.txt && echo wrote-made"
+	r.script(codexExec(cmd), modelserver.Text("All done."))
+	c.mustPrompt(id, "make the file", "end_turn")
+
+	asked := c.permissionRequests()
+	if len(asked) != 1 {
+		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
+	}
+	tc := asked[0].ToolCall
+	var input struct {
+		Command string `json:"command"`
+		Cwd     string `json:"cwd"`
+	}
+	raw, _ := json.Marshal(tc.RawInput)
+	if err := json.Unmarshal(raw, &input); err != nil || !strings.Contains(input.Command, cmd) || input.Cwd != r.workspace {
+		t.Errorf("the request's rawInput %s; want the command and the workspace", raw)
+	}
+	// Codex runs the command as /bin/bash -lc '<cmd>'; the title is cmd.
+	if tc.Title == nil || *tc.Title != cmd || tc.Kind == nil || *tc.Kind != acp.ToolKindExecute {
+		t.Errorf("the request's title %v, kind %v; want the command, execute", deref(tc.Title), deref(tc.Kind))
+	}
+
+	file, ferr := os.ReadFile(filepath.Join(r.workspace, "made.txt"))
+	updates := c.toolUpdates()[string(tc.ToolCallId)]
+	var final *journal.ToolCallUpdate
+	if len(updates) > 0 {
+		final = updates[len(updates)-1]
+	}
+	next := r.nextRequest(2)
+	results := next.ToolResults()
+	if len(results) != 1 {
+		t.Fatalf("the model's next request carries %d tool results; want 1: %+v", len(results), next.Messages)
+	}
+	if allow {
+		if ferr != nil || string(file) != "made-by-codex" {
+			t.Errorf("made.txt: %q, %v; want the approved command to have written it", file, ferr)
+		}
+		if final == nil || final.Status != "completed" || len(final.Content) == 0 || !strings.Contains(final.Content[0].Text(), "wrote-made") {
+			t.Errorf("the tool call's last update %+v; want completed with the command's output", final)
+		}
+		if !strings.Contains(results[0].Text, "wrote-made") {
+			t.Errorf("the tool result the model got: %q; want the command's output", results[0].Text)
+		}
+		r.assertJournalHas(s, id, "wrote-made")
+	} else {
+		if !errors.Is(ferr, os.ErrNotExist) {
+			t.Errorf("made.txt: %q, %v; want no file: the command was rejected", file, ferr)
+		}
+		if final == nil || final.Status != "failed" {
+			t.Errorf("the tool call's last update %+v; want failed", final)
+		}
+		if !strings.Contains(results[0].Text, "rejected by user") {
+			t.Errorf("the tool result the model got: %q; want it told the user rejected the command", results[0].Text)
+		}
+	}
+	if got := c.agentText(); got != "All done." {
+		t.Errorf("the turn's message %q", got)
+	}
+}
+
+// session/cancel in the middle of a slow stream ends the turn cancelled
+// within 2 s, and the next prompt runs a turn of its own.
+func TestCodexCancel(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	slow := modelserver.Text(strings.Repeat("slowly, ", 200))
+	slow.Delay = 20 * time.Millisecond
+	r.script(slow, modelserver.Text("Second answer."))
+	done := c.promptAsync(id, "talk slowly")
+	c.waitChunks(3)
+	c.cancelWithin(t, id, done, 2*time.Second)
+	before := c.agentText()
+	c.mustPrompt(id, "now answer", "end_turn")
+	if got := strings.TrimPrefix(c.agentText(), before); got != "Second answer." {
+		t.Errorf("the turn after the cancel said %q", got)
+	}
+	if next := r.nextRequest(2); !strings.Contains(next.LastUserText(), "now answer") {
+		t.Errorf("the next request's user text %q", next.LastUserText())
+	}
+}
+
+// The session option model is the model codex asks the provider for.
+func TestCodexModelOption(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	const model = "gpt-agenthost-test"
+	id := c.newSession(r, map[string]string{codex.OptModel: model})
+	r.script(modelserver.Text("ok"))
+	c.mustPrompt(id, "which model?", "end_turn")
+	if got := r.nextRequest(1).Model; got != model {
+		t.Errorf("codex asked for model %q; want %q", got, model)
+	}
+}
+
+// The host is SIGKILLed in the middle of a slow turn and started again on
+// the same state directory: the app-server lived on (same pid), the new
+// host readopts the session, the turn completes, and the journal holds
+// every update once: plugin sequence numbers without gaps or repeats,
+// the answer's text exactly once.
+func TestCodexHostKilledMidTurn(t *testing.T) {
+	t.Parallel()
+	r, s, c, id := newCodexSession(t, nil)
+	answer := strings.Repeat("survive the host, ", 20)
+	slow := modelserver.Text(answer)
+	slow.Delay = 15 * time.Millisecond
+	r.script(slow, modelserver.Text("After the restart."))
+	_ = c.promptAsync(id, "talk through a crash")
+	c.waitChunks(3)
+	_, before := r.pluginAndCLI()
+	s.kill()
+
+	s = r.start()
+	var es []entry
+	waitUntil(t, 30*time.Second, "the readopted turn's end in the journal", func() bool {
+		es = r.journal(s, id)
+		return stopOf(es) != nil
+	})
+	if _, after := r.pluginAndCLI(); after != before {
+		t.Errorf("the app-server after the restart is pid %d; want the one that ran the turn, pid %d", after, before)
+	}
+	var text strings.Builder
+	var last uint64
+	for _, e := range es {
+		var seq uint64
+		switch rec := e.Record.(type) {
+		case *journal.Update:
+			seq = rec.PluginSeq
+			if ch, ok := rec.Update.(*journal.Chunk); ok && ch.Kind == journal.KindAgentMessageChunk {
+				text.WriteString(ch.Content.Text())
+			}
+		case *journal.Stop:
+			seq = rec.PluginSeq
+			if rec.StopReason != string(acp.StopReasonEndTurn) {
+				t.Errorf("the turn stopped %q (%s); want end_turn", rec.StopReason, rec.Error)
+			}
+		default:
+			continue
+		}
+		if seq != last+1 {
+			t.Errorf("journal entry %d has plugin seq %d after %d; want every update once, in order", e.Seq, seq, last)
+		}
+		last = seq
+	}
+	if text.String() != answer {
+		t.Errorf("the journal's message text %q; want the answer exactly once", text.String())
+	}
+
+	c = r.dial(s)
+	c.resumeSession(t, r, id)
+	c.mustPrompt(id, "still there?", "end_turn")
+	if got := c.agentText(); got != "After the restart." {
+		t.Errorf("the readopted session's next turn said %q", got)
+	}
+}
+
+// The plugin and its app-server are SIGKILLed between turns. session/resume
+// starts them again on the session's provider handle, and the next turn
+// continues the same codex thread: the model's next request carries the
+// first turn's prompt and answer, and the session's options still hold.
+func TestCodexResumesAfterPluginKilled(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, askingOptions)
+	r.script(modelserver.Text("The secret word is marmalade."), codexExec("echo marmalade > word.txt"), modelserver.Text("You asked about marmalade."))
+	c.mustPrompt(id, "remember the word marmalade", "end_turn")
+
+	pids := r.processes()
+	if len(pids) < 2 {
+		t.Fatalf("the rig's processes: %v; want the plugin and its app-server", pids)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.processes()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v outlived SIGKILL", r.processes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	c.waitNotRunning(t, id)
+	c.resumeSession(t, r, id)
+	c.mustPrompt(id, "what was the word?", "end_turn")
+	next := r.nextRequest(2)
+	var user, assistant bool
+	for _, m := range next.Messages {
+		for _, p := range m.Parts {
+			user = user || (m.Role == "user" && strings.Contains(p.Text, "remember the word marmalade"))
+			assistant = assistant || (m.Role == "assistant" && strings.Contains(p.Text, "The secret word is marmalade."))
+		}
+	}
+	if !user || !assistant || !strings.Contains(next.LastUserText(), "what was the word?") {
+		t.Errorf("the request after the resume carries the first prompt %v, the first answer %v, last user text %q; want the thread resumed",
+			user, assistant, next.LastUserText())
+	}
+	if asked := c.permissionRequests(); len(asked) != 1 {
+		t.Errorf("the resumed session asked %d times before running a command; want once: its approval policy holds", len(asked))
+	}
+}
+
+// A provider that refuses the key (401) fails the turn, after the one
+// retry CodexSetup allows, with a message saying authentication failed
+// and what to configure.
+func TestCodexUnauthorized(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Repeat(2, modelserver.Failure(401, "Incorrect API key provided: sk-agen***"))...)
+	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") || !strings.Contains(err.Error(), "OPENAI_API_KEY") ||
+		!strings.Contains(err.Error(), "Incorrect API key provided") {
+		t.Errorf("the turn's error: %v; want authentication failed, the provider's message and what to configure", err)
+	}
+	if n := len(r.srv.ModelRequests()); n != 2 {
+		t.Errorf("codex asked the model %d times; want 2 (CodexSetup bounds its retries to 1)", n)
+	}
+}
+
+// 529 (overloaded) and 500 fail the turn once codex's own retries are
+// spent, with the provider's message (codex 0.171.0 replaces a 500's
+// body with text of its own, which is then what the turn says).
+func TestCodexOverloaded(t *testing.T) {
+	t.Parallel()
+	testCodexServerError(t, 529, "the provider is overloaded right now", "the provider is overloaded right now")
+}
+
+func TestCodexServerError(t *testing.T) {
+	t.Parallel()
+	testCodexServerError(t, 500, "database on fire", "server error")
+}
+
+func testCodexServerError(t *testing.T, status int, message, want string) {
+	r, _, c, id := newCodexSession(t, nil)
+	// Codex retries the request once and the stream once (CodexSetup):
+	// four attempts.
+	r.script(modelserver.Repeat(4, modelserver.Failure(status, message))...)
+	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the turn's error: %v; want one saying %q", err, want)
+	}
+	if n, p := len(r.srv.ModelRequests()), r.srv.Pending(); n != 4 || p != 0 {
+		t.Errorf("codex asked the model %d times, leaving %d replies; want its 4 attempts", n, p)
+	}
+	r.script(modelserver.Text("Recovered."))
+	c.mustPrompt(id, "again", "end_turn")
+}
+
+// A model server that never answers does not hold the turn: session/cancel
+// still ends it cancelled, within 2 s.
+func TestCodexCancelWhileTheServerHangs(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Reply{Cut: modelserver.Hang})
+	done := c.promptAsync(id, "hello?")
+	r.nextRequest(1)
+	c.cancelWithin(t, id, done, 2*time.Second)
+}
+
+// A codex session with no credentials of any kind (no auth.json in its
+// CODEX_HOME, and agenthost.json does not let agenthost's key through)
+// fails session/new within seconds, before any prompt, saying what to do.
+func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	r.writeConfig(func(a *agentconfig.Agent) { a.Credentials = agentconfig.CredentialsStrip })
+	s := r.start()
+	c := r.dial(s)
+	start := time.Now()
+	err := c.tryNewSession(r, nil)
+	t.Logf("session/new: %v", err)
+	if err == nil {
+		t.Fatal("session/new succeeded without credentials")
+	}
+	for _, want := range []string{"no credentials", "codex login", "OPENAI_API_KEY", `"credentials": "inherit"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("session/new's error lacks %q", want)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("session/new failed after %v; want within seconds", d)
+	}
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("the model server got %d requests; want none", n)
+	}
+}
+
+// A model the provider rejects cannot fail the session's start: codex
+// 0.171.0 sends the provider nothing before the first turn (thread/start
+// only warns that it has no metadata for the model). The first turn fails
+// at once (codex does not retry a 400) with the provider's message, not
+// its JSON body.
+func TestCodexRejectedModelFailsTheFirstTurn(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, map[string]string{codex.OptModel: "no-such-model"})
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("codex sent the provider %d requests at start; this test expects none (then the plugin could check the model there)", n)
+	}
+	const msg = "The model `no-such-model` does not exist or you do not have access to it."
+	r.script(modelserver.Failure(400, msg))
+	_, err := c.prompt(ctxFor(t, 60*time.Second), id, "hello?")
+	if err == nil || !strings.Contains(err.Error(), "the model provider refused the request: "+msg) {
+		t.Errorf("the turn's error: %v; want the provider's message", err)
+	}
+	if n := len(r.srv.ModelRequests()); n != 1 {
+		t.Errorf("codex asked the model %d times; want once", n)
+	}
+}
+
+// A patch (tools.apply_patch from the exec tool) that needs approval asks
+// with the file it edits as the title, kind edit and the change in
+// rawInput; allowed, codex writes the file.
+func TestCodexPatchPermission(t *testing.T) {
+	t.Parallel()
+	// In a read-only sandbox every patch needs approval.
+	r, _, c, id := newCodexSession(t, map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "read-only"})
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowOnce }
+	const patch = "*** Begin Patch\n*** Add File: notes.txt\n+patched by codex\n*** End Patch\n"
+	js := fmt.Sprintf("const r = await tools.apply_patch(%q);\ntext(JSON.stringify(r));\n", patch)
+	r.script(modelserver.Reply{Tools: []modelserver.ToolCall{{Name: "exec", Input: js, Custom: true}}}, modelserver.Text("Patched."))
+	c.mustPrompt(id, "write the notes", "end_turn")
+
+	path := filepath.Join(r.workspace, "notes.txt")
+	asked := c.permissionRequests()
+	if len(asked) != 1 {
+		t.Fatalf("%d permission requests reached the client; want 1", len(asked))
+	}
+	tc := asked[0].ToolCall
+	raw, _ := json.Marshal(tc.RawInput)
+	if tc.Title == nil || *tc.Title != "edit "+path || tc.Kind == nil || *tc.Kind != acp.ToolKindEdit || !strings.Contains(string(raw), "patched by codex") {
+		t.Errorf("the request's title %v, kind %v, rawInput %s; want the file, edit and the change", deref(tc.Title), deref(tc.Kind), raw)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "patched by codex\n" {
+		t.Errorf("notes.txt: %q, %v; want the approved patch applied", b, err)
+	}
+	if results := r.nextRequest(2).ToolResults(); len(results) != 1 || !strings.Contains(results[0].Text, "Script completed") {
+		t.Errorf("the tool results of the model's next request: %+v", results)
+	}
+}
+
+// session/cancel while the client is being asked ends the turn cancelled
+// within 2 s; the command never runs, and the next turn works.
+func TestCodexCancelDuringPermission(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, askingOptions)
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		asked <- struct{}{}
+		<-release // the user never answers
+		return acp.PermissionOptionKindAllowOnce
+	}
+	r.script(codexExec("printf never > never.txt"), modelserver.Text("Next turn."))
+	done := c.promptAsync(id, "make the file")
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no permission request reached the client")
+	}
+	c.cancelWithin(t, id, done, 2*time.Second)
+	if _, err := os.Stat(filepath.Join(r.workspace, "never.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("never.txt: %v; want no file: the turn was cancelled while asking", err)
+	}
+	if n := len(r.srv.ModelRequests()); n != 1 {
+		t.Errorf("codex asked the model %d times; want once: a cancelled turn goes no further", n)
+	}
+	c.mustPrompt(id, "again", "end_turn")
+	if got := c.agentText(); got != "Next turn." {
+		t.Errorf("the turn after the cancel said %q", got)
+	}
+}
+
+// The model's reasoning reaches the client as thought chunks, streamed,
+// before the answer.
+func TestCodexThinking(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	const thought = "First consider the question, then answer briefly."
+	r.script(modelserver.Reply{Thinking: thought, Text: "Answered."})
+	c.mustPrompt(id, "think first", "end_turn")
+	var got strings.Builder
+	chunks, answered, late := 0, false, false
+	for _, u := range c.received() {
+		ch, ok := u.Update.(*journal.Chunk)
+		switch {
+		case !ok:
+		case ch.Kind == journal.KindAgentMessageChunk:
+			answered = true
+		case ch.Kind == journal.KindAgentThoughtChunk:
+			chunks++
+			late = late || answered
+			got.WriteString(ch.Content.Text())
+		}
+	}
+	if late {
+		t.Error("a thought chunk came after the answer had begun")
+	}
+	if got.String() != thought || chunks < 5 {
+		t.Errorf("the client saw %d thought chunks of %q; want the reasoning in many chunks", chunks, got.String())
+	}
+	if c.agentText() != "Answered." {
+		t.Errorf("the answer %q", c.agentText())
+	}
+}
+
+// A stream dropped mid-answer is retried by codex (once, CodexSetup), and
+// the turn ends with the retried answer. The deltas of the dropped
+// attempt have reached the client by then: codex abandons that message
+// item (never completes it) and streams the retry as a new one, and ACP
+// has no way to take a chunk back, so the client's text starts with the
+// cut-off attempt.
+func TestCodexDroppedStream(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Reply{Text: "This answer is cut short", Cut: modelserver.Drop, CutAfter: 3}, modelserver.Text("The whole answer."))
+	c.mustPrompt(id, "answer", "end_turn")
+	if got := c.agentText(); got != "This answThe whole answer." {
+		t.Errorf("the client saw %q; want the dropped attempt's deltas, then the retried answer", got)
+	}
+	reqs := r.srv.ModelRequests()
+	if len(reqs) != 2 || !strings.Contains(reqs[1].LastUserText(), "answer") {
+		t.Errorf("codex asked the model %d times; want the dropped request and its retry", len(reqs))
+	}
+}

@@ -1,0 +1,108 @@
+package realcli_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
+	"github.com/agenthost/agenthost/plugins/codex"
+)
+
+// What the codex scenarios share: replies in the shape codex's default
+// model calls its tools, and ways to watch a turn through the API.
+
+// codexExec is a reply calling codex's code-mode tool "exec" (the only
+// tool its default model gets) with JavaScript that runs cmd through
+// tools.exec_command and returns the command's output to the model.
+func codexExec(cmd string) modelserver.Reply {
+	js := fmt.Sprintf("const r = await tools.exec_command({cmd: %q});\ntext(r.output);\n", cmd)
+	return modelserver.Reply{Tools: []modelserver.ToolCall{{Name: "exec", Input: js, Custom: true}}}
+}
+
+// askingOptions are session options under which codex asks before it
+// runs any command that is not known to be read-only: approval policy
+// "untrusted", in a sandbox that lets an approved command write the
+// workspace.
+var askingOptions = map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "workspace-write"}
+
+// newCodexSession is a codex rig with agenthost serve started, a client
+// dialled and a session of codex opened with options.
+func newCodexSession(t *testing.T, options map[string]string) (*rig, *server, *client, string) {
+	t.Helper()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	return r, s, c, c.newSession(r, options)
+}
+
+// script scripts the rig's model server, failing the test on a reply the
+// server refuses.
+func (r *rig) script(replies ...modelserver.Reply) {
+	r.t.Helper()
+	if err := r.srv.Script(replies...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// agentText is the text of the agent message chunks the client saw.
+func (c *client) agentText() string {
+	text, _ := messageText(c.sessionUpdates())
+	return text
+}
+
+// waitChunks waits until the client has seen at least n agent message
+// chunks.
+func (c *client) waitChunks(n int) {
+	c.t.Helper()
+	err := c.c.WaitFor(ctxFor(c.t, 30*time.Second), func() bool {
+		_, k := messageText(c.sessionUpdates())
+		return k >= n
+	})
+	if err != nil {
+		c.t.Fatalf("waiting for %d message chunks: %v (text so far %q)", n, err, c.agentText())
+	}
+}
+
+// toolUpdates returns the tool call updates the client saw, by tool call id.
+func (c *client) toolUpdates() map[string][]*journal.ToolCallUpdate {
+	out := map[string][]*journal.ToolCallUpdate{}
+	for _, u := range c.received() {
+		if tu, ok := u.Update.(*journal.ToolCallUpdate); ok {
+			out[tu.ToolCallID] = append(out[tu.ToolCallID], tu)
+		}
+	}
+	return out
+}
+
+// nextRequest waits for the model server's n-th model request (from 1).
+func (r *rig) nextRequest(n int) modelserver.Request {
+	r.t.Helper()
+	reqs, err := r.srv.WaitModelRequests(ctxFor(r.t, 30*time.Second), n)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return reqs[n-1]
+}
+
+// assertJournalHas fails the test unless a tool call update in the
+// session's journal carries text.
+func (r *rig) assertJournalHas(s *server, id, text string) {
+	r.t.Helper()
+	for _, e := range r.journal(s, id) {
+		u, ok := e.Record.(*journal.Update)
+		if !ok {
+			continue
+		}
+		if tu, ok := u.Update.(*journal.ToolCallUpdate); ok {
+			for _, c := range tu.Content {
+				if strings.Contains(c.Text(), text) {
+					return
+				}
+			}
+		}
+	}
+	r.t.Errorf("no tool call update in the journal of %s carries %q", id, text)
+}
