@@ -28,12 +28,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/coder/acp-go-sdk"
+	"github.com/google/uuid"
 
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
@@ -316,10 +318,12 @@ type line struct {
 
 // startBare starts path with args in workspace, in a process group of its
 // own (codex's npm launcher spawns the native binary: close kills both).
+// PWD is set to the workspace, as the plugins' CLIs have it: with an
+// explicit environment os/exec leaves the caller's PWD in place.
 func startBare(path string, args []string, workspace string, env []string) (*bareProc, error) {
 	p := &bareProc{lines: make(chan line, 1024), done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
-	p.cmd.Dir, p.cmd.Env = workspace, env
+	p.cmd.Dir, p.cmd.Env = workspace, append(slices.Clone(env), "PWD="+workspace)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var err error
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
@@ -420,13 +424,14 @@ func (p *bareProc) close() {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 }
 
-// bareClaude is claude in print mode with stream-json on both sides, the
-// flags the plugin passes, and partial messages, so text deltas stream.
+// bareClaude is claude in print mode with the flags the plugin passes:
+// stream-json on both sides, partial messages (so text deltas stream),
+// permission prompts on stdio and a session id of its own.
 type bareClaude struct{ *bareProc }
 
 func startBareClaude(ctx context.Context, path, workspace string, env []string) (turner, error) {
 	p, err := startBare(path, []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-		"--permission-prompt-tool", "stdio", "--include-partial-messages"}, workspace, env)
+		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--session-id=" + uuid.NewString()}, workspace, env)
 	if err != nil {
 		return nil, err
 	}
