@@ -140,6 +140,12 @@ func (d *demo) run(ctx context.Context) error {
 	narrate.Block(string(config))
 	narrate.Detail(`"credentials": "inherit" lets the CLI see the provider variables of agenthost's own environment,`)
 	narrate.Detail("which are stripped by default; the entry's env points the CLI at its own config directory.")
+	narrate.Detail("%s", narrate.Command("agents"))
+	agents, err := d.ah(ctx, "agents")
+	if err != nil {
+		return fmt.Errorf("agenthost agents: %w", err)
+	}
+	narrate.Block(agents)
 
 	narrate.Step("5. Starting the host with those credentials in its environment.")
 	for _, kv := range setup.Credentials {
