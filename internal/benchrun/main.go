@@ -109,9 +109,9 @@ func runStep(name, work string, quick bool) error {
 	case "latency":
 		rows, err = benchLatency(work, scripted, n(3000, 500))
 	case "claude-first-token":
-		rows, err = benchFirstToken(work, claudeReal, n(20, 3))
+		rows, err = benchFirstToken(work, claudeReal, n(40, 3))
 	case "codex-first-token":
-		rows, err = benchFirstToken(work, codexReal, n(20, 3))
+		rows, err = benchFirstToken(work, codexReal, n(40, 3))
 	default:
 		return fmt.Errorf("unknown step %q", name)
 	}
