@@ -463,8 +463,9 @@ func startBareClaude(ctx context.Context, path, workspace string, env []string) 
 
 func (c *bareClaude) turn(ctx context.Context, prompt string) (time.Duration, error) {
 	send := func() error {
+		// The user line as the plugin writes a text prompt.
 		return c.send(map[string]any{"type": "user", "session_id": "default", "parent_tool_use_id": nil,
-			"message": map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": prompt}}}})
+			"message": map[string]any{"role": "user", "content": prompt}})
 	}
 	return c.timeTurn(ctx, send, func(b []byte) (text, end bool, err error) {
 		var m struct {
