@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo tidy check-tidy clean clis test-real-clis
+.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -82,7 +82,13 @@ check-generate: ## Fail if internal/agentpb is not what make generate writes.
 fuzz: ## Run every Fuzz* target for FUZZTIME each (default 15s).
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-bench: ## Measure every DESIGN §9 figure beside its baseline, print the table and write it into BENCHMARKS.md.
+# The first-token rows drive the pinned CLIs (make clis); without npm
+# they are printed as skipped, saying why.
+bench: clis ## Measure every DESIGN §9 figure, and the real CLIs' first token, beside its baseline; print the table and write it into BENCHMARKS.md.
+	@if [[ -e "$(CLI_STAMP)" ]]; then \
+		export AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex; \
+	fi; \
+	echo "go run ./internal/benchrun -update BENCHMARKS.md"; \
 	go run ./internal/benchrun -update BENCHMARKS.md
 
 bench-go: ## Run the packages' go test -bench suites.
@@ -90,6 +96,12 @@ bench-go: ## Run the packages' go test -bench suites.
 
 demo: ## Build bin/agenthost, kill its host mid-turn, restart it, and check the session's journal (examples/demo).
 	go run ./examples/demo
+
+# Unlike the tests, which skip without the CLIs, the demo of the real path
+# has nothing to show without them: no npm is an error here.
+demo-real: clis ## Watch the real claude CLI do a turn with a tool call and a permission through agenthost, offline (examples/demoreal; needs npm).
+	@[[ -e "$(CLI_STAMP)" ]] || { echo "make demo-real needs the pinned claude CLI, which make clis installs with npm: install Node.js and npm, then run it again"; exit 1; }
+	AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude go run ./examples/demoreal
 
 tidy: ## Tidy go.mod and go.sum (also those of the tools module).
 	go mod tidy

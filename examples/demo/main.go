@@ -11,10 +11,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/examples/internal/narrate"
 	"github.com/agenthost/agenthost/internal/apiclient"
+	"github.com/agenthost/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
@@ -40,48 +42,22 @@ func main() {
 	d := &demo{}
 	err := d.run()
 	d.cleanup()
-	if err != nil {
-		fmt.Printf("\nFAILED: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Println("\nAll checks passed: the session outlived its host, and its journal lost nothing.")
+	narrate.Exit(err, "All checks passed: the session outlived its host, and its journal lost nothing.")
 }
 
 type demo struct {
 	root, bin, dir string
-	serve          *exec.Cmd
-	serveDone      chan struct{}
-	serveStderr    bytes.Buffer
-}
-
-func say(format string, args ...any) { fmt.Printf("\n"+format+"\n", args...) }
-func detail(format string, args ...any) {
-	fmt.Printf("   "+format+"\n", args...)
-}
-func ok(format string, args ...any) { fmt.Printf("   ✓ "+format+"\n", args...) }
-
-// shown is how a command is shown: bin/agenthost and the state directory
-// abbreviated.
-func (d *demo) shown(args ...string) string {
-	return "$ agenthost " + strings.Join(quoteAll(args), " ")
-}
-
-func quoteAll(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if strings.ContainsAny(a, " '\"") {
-			a = "'" + a + "'"
-		}
-		out[i] = a
-	}
-	return out
+	serve          *serveproc.Server
 }
 
 func (d *demo) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(d.bin, append([]string{"--state-dir", d.dir}, args...)...)
-	cmd.Env = append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")
+	cmd.Env = d.env()
 	return cmd
 }
+
+// env is the environment of every agenthost command the demo runs.
+func (d *demo) env() []string { return append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn") }
 
 // ah runs an agenthost command to completion.
 func (d *demo) ah(args ...string) (stdout, stderr string, err error) {
@@ -92,45 +68,38 @@ func (d *demo) ah(args ...string) (stdout, stderr string, err error) {
 	return o.String(), e.String(), err
 }
 
-func indent(s string) string {
-	s = strings.TrimRight(s, "\n")
-	return "     " + strings.ReplaceAll(s, "\n", "\n     ")
-}
-
 func (d *demo) run() error {
 	fmt.Println("agenthost demo: a session survives its host being killed in the middle of a turn.")
 
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
-		return fmt.Errorf("run the demo from the agenthost module (go env GOMOD: %v)", err)
+	root, err := serveproc.ModuleRoot(context.Background())
+	if err != nil {
+		return err
 	}
-	d.root = filepath.Dir(strings.TrimSpace(string(out)))
+	d.root = root
 	d.bin = filepath.Join(d.root, "bin", "agenthost")
 
-	say("1. Building bin/agenthost: one binary holding the host, its command line and the built-in plugins.")
-	build := exec.Command("go", "build", "-o", d.bin, "./cmd/agenthost")
-	build.Dir = d.root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
+	narrate.Step("1. Building bin/agenthost: one binary holding the host, its command line and the built-in plugins.")
+	if err := serveproc.Build(context.Background(), d.root, d.bin); err != nil {
+		return err
 	}
-	detail("built %s", d.bin)
+	narrate.Detail("built %s", d.bin)
 
 	// A short path: the host's unix socket lives in the state directory.
 	if d.dir, err = os.MkdirTemp("/tmp", "ahdemo-"); err != nil {
 		return err
 	}
-	say("2. Starting the host on a fresh state directory, %s.", d.dir)
-	detail("%s", d.shown("serve"))
+	narrate.Step("2. Starting the host on a fresh state directory, %s.", d.dir)
+	narrate.Detail("%s", narrate.Command("serve"))
 	ready, err := d.startServe()
 	if err != nil {
 		return err
 	}
-	detail("it answers with one line for the app that launched it:")
-	detail("%s", ready)
+	narrate.Detail("it answers with one line for the app that launched it:")
+	narrate.Detail("%s", ready)
 
-	say("3. Starting a session of the scripted agent, whose turn counts to %d, one number every 100 ms.", chunks)
+	narrate.Step("3. Starting a session of the scripted agent, whose turn counts to %d, one number every 100 ms.", chunks)
 	args := []string{"run", "--agent", "scripted", "--session", session, "--json", prompt}
-	detail("%s", d.shown(args...))
+	narrate.Detail("%s", narrate.Command(args...))
 	run := d.command(args...)
 	runOut, err := run.StdoutPipe()
 	if err != nil {
@@ -163,16 +132,15 @@ func (d *demo) run() error {
 		_ = run.Wait()
 		return fmt.Errorf("the turn streamed %d chunks and stopped: %s", seen, runErr.String())
 	}
-	detail("the client has seen the journal up to entry %d.", lastSeq)
+	narrate.Detail("the client has seen the journal up to entry %d.", lastSeq)
 
-	say("4. Killing the host with SIGKILL (pid %d) in the middle of the turn: no chance to clean up.", d.serve.Process.Pid)
-	_ = d.serve.Process.Kill()
-	<-d.serveDone
+	narrate.Step("4. Killing the host with SIGKILL (pid %d) in the middle of the turn: no chance to clean up.", d.serve.PID())
+	d.serve.Kill()
 	for sc.Scan() {
 	}
 	_ = run.Wait()
-	detail("the client lost its connection and says:")
-	fmt.Println(indent(runErr.String()))
+	narrate.Detail("the client lost its connection and says:")
+	narrate.Block(runErr.String())
 	if err := syscall.Kill(pluginPID, 0); err != nil {
 		return fmt.Errorf("the plugin (pid %d) died with the host: %v", pluginPID, err)
 	}
@@ -181,16 +149,16 @@ func (d *demo) run() error {
 	if what == "" {
 		what = "the scripted plugin"
 	}
-	ok("the plugin process is still running (pid %d: %s).", pluginPID, what)
-	detail("It runs in its own session, so the host's death did not reach it. It keeps counting, and keeps")
-	detail("every update in its outbox until a host confirms the update is in the journal.")
+	narrate.OK("the plugin process is still running (pid %d: %s).", pluginPID, what)
+	narrate.Detail("It runs in its own session, so the host's death did not reach it. It keeps counting, and keeps")
+	narrate.Detail("every update in its outbox until a host confirms the update is in the journal.")
 	_, e, _ := d.ah("status")
-	detail("%s", d.shown("status"))
-	fmt.Println(indent(e))
+	narrate.Detail("%s", narrate.Command("status"))
+	narrate.Block(e)
 	time.Sleep(time.Second)
 
-	say("5. Restarting the host on the same state directory.")
-	detail("%s", d.shown("serve", "--shutdown-sessions"))
+	narrate.Step("5. Restarting the host on the same state directory.")
+	narrate.Detail("%s", narrate.Command("serve", "--shutdown-sessions"))
 	if _, err := d.startServe("--shutdown-sessions"); err != nil {
 		return err
 	}
@@ -198,17 +166,17 @@ func (d *demo) run() error {
 	if err != nil {
 		return fmt.Errorf("agenthost status: %v", err)
 	}
-	detail("%s", d.shown("status"))
-	fmt.Println(indent(status))
+	narrate.Detail("%s", narrate.Command("status"))
+	narrate.Block(status)
 	if !strings.Contains(status, "readopted 1") {
 		return errors.New("the restarted host did not readopt the session")
 	}
-	ok("the new host probed the plugin, checked it is the very process the lease records, and readopted it")
-	detail("at the next fence; it drains the outbox into the journal from the last journaled update.")
+	narrate.OK("the new host probed the plugin, checked it is the very process the lease records, and readopted it")
+	narrate.Detail("at the next fence; it drains the outbox into the journal from the last journaled update.")
 
-	say("6. Catching up from entry %d, the one after the last the client saw, until the turn ends.", lastSeq+1)
+	narrate.Step("6. Catching up from entry %d, the one after the last the client saw, until the turn ends.", lastSeq+1)
 	fargs := []string{"journal", session, "--follow", "--json", "--from", strconv.FormatUint(lastSeq+1, 10)}
-	detail("%s", d.shown(fargs...))
+	narrate.Detail("%s", narrate.Command(fargs...))
 	follow := d.command(fargs...)
 	fout, err := follow.StdoutPipe()
 	if err != nil {
@@ -240,35 +208,35 @@ func (d *demo) run() error {
 	if ended == "" {
 		return errors.New("the journal ended without the turn's end")
 	}
-	ok("%d entries arrived, numbered %d to %d without a gap, the last one the turn's end (%s).", caught, lastSeq+1, next-1, ended)
+	narrate.OK("%d entries arrived, numbered %d to %d without a gap, the last one the turn's end (%s).", caught, lastSeq+1, next-1, ended)
 
-	say("7. The session's journal, as the host made it durable:")
-	detail("%s", d.shown("journal", session))
+	narrate.Step("7. The session's journal, as the host made it durable:")
+	narrate.Detail("%s", narrate.Command("journal", session))
 	text, _, err := d.ah("journal", session)
 	if err != nil {
 		return fmt.Errorf("agenthost journal: %v", err)
 	}
-	fmt.Println(indent(text))
+	narrate.Block(text)
 
-	say("8. Checking the journal.")
+	narrate.Step("8. Checking the journal.")
 	if err := d.check(); err != nil {
 		return err
 	}
 
-	say("9. Shutting down: stopping the session, then the host.")
-	detail("%s", d.shown("sessions", "stop", session))
+	narrate.Step("9. Shutting down: stopping the session, then the host.")
+	narrate.Detail("%s", narrate.Command("sessions", "stop", session))
 	if o, e, err := d.ah("sessions", "stop", session); err != nil {
 		return fmt.Errorf("sessions stop: %v %s", err, e)
 	} else {
-		fmt.Println(indent(o))
+		narrate.Block(o)
 	}
-	if err := d.stopServe(); err != nil {
+	if err := d.serve.Stop(30 * time.Second); err != nil {
 		return err
 	}
-	if !gone(pluginPID, 5*time.Second) {
+	if !serveproc.Gone(pluginPID, 5*time.Second) {
 		return fmt.Errorf("the plugin (pid %d) still runs after the session was stopped", pluginPID)
 	}
-	ok("the host exited on SIGTERM and no plugin process is left.")
+	narrate.OK("the host exited on SIGTERM and no plugin process is left.")
 	return nil
 }
 
@@ -300,12 +268,11 @@ func isEndTurn(r journal.Record) bool {
 // seq of an agent message chunk, or false for any other line.
 func messageChunk(line []byte) (text string, seq uint64, ok bool) {
 	var m apiclient.Message
-	var p api.SessionUpdateParams
-	if json.Unmarshal(line, &m) != nil || m.Method != api.MethodSessionUpdate || json.Unmarshal(m.Params, &p) != nil {
+	if json.Unmarshal(line, &m) != nil {
 		return "", 0, false
 	}
-	u, err := journal.DecodeUpdate(p.Update)
-	if c, isChunk := u.(*journal.Chunk); err == nil && isChunk && c.Kind == journal.KindAgentMessageChunk {
+	p, u, ok := m.SessionUpdate()
+	if c, isChunk := u.(*journal.Chunk); ok && isChunk && c.Kind == journal.KindAgentMessageChunk {
 		return c.Content.Text(), p.Meta.Agenthost.Seq, true
 	}
 	return "", 0, false
@@ -343,7 +310,7 @@ func (d *demo) check() error {
 			readopted = readopted || (r.EntryKind() == leasestore.KindLifecycle && r.Event == "readopted")
 		}
 	}
-	ok("entries 1 to %d, each once, no gap.", len(entries))
+	narrate.OK("entries 1 to %d, each once, no gap.", len(entries))
 	for i, s := range pluginSeqs {
 		if s != uint64(i+1) {
 			return fmt.Errorf("the plugin's updates are journaled as %v, not 1 to %d", pluginSeqs, chunks+1)
@@ -352,42 +319,23 @@ func (d *demo) check() error {
 	if len(pluginSeqs) != chunks+1 {
 		return fmt.Errorf("%d of the plugin's %d updates are in the journal", len(pluginSeqs), chunks+1)
 	}
-	ok("the plugin's updates 1 to %d (%d chunks and the turn's end), each exactly once: those made while", chunks+1, chunks)
-	detail("  no host was running were delivered from the outbox, none lost and none twice.")
+	narrate.OK("the plugin's updates 1 to %d (%d chunks and the turn's end), each exactly once: those made while", chunks+1, chunks)
+	narrate.Detail("  no host was running were delivered from the outbox, none lost and none twice.")
 	for i, t := range texts {
 		if t != strconv.Itoa(i+1) {
 			return fmt.Errorf("the chunks read %v, not 1 to %d in order", texts, chunks)
 		}
 	}
-	ok("the chunks read 1, 2, … %d in order.", chunks)
+	narrate.OK("the chunks read 1, 2, … %d in order.", chunks)
 	if !readopted {
 		return errors.New("no readoption is recorded in the journal")
 	}
-	ok("the readoption is recorded between them.")
+	narrate.OK("the readoption is recorded between them.")
 	if last := entries[len(entries)-1]; !isEndTurn(last.rec) {
 		return fmt.Errorf("the journal ends with %s %s, not the turn's end", last.Kind, last.Payload)
 	}
-	ok("the turn ended normally (end_turn).")
+	narrate.OK("the turn ended normally (end_turn).")
 	return nil
-}
-
-// gone waits up to d for pid to exit; an exited process its new parent
-// has not reaped yet (a zombie) counts as gone.
-func gone(pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-		if syscall.Kill(pid, 0) != nil {
-			return true
-		}
-		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // pluginPID reads the session's owner process from the host.
@@ -405,75 +353,23 @@ func (d *demo) pluginPID() (int, error) {
 
 // startServe starts agenthost serve and returns its ready line.
 func (d *demo) startServe(extra ...string) (string, error) {
-	d.serve = d.command(append([]string{"serve"}, extra...)...)
-	d.serveStderr.Reset()
-	d.serve.Stderr = &d.serveStderr
-	out, err := d.serve.StdoutPipe()
+	s, err := serveproc.Start(serveproc.Config{Bin: d.bin, StateDir: d.dir, Env: d.env(), Args: extra})
 	if err != nil {
 		return "", err
 	}
-	if err := d.serve.Start(); err != nil {
-		return "", err
-	}
-	d.serveDone = make(chan struct{})
-	lines := make(chan string, 1)
-	go func() {
-		br := bufio.NewReader(out)
-		line, _ := br.ReadString('\n')
-		lines <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, br)
-		_ = d.serve.Wait()
-		close(d.serveDone)
-	}()
-	select {
-	case line := <-lines:
-		if !strings.Contains(line, `"ready":true`) {
-			<-d.serveDone
-			return "", fmt.Errorf("agenthost serve did not start: %s%s", line, d.serveStderr.String())
-		}
-		return line, nil
-	case <-time.After(30 * time.Second):
-		return "", errors.New("agenthost serve was not ready within 30s")
-	}
-}
-
-func (d *demo) stopServe() error {
-	if d.serve == nil || d.serveDone == nil {
-		return nil
-	}
-	select {
-	case <-d.serveDone:
-		return nil
-	default:
-	}
-	_ = d.serve.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.serveDone:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = d.serve.Process.Kill()
-		<-d.serveDone
-		return errors.New("agenthost serve did not exit on SIGTERM")
-	}
+	d.serve = s
+	return s.Ready, nil
 }
 
 // cleanup stops the host and any plugin of the state directory, whatever
 // happened, and removes the directory.
 func (d *demo) cleanup() {
-	_ = d.stopServe()
+	if d.serve != nil {
+		_ = d.serve.Stop(30 * time.Second)
+	}
 	if d.dir == "" {
 		return
 	}
-	needle := []byte("AGENTHOST_SESSION_DIR=" + filepath.Join(d.dir, "sessions") + "/")
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); err == nil && bytes.Contains(env, needle) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
+	serveproc.KillSessionProcesses(d.dir)
 	os.RemoveAll(d.dir)
 }

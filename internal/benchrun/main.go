@@ -14,7 +14,10 @@
 //   - batch probe of 500 owners vs a minimal hand-written /proc scan;
 //   - host RSS with 50 live sessions, and per-plugin RSS;
 //   - update latency from plugin to a subscribed API client at ~1,000
-//     updates/s (p50/p99), and sustained updates/s.
+//     updates/s (p50/p99), and sustained updates/s;
+//   - the first streamed token of a real claude and a real codex turn
+//     through agenthost serve vs the same CLI driven alone (firsttoken.go;
+//     skipped, saying why, where the pinned CLIs are not installed).
 package main
 
 import (
@@ -80,7 +83,7 @@ func main() {
 // process that had just run 100 plugins and a store through a burst was
 // measured against that process's leftovers (GC debt, exiting children),
 // which moved the probe ratio alone from 1.1x to 1.7x.
-var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency"}
+var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
 func runStep(name, work string, quick bool) error {
 	n := func(full, small int) int {
@@ -105,6 +108,10 @@ func runStep(name, work string, quick bool) error {
 		rows, err = benchRSS(work, scripted, fixture, n(50, 5))
 	case "latency":
 		rows, err = benchLatency(work, scripted, n(3000, 500))
+	case "claude-first-token":
+		rows, err = benchFirstToken(work, claudeReal, n(40, 3))
+	case "codex-first-token":
+		rows, err = benchFirstToken(work, codexReal, n(40, 3))
 	default:
 		return fmt.Errorf("unknown step %q", name)
 	}
@@ -120,7 +127,9 @@ func run(quick bool, mdPath string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for bin, pkg := range map[string]string{"scripted": "./examples/scripted/cmd/agenthost-plugin-scripted", "fixture": "./host/testdata/fixture"} {
+	for bin, pkg := range map[string]string{
+		"scripted": "./examples/scripted/cmd/agenthost-plugin-scripted", "fixture": "./host/testdata/fixture", "agenthost": "./cmd/agenthost",
+	} {
 		if out, err := exec.Command("go", "build", "-o", filepath.Join(work, bin), pkg).CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
