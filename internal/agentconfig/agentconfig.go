@@ -36,17 +36,17 @@ type File struct {
 // (its env and credentials; a built-in names its own credential
 // variables).
 type Agent struct {
-	Path   string   `json:"path"`
-	Args   []string `json:"args"`
-	Env    []string `json:"env"`
-	SHA256 string   `json:"sha256"`
+	Path   string   `json:"path,omitempty"`
+	Args   []string `json:"args,omitempty"`
+	Env    []string `json:"env,omitempty"`
+	SHA256 string   `json:"sha256,omitempty"`
 	// Credentials is the operator's choice for the agent's provider
 	// credentials: CredentialsStrip (the default) or CredentialsInherit.
-	Credentials string `json:"credentials"`
+	Credentials string `json:"credentials,omitempty"`
 	// CredentialVariables name a third-party agent's credential
 	// variables: stripped by default, passed from the host's own
 	// environment when Credentials is CredentialsInherit.
-	CredentialVariables []string `json:"credentialVariables"`
+	CredentialVariables []string `json:"credentialVariables,omitempty"`
 }
 
 // The values of an agent entry's "credentials".

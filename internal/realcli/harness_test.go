@@ -1,12 +1,10 @@
 package realcli_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,6 +21,7 @@ import (
 	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/internal/realcli"
+	"github.com/agenthost/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
@@ -148,7 +147,7 @@ func newRig(t *testing.T, c cli) *rig {
 		r.noProcessesLeft()
 		if t.Failed() {
 			for i, s := range r.served {
-				t.Logf("agenthost serve (%d of %d)'s stderr:\n%s", i+1, len(r.served), s.stderr.String())
+				t.Logf("agenthost serve (%d of %d)'s stderr:\n%s", i+1, len(r.served), s.Stderr())
 			}
 		}
 	})
@@ -165,81 +164,34 @@ var backgroundHosts = map[string][]string{
 
 // server is an agenthost serve process.
 type server struct {
+	*serveproc.Server
 	t      *testing.T
-	cmd    *exec.Cmd
 	socket string
-	stderr logtest.Buffer
-	done   chan struct{}
 }
 
 // start starts agenthost serve and waits for its ready line. The rig
 // stops it at the end of the test (shutting its sessions down).
 func (r *rig) start() *server {
 	r.t.Helper()
-	s := &server{t: r.t, done: make(chan struct{})}
-	s.cmd = exec.Command(agenthostBin, "--state-dir", r.dir, "serve", "--shutdown-sessions")
-	s.cmd.Env = r.env
-	s.cmd.Stderr = &s.stderr
-	out, err := s.cmd.StdoutPipe()
+	sp, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: r.dir, Env: r.env, Args: []string{"--shutdown-sessions"}})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := s.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		br := bufio.NewReader(out)
-		line, _ := br.ReadString('\n')
-		lines <- line
-		_, _ = br.WriteTo(discard{})
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
-	var ready api.ServeReady
-	select {
-	case line := <-lines:
-		if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready {
-			<-s.done
-			r.t.Fatalf("agenthost serve printed %q instead of its ready line; stderr:\n%s", line, s.stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		r.t.Fatalf("agenthost serve was not ready within 30 s; stderr:\n%s", s.stderr.String())
-	}
-	s.socket = ready.Socket
+	s := &server{Server: sp, t: r.t, socket: sp.Socket}
 	r.serve = s
 	r.served = append(r.served, s)
 	return s
 }
 
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
 // stop sends SIGTERM and waits for the server to exit.
 func (s *server) stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		s.t.Errorf("agenthost serve did not exit within 30 s of SIGTERM")
+	if err := s.Stop(30 * time.Second); err != nil {
+		s.t.Error(err)
 	}
 }
 
 // kill SIGKILLs the server, as a crash would.
-func (s *server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.done
-}
+func (s *server) kill() { s.Kill() }
 
 // processes lists the live processes started for the rig: plugins, CLIs
 // and whatever they ran all have the rig's home as HOME (agenthost serve
@@ -249,7 +201,7 @@ func (r *rig) processes() []int {
 	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || (r.serve != nil && r.serve.cmd.Process.Pid == pid) {
+		if err != nil || (r.serve != nil && r.serve.PID() == pid) {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))

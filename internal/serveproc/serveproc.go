@@ -36,6 +36,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agenthost/agenthost/api"
 )
 
 // ModuleRoot is the root directory of the agenthost module the working
@@ -113,10 +115,7 @@ func Start(cfg Config) (*Server, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	var ready struct {
-		Ready  bool   `json:"ready"`
-		Socket string `json:"socket"`
-	}
+	var ready api.ServeReady
 	select {
 	case line := <-lines:
 		if json.Unmarshal([]byte(line), &ready) != nil || !ready.Ready {
@@ -165,8 +164,10 @@ func (s *Server) Kill() {
 }
 
 // SessionProcesses lists the live processes started for the sessions of
-// stateDir: the plugins and their CLIs carry the session directory in
-// their environment. Exited processes nobody has reaped yet do not count.
+// stateDir: every plugin carries its session directory in its
+// environment, and so does a CLI whose plugin leaves it there (the claude
+// plugin removes it; its CLI dies with the plugin, by the parent-death
+// signal). Exited processes nobody has reaped yet do not count.
 func SessionProcesses(stateDir string) []int {
 	needle := []byte("AGENTHOST_SESSION_DIR=" + filepath.Join(stateDir, "sessions") + "/")
 	ents, _ := os.ReadDir("/proc")
