@@ -235,8 +235,13 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
 	}
 	for _, u := range batch {
-		if ts := u.Stop(); ts != nil && u.Seq >= first {
+		if u.Seq < first {
+			continue
+		}
+		if ts := u.Stop(); ts != nil {
 			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error})
+		} else {
+			s.noteTurn(u.TurnID)
 		}
 	}
 	return violation

@@ -29,6 +29,13 @@ type Session struct {
 	// in cancelPending and sent again once the prompt was dispatched.
 	dispatching   int
 	cancelPending bool
+	// turn is the turn the plugin runs, from its prompt (or, for a turn
+	// a previous host started, its first new update) until its stop is
+	// journaled; "" when none. A prompt meanwhile is refused.
+	turn string
+	// lastTurn is the turn whose stop was journaled last: an update of
+	// it arriving late does not make it running again.
+	lastTurn string
 
 	fromSeq uint64 // first plugin update to ask for
 	// violation is the protocol breach the session was stopped for; it

@@ -447,3 +447,47 @@ func TestCloseRacingStartLeavesNoPlugin(t *testing.T) {
 		}
 	}
 }
+
+// A prompt sent while a turn runs is refused with ErrTurnRunning and not
+// journaled; once the turn ends (here cancelled), the next prompt runs.
+func TestPromptWhileATurnRunsIsRefusedUnjournaled(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "busy", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan TurnResult, 1)
+	go func() {
+		r, _ := s.Prompt(ctx, "sleep 30s")
+		first <- r
+	}()
+	prompts := func() int {
+		n := 0
+		for _, e := range journalOf(t, h, "busy") {
+			if e.Kind == leasestore.KindPrompt {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the first prompt to be journaled", func() bool { return prompts() == 1 })
+	if _, err := s.Prompt(ctx, "count 1"); !errors.Is(err, ErrTurnRunning) || !strings.Contains(err.Error(), "cancel it") {
+		t.Fatalf("a prompt during a turn: %v; want ErrTurnRunning saying what to do", err)
+	}
+	if n := prompts(); n != 1 {
+		t.Errorf("the journal holds %d prompts after the refused one; want only the running turn's", n)
+	}
+	if err := s.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-first; r.StopReason != "cancelled" {
+		t.Fatalf("the first turn ended %+v, want cancelled", r)
+	}
+	if r, err := s.Prompt(ctx, "count 2"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the turn ended: %+v, %v", r, err)
+	}
+	if n := prompts(); n != 2 {
+		t.Errorf("the journal holds %d prompts; want 2", n)
+	}
+}

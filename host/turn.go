@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
@@ -23,6 +24,11 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 	rec := promptEntry(turnID, text)
 	ch := make(chan TurnResult, 1)
 	s.mu.Lock()
+	if running := s.turn; running != "" {
+		s.mu.Unlock()
+		return TurnResult{}, fmt.Errorf("session %q: %w (%s): wait for it to end, or cancel it, and prompt again", s.id, ErrTurnRunning, running)
+	}
+	s.turn = turnID
 	s.waiters[turnID] = ch
 	s.mu.Unlock()
 	forget := func() {
@@ -30,8 +36,17 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		delete(s.waiters, turnID)
 		s.mu.Unlock()
 	}
+	// notRun forgets a turn that never reached the plugin.
+	notRun := func() {
+		s.mu.Lock()
+		delete(s.waiters, turnID)
+		if s.turn == turnID {
+			s.turn = ""
+		}
+		s.mu.Unlock()
+	}
 	if _, err := s.journal.Append(ctx, rec); err != nil {
-		forget()
+		notRun()
 		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
 	}
 	s.mu.Lock()
@@ -52,7 +67,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		}
 	}
 	if err != nil {
-		forget()
+		notRun()
 		// The journal already holds the prompt: record that it never ran.
 		// If that fails too, the journal shows a turn that never ends, and
 		// the caller, told only that the dispatch failed, cannot know.
@@ -73,6 +88,25 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		forget()
 		return TurnResult{TurnID: turnID}, ctx.Err()
 	}
+}
+
+// ErrTurnRunning: the session is running a turn, so it takes no prompt
+// until that turn ends. The refused prompt is not journaled: it never
+// happened as far as the conversation goes.
+var ErrTurnRunning = errors.New("a turn is running")
+
+// noteTurn records that the plugin is running turn turnID, seen in a new
+// update: a readopted session learns of the turn its previous host
+// started this way.
+func (s *Session) noteTurn(turnID string) {
+	if turnID == "" {
+		return
+	}
+	s.mu.Lock()
+	if s.turn == "" && turnID != s.lastTurn {
+		s.turn = turnID
+	}
+	s.mu.Unlock()
 }
 
 // Cancel cancels the running turn; it ends with stop reason "cancelled".
@@ -97,6 +131,10 @@ func (s *Session) finishTurn(r TurnResult) {
 	s.mu.Lock()
 	ch, ok := s.waiters[r.TurnID]
 	delete(s.waiters, r.TurnID)
+	if s.turn == r.TurnID {
+		s.turn = ""
+	}
+	s.lastTurn = r.TurnID
 	s.mu.Unlock()
 	if ok {
 		ch <- r
