@@ -48,6 +48,9 @@ const (
 	CodeServerError = -32000
 	// CodeNotFound: no such session, or it does not run in this host.
 	CodeNotFound = -32002
+	// CodeTurnRunning: the session is running a turn, so the prompt was
+	// refused (and not journaled): wait for the turn's end or cancel it.
+	CodeTurnRunning = -32003
 )
 
 // ErrorData is the data member of a CodeInvalidParams error: what was

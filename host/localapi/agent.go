@@ -49,8 +49,11 @@ func apiError(err error) error {
 		return err
 	}
 	code := api.CodeServerError
-	if errors.Is(err, leasestore.ErrNotFound) {
+	switch {
+	case errors.Is(err, leasestore.ErrNotFound):
 		code = api.CodeNotFound
+	case errors.Is(err, host.ErrTurnRunning):
+		code = api.CodeTurnRunning
 	}
 	return &acp.RequestError{Code: code, Message: err.Error()}
 }

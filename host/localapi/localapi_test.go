@@ -509,3 +509,32 @@ func TestPromptResumesASessionWhosePluginDied(t *testing.T) {
 		t.Errorf("a prompt after session/close: %+v", m.Error)
 	}
 }
+
+// A prompt while a turn runs is refused with CodeTurnRunning, and no
+// user_message_chunk of it reaches the client: it was never journaled.
+func TestPromptDuringATurnIsRefused(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var created acp.NewSessionResponse
+	c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+	prompt := func(text string) acp.PromptRequest {
+		return acp.PromptRequest{SessionId: created.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock(text)}}
+	}
+	first := make(chan message, 1)
+	go func() { first <- c.call(api.MethodSessionPrompt, prompt("sleep 30s")) }()
+	c.waitNotes(api.MethodSessionUpdate, 1) // the first prompt's echo
+	m := c.call(api.MethodSessionPrompt, prompt("the refused one"))
+	if m.Error == nil || m.Error.Code != api.CodeTurnRunning || !strings.Contains(m.Error.Message, "cancel it") {
+		t.Fatalf("a prompt during a turn: %+v", m.Error)
+	}
+	c.send(map[string]any{"jsonrpc": "2.0", "method": api.MethodSessionCancel, "params": acp.CancelNotification{SessionId: created.SessionId}})
+	if r := <-first; r.Error != nil || !strings.Contains(string(r.Result), "cancelled") {
+		t.Fatalf("the first turn: %s %+v", r.Result, r.Error)
+	}
+	for _, n := range c.notesOf(api.MethodSessionUpdate) {
+		if strings.Contains(string(n.Params), "the refused one") {
+			t.Errorf("the refused prompt reached the client as an update: %s", n.Params)
+		}
+	}
+}
