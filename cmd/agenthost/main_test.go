@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/serveproc"
 	"go.uber.org/goleak"
 )
 
@@ -279,31 +279,8 @@ func (s *server) kill() {
 	<-s.done
 }
 
-// pluginsOf lists the live processes started for state directory dir:
-// every plugin carries its session directory, under dir, in its
-// environment.
-func pluginsOf(dir string) []int {
-	ents, _ := os.ReadDir("/proc")
-	needle := []byte("AGENTHOST_SESSION_DIR=" + filepath.Join(dir, "sessions") + "/")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !bytes.Contains(env, needle) {
-			continue
-		}
-		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
-				continue
-			}
-		}
-		out = append(out, pid)
-	}
-	return out
-}
+// pluginsOf lists the live processes started for state directory dir.
+func pluginsOf(dir string) []int { return serveproc.SessionProcesses(dir) }
 
 // noPluginsLeft fails the test if a plugin of dir still runs, and kills it.
 func noPluginsLeft(t *testing.T, dir string) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,25 +196,11 @@ func (s *server) kill() { s.Kill() }
 // and whatever they ran all have the rig's home as HOME (agenthost serve
 // itself is left out).
 func (r *rig) processes() []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || (r.serve != nil && r.serve.PID() == pid) {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "HOME="+r.home) {
-			continue
-		}
-		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
-				continue
-			}
-		}
-		out = append(out, pid)
+	pids := serveproc.ProcessesWith(func(kv string) bool { return kv == "HOME="+r.home })
+	if r.serve != nil {
+		pids = slices.DeleteFunc(pids, func(pid int) bool { return pid == r.serve.PID() })
 	}
-	return out
+	return pids
 }
 
 // noProcessesLeft fails the test if a plugin or CLI of the rig still

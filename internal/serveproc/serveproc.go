@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,16 +170,24 @@ func (s *Server) Kill() {
 // plugin removes it; its CLI dies with the plugin, by the parent-death
 // signal). Exited processes nobody has reaped yet do not count.
 func SessionProcesses(stateDir string) []int {
-	needle := []byte("AGENTHOST_SESSION_DIR=" + filepath.Join(stateDir, "sessions") + "/")
+	prefix := "AGENTHOST_SESSION_DIR=" + filepath.Join(stateDir, "sessions") + "/"
+	return ProcessesWith(func(kv string) bool { return strings.HasPrefix(kv, prefix) })
+}
+
+// ProcessesWith lists the live processes with an environment entry
+// (KEY=VALUE) that match accepts, this process excluded. Exited processes
+// nobody has reaped yet do not count.
+func ProcessesWith(match func(kv string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
+	self := os.Getpid()
 	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid == self {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !bytes.Contains(env, needle) || exited(pid) {
+		if err != nil || !slices.ContainsFunc(strings.Split(string(env), "\x00"), match) || exited(pid) {
 			continue
 		}
 		out = append(out, pid)
