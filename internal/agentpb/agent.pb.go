@@ -84,7 +84,11 @@ type IdentifyResponse struct {
 	// The provider handle of the open session, empty before one is open.
 	Handle string `protobuf:"bytes,9,opt,name=handle,proto3" json:"handle,omitempty"`
 	// The newest update seq produced so far.
-	LastSeq       uint64 `protobuf:"varint,10,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	LastSeq uint64 `protobuf:"varint,10,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// What the agent can do, known before any session opens (the plugin
+	// declares it when it serves). Absent from plugins built before it
+	// existed: the host then assumes text prompts, no MCP servers, no modes.
+	Capabilities  *AgentCapabilities `protobuf:"bytes,11,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +193,1005 @@ func (x *IdentifyResponse) GetLastSeq() uint64 {
 	return 0
 }
 
+func (x *IdentifyResponse) GetCapabilities() *AgentCapabilities {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// AgentCapabilities is what a plugin declares it supports. A host offers a
+// client exactly this, and refuses what it excludes rather than dropping it.
+type AgentCapabilities struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Prompt content beyond text.
+	PromptImage           bool `protobuf:"varint,1,opt,name=prompt_image,json=promptImage,proto3" json:"prompt_image,omitempty"`
+	PromptAudio           bool `protobuf:"varint,2,opt,name=prompt_audio,json=promptAudio,proto3" json:"prompt_audio,omitempty"`
+	PromptEmbeddedContext bool `protobuf:"varint,3,opt,name=prompt_embedded_context,json=promptEmbeddedContext,proto3" json:"prompt_embedded_context,omitempty"`
+	// resource_link blocks (a reference to a file or URL the agent reads).
+	PromptResourceLink bool `protobuf:"varint,4,opt,name=prompt_resource_link,json=promptResourceLink,proto3" json:"prompt_resource_link,omitempty"`
+	// MCP server transports the agent accepts in NewSession.
+	McpStdio bool `protobuf:"varint,5,opt,name=mcp_stdio,json=mcpStdio,proto3" json:"mcp_stdio,omitempty"`
+	McpHttp  bool `protobuf:"varint,6,opt,name=mcp_http,json=mcpHttp,proto3" json:"mcp_http,omitempty"`
+	McpSse   bool `protobuf:"varint,7,opt,name=mcp_sse,json=mcpSse,proto3" json:"mcp_sse,omitempty"`
+	// How a user authenticates the agent's provider.
+	AuthMethods []*AuthMethod `protobuf:"bytes,8,rep,name=auth_methods,json=authMethods,proto3" json:"auth_methods,omitempty"`
+	// The session options the agent accepts; empty means it declares none
+	// (the host then passes options through unchecked).
+	Options []*OptionSpec `protobuf:"bytes,9,rep,name=options,proto3" json:"options,omitempty"`
+	// The agent implements SetMode / SetConfigOption.
+	SetMode         bool `protobuf:"varint,10,opt,name=set_mode,json=setMode,proto3" json:"set_mode,omitempty"`
+	SetConfigOption bool `protobuf:"varint,11,opt,name=set_config_option,json=setConfigOption,proto3" json:"set_config_option,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AgentCapabilities) Reset() {
+	*x = AgentCapabilities{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCapabilities) ProtoMessage() {}
+
+func (x *AgentCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCapabilities.ProtoReflect.Descriptor instead.
+func (*AgentCapabilities) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentCapabilities) GetPromptImage() bool {
+	if x != nil {
+		return x.PromptImage
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetPromptAudio() bool {
+	if x != nil {
+		return x.PromptAudio
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetPromptEmbeddedContext() bool {
+	if x != nil {
+		return x.PromptEmbeddedContext
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetPromptResourceLink() bool {
+	if x != nil {
+		return x.PromptResourceLink
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetMcpStdio() bool {
+	if x != nil {
+		return x.McpStdio
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetMcpHttp() bool {
+	if x != nil {
+		return x.McpHttp
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetMcpSse() bool {
+	if x != nil {
+		return x.McpSse
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetAuthMethods() []*AuthMethod {
+	if x != nil {
+		return x.AuthMethods
+	}
+	return nil
+}
+
+func (x *AgentCapabilities) GetOptions() []*OptionSpec {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *AgentCapabilities) GetSetMode() bool {
+	if x != nil {
+		return x.SetMode
+	}
+	return false
+}
+
+func (x *AgentCapabilities) GetSetConfigOption() bool {
+	if x != nil {
+		return x.SetConfigOption
+	}
+	return false
+}
+
+type AuthMethod struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// For a terminal login: the command a client may run in a terminal to
+	// log in (argv[0] and its arguments).
+	TerminalCommand []string `protobuf:"bytes,4,rep,name=terminal_command,json=terminalCommand,proto3" json:"terminal_command,omitempty"`
+	// For an API key: the environment variables that carry it.
+	EnvVars       []string `protobuf:"bytes,5,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthMethod) Reset() {
+	*x = AuthMethod{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthMethod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthMethod) ProtoMessage() {}
+
+func (x *AuthMethod) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
+func (*AuthMethod) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AuthMethod) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AuthMethod) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuthMethod) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AuthMethod) GetTerminalCommand() []string {
+	if x != nil {
+		return x.TerminalCommand
+	}
+	return nil
+}
+
+func (x *AuthMethod) GetEnvVars() []string {
+	if x != nil {
+		return x.EnvVars
+	}
+	return nil
+}
+
+type OptionSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The option's name as it appears in a session's options. A name ending
+	// in "." is a prefix: "env." accepts "env.FOO".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OptionSpec) Reset() {
+	*x = OptionSpec{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OptionSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OptionSpec) ProtoMessage() {}
+
+func (x *OptionSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OptionSpec.ProtoReflect.Descriptor instead.
+func (*OptionSpec) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *OptionSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OptionSpec) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// McpServer is an MCP server the client asks the agent to connect to (ACP
+// McpServer). Exactly one of stdio, http, sse is set.
+type McpServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Types that are valid to be assigned to Transport:
+	//
+	//	*McpServer_Stdio
+	//	*McpServer_Http
+	//	*McpServer_Sse
+	Transport     isMcpServer_Transport `protobuf_oneof:"transport"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServer) Reset() {
+	*x = McpServer{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServer) ProtoMessage() {}
+
+func (x *McpServer) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
+func (*McpServer) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *McpServer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServer) GetTransport() isMcpServer_Transport {
+	if x != nil {
+		return x.Transport
+	}
+	return nil
+}
+
+func (x *McpServer) GetStdio() *McpStdio {
+	if x != nil {
+		if x, ok := x.Transport.(*McpServer_Stdio); ok {
+			return x.Stdio
+		}
+	}
+	return nil
+}
+
+func (x *McpServer) GetHttp() *McpRemote {
+	if x != nil {
+		if x, ok := x.Transport.(*McpServer_Http); ok {
+			return x.Http
+		}
+	}
+	return nil
+}
+
+func (x *McpServer) GetSse() *McpRemote {
+	if x != nil {
+		if x, ok := x.Transport.(*McpServer_Sse); ok {
+			return x.Sse
+		}
+	}
+	return nil
+}
+
+type isMcpServer_Transport interface {
+	isMcpServer_Transport()
+}
+
+type McpServer_Stdio struct {
+	Stdio *McpStdio `protobuf:"bytes,2,opt,name=stdio,proto3,oneof"`
+}
+
+type McpServer_Http struct {
+	Http *McpRemote `protobuf:"bytes,3,opt,name=http,proto3,oneof"`
+}
+
+type McpServer_Sse struct {
+	Sse *McpRemote `protobuf:"bytes,4,opt,name=sse,proto3,oneof"`
+}
+
+func (*McpServer_Stdio) isMcpServer_Transport() {}
+
+func (*McpServer_Http) isMcpServer_Transport() {}
+
+func (*McpServer_Sse) isMcpServer_Transport() {}
+
+type McpStdio struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       string                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Args          []string               `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
+	Env           []*NameValue           `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpStdio) Reset() {
+	*x = McpStdio{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpStdio) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpStdio) ProtoMessage() {}
+
+func (x *McpStdio) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpStdio.ProtoReflect.Descriptor instead.
+func (*McpStdio) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *McpStdio) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *McpStdio) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *McpStdio) GetEnv() []*NameValue {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+type McpRemote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Headers       []*NameValue           `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpRemote) Reset() {
+	*x = McpRemote{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpRemote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpRemote) ProtoMessage() {}
+
+func (x *McpRemote) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpRemote.ProtoReflect.Descriptor instead.
+func (*McpRemote) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *McpRemote) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *McpRemote) GetHeaders() []*NameValue {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+type NameValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NameValue) Reset() {
+	*x = NameValue{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NameValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NameValue) ProtoMessage() {}
+
+func (x *NameValue) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NameValue.ProtoReflect.Descriptor instead.
+func (*NameValue) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NameValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NameValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// SessionMode is one mode a session can be in (ACP SessionMode).
+type SessionMode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionMode) Reset() {
+	*x = SessionMode{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionMode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionMode) ProtoMessage() {}
+
+func (x *SessionMode) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionMode.ProtoReflect.Descriptor instead.
+func (*SessionMode) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SessionMode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SessionMode) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SessionMode) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type ModeState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CurrentModeId string                 `protobuf:"bytes,1,opt,name=current_mode_id,json=currentModeId,proto3" json:"current_mode_id,omitempty"`
+	Available     []*SessionMode         `protobuf:"bytes,2,rep,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModeState) Reset() {
+	*x = ModeState{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModeState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModeState) ProtoMessage() {}
+
+func (x *ModeState) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModeState.ProtoReflect.Descriptor instead.
+func (*ModeState) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ModeState) GetCurrentModeId() string {
+	if x != nil {
+		return x.CurrentModeId
+	}
+	return ""
+}
+
+func (x *ModeState) GetAvailable() []*SessionMode {
+	if x != nil {
+		return x.Available
+	}
+	return nil
+}
+
+// ConfigOption is one of a session's config options, a choice among
+// values (ACP SessionConfigOption of type "select").
+type ConfigOption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The option's id; agenthost uses it as the name of the session option
+	// that carries its value, so a resume reapplies it.
+	Id          string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// ACP's category: "mode", "model", "thought_level", or empty.
+	Category      string         `protobuf:"bytes,4,opt,name=category,proto3" json:"category,omitempty"`
+	CurrentValue  string         `protobuf:"bytes,5,opt,name=current_value,json=currentValue,proto3" json:"current_value,omitempty"`
+	Values        []*ConfigValue `protobuf:"bytes,6,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigOption) Reset() {
+	*x = ConfigOption{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigOption) ProtoMessage() {}
+
+func (x *ConfigOption) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
+func (*ConfigOption) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConfigOption) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetCategory() string {
+	if x != nil {
+		return x.Category
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetCurrentValue() string {
+	if x != nil {
+		return x.CurrentValue
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetValues() []*ConfigValue {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+type ConfigValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigValue) Reset() {
+	*x = ConfigValue{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigValue) ProtoMessage() {}
+
+func (x *ConfigValue) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigValue.ProtoReflect.Descriptor instead.
+func (*ConfigValue) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ConfigValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigValue) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type SetModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	ModeId        string                 `protobuf:"bytes,2,opt,name=mode_id,json=modeId,proto3" json:"mode_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeRequest) Reset() {
+	*x = SetModeRequest{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeRequest) ProtoMessage() {}
+
+func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
+func (*SetModeRequest) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetModeRequest) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *SetModeRequest) GetModeId() string {
+	if x != nil {
+		return x.ModeId
+	}
+	return ""
+}
+
+type SetModeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeResponse) Reset() {
+	*x = SetModeResponse{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeResponse) ProtoMessage() {}
+
+func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
+func (*SetModeResponse) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+type SetConfigOptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	ConfigId      string                 `protobuf:"bytes,2,opt,name=config_id,json=configId,proto3" json:"config_id,omitempty"`
+	Value         string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigOptionRequest) Reset() {
+	*x = SetConfigOptionRequest{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigOptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigOptionRequest) ProtoMessage() {}
+
+func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
+func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetConfigOptionRequest) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *SetConfigOptionRequest) GetConfigId() string {
+	if x != nil {
+		return x.ConfigId
+	}
+	return ""
+}
+
+func (x *SetConfigOptionRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type SetConfigOptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigOptions []*ConfigOption        `protobuf:"bytes,1,rep,name=config_options,json=configOptions,proto3" json:"config_options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigOptionResponse) Reset() {
+	*x = SetConfigOptionResponse{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigOptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigOptionResponse) ProtoMessage() {}
+
+func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
+func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetConfigOptionResponse) GetConfigOptions() []*ConfigOption {
+	if x != nil {
+		return x.ConfigOptions
+	}
+	return nil
+}
+
 type AttachRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
@@ -199,7 +1202,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +1214,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +1227,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AttachRequest) GetFence() uint64 {
@@ -251,7 +1254,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +1266,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +1279,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AttachResponse) GetFence() uint64 {
@@ -298,13 +1301,14 @@ type NewSessionRequest struct {
 	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
 	Workspace     string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	Options       map[string]string      `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	McpServers    []*McpServer           `protobuf:"bytes,4,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NewSessionRequest) Reset() {
 	*x = NewSessionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +1320,7 @@ func (x *NewSessionRequest) String() string {
 func (*NewSessionRequest) ProtoMessage() {}
 
 func (x *NewSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +1333,7 @@ func (x *NewSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewSessionRequest.ProtoReflect.Descriptor instead.
 func (*NewSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NewSessionRequest) GetFence() uint64 {
@@ -353,19 +1357,27 @@ func (x *NewSessionRequest) GetOptions() map[string]string {
 	return nil
 }
 
+func (x *NewSessionRequest) GetMcpServers() []*McpServer {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
+}
+
 type ResumeSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
 	Workspace     string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	Options       map[string]string      `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Handle        string                 `protobuf:"bytes,4,opt,name=handle,proto3" json:"handle,omitempty"`
+	McpServers    []*McpServer           `protobuf:"bytes,5,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +1389,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +1402,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumeSessionRequest) GetFence() uint64 {
@@ -421,20 +1433,31 @@ func (x *ResumeSessionRequest) GetHandle() string {
 	return ""
 }
 
+func (x *ResumeSessionRequest) GetMcpServers() []*McpServer {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
+}
+
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The provider's handle for the conversation (Claude session id, Codex
 	// thread id, …). A resume may report a new one.
 	Handle string `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
-	// Options the agent acknowledged.
-	Options       map[string]string `protobuf:"bytes,2,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Options the agent acknowledged: what the host stores with the session
+	// and passes again on every resume.
+	Options map[string]string `protobuf:"bytes,2,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The session's modes, absent when the agent has none.
+	Modes         *ModeState      `protobuf:"bytes,3,opt,name=modes,proto3" json:"modes,omitempty"`
+	ConfigOptions []*ConfigOption `protobuf:"bytes,4,rep,name=config_options,json=configOptions,proto3" json:"config_options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +1469,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +1482,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionResponse) GetHandle() string {
@@ -476,6 +1499,20 @@ func (x *SessionResponse) GetOptions() map[string]string {
 	return nil
 }
 
+func (x *SessionResponse) GetModes() *ModeState {
+	if x != nil {
+		return x.Modes
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetConfigOptions() []*ConfigOption {
+	if x != nil {
+		return x.ConfigOptions
+	}
+	return nil
+}
+
 type ContentBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "text", or another ACP content type whose JSON is in json.
@@ -488,7 +1525,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +1537,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +1550,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -549,7 +1586,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +1598,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +1611,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PromptRequest) GetFence() uint64 {
@@ -607,7 +1644,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +1656,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +1669,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PromptResponse) GetTurnId() string {
@@ -652,7 +1689,7 @@ type UpdatesRequest struct {
 
 func (x *UpdatesRequest) Reset() {
 	*x = UpdatesRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +1701,7 @@ func (x *UpdatesRequest) String() string {
 func (*UpdatesRequest) ProtoMessage() {}
 
 func (x *UpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +1714,7 @@ func (x *UpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatesRequest.ProtoReflect.Descriptor instead.
 func (*UpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdatesRequest) GetFence() uint64 {
@@ -704,7 +1741,7 @@ type AcknowledgeRequest struct {
 
 func (x *AcknowledgeRequest) Reset() {
 	*x = AcknowledgeRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +1753,7 @@ func (x *AcknowledgeRequest) String() string {
 func (*AcknowledgeRequest) ProtoMessage() {}
 
 func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +1766,7 @@ func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcknowledgeRequest) GetFence() uint64 {
@@ -754,7 +1791,7 @@ type AcknowledgeResponse struct {
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +1803,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1816,7 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 type PermissionOutcome struct {
@@ -793,7 +1830,7 @@ type PermissionOutcome struct {
 
 func (x *PermissionOutcome) Reset() {
 	*x = PermissionOutcome{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1842,7 @@ func (x *PermissionOutcome) String() string {
 func (*PermissionOutcome) ProtoMessage() {}
 
 func (x *PermissionOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1855,7 @@ func (x *PermissionOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionOutcome.ProtoReflect.Descriptor instead.
 func (*PermissionOutcome) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PermissionOutcome) GetOutcome() string {
@@ -846,7 +1883,7 @@ type AnswerPermissionRequest struct {
 
 func (x *AnswerPermissionRequest) Reset() {
 	*x = AnswerPermissionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1895,7 @@ func (x *AnswerPermissionRequest) String() string {
 func (*AnswerPermissionRequest) ProtoMessage() {}
 
 func (x *AnswerPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1908,7 @@ func (x *AnswerPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerPermissionRequest.ProtoReflect.Descriptor instead.
 func (*AnswerPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AnswerPermissionRequest) GetFence() uint64 {
@@ -903,7 +1940,7 @@ type AnswerPermissionResponse struct {
 
 func (x *AnswerPermissionResponse) Reset() {
 	*x = AnswerPermissionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1952,7 @@ func (x *AnswerPermissionResponse) String() string {
 func (*AnswerPermissionResponse) ProtoMessage() {}
 
 func (x *AnswerPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1965,7 @@ func (x *AnswerPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerPermissionResponse.ProtoReflect.Descriptor instead.
 func (*AnswerPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 type CancelRequest struct {
@@ -940,7 +1977,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1989,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +2002,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelRequest) GetFence() uint64 {
@@ -983,7 +2020,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +2032,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +2045,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 type CloseRequest struct {
@@ -1020,7 +2057,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +2069,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +2082,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CloseRequest) GetFence() uint64 {
@@ -1063,7 +2100,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +2112,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +2125,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 type Update struct {
@@ -1109,6 +2146,10 @@ type Update struct {
 	//	*Update_PermissionRequest
 	//	*Update_TurnStopped
 	//	*Update_PermissionResolved
+	//	*Update_CurrentMode
+	//	*Update_ConfigOptions
+	//	*Update_AvailableCommands
+	//	*Update_SessionInfo
 	Kind          isUpdate_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1116,7 +2157,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +2169,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +2182,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Update) GetSeq() uint64 {
@@ -1271,6 +2312,42 @@ func (x *Update) GetPermissionResolved() *PermissionResolved {
 	return nil
 }
 
+func (x *Update) GetCurrentMode() *CurrentMode {
+	if x != nil {
+		if x, ok := x.Kind.(*Update_CurrentMode); ok {
+			return x.CurrentMode
+		}
+	}
+	return nil
+}
+
+func (x *Update) GetConfigOptions() *ConfigOptions {
+	if x != nil {
+		if x, ok := x.Kind.(*Update_ConfigOptions); ok {
+			return x.ConfigOptions
+		}
+	}
+	return nil
+}
+
+func (x *Update) GetAvailableCommands() *AvailableCommands {
+	if x != nil {
+		if x, ok := x.Kind.(*Update_AvailableCommands); ok {
+			return x.AvailableCommands
+		}
+	}
+	return nil
+}
+
+func (x *Update) GetSessionInfo() *SessionInfo {
+	if x != nil {
+		if x, ok := x.Kind.(*Update_SessionInfo); ok {
+			return x.SessionInfo
+		}
+	}
+	return nil
+}
+
 type isUpdate_Kind interface {
 	isUpdate_Kind()
 }
@@ -1319,6 +2396,22 @@ type Update_PermissionResolved struct {
 	PermissionResolved *PermissionResolved `protobuf:"bytes,20,opt,name=permission_resolved,json=permissionResolved,proto3,oneof"`
 }
 
+type Update_CurrentMode struct {
+	CurrentMode *CurrentMode `protobuf:"bytes,21,opt,name=current_mode,json=currentMode,proto3,oneof"`
+}
+
+type Update_ConfigOptions struct {
+	ConfigOptions *ConfigOptions `protobuf:"bytes,22,opt,name=config_options,json=configOptions,proto3,oneof"`
+}
+
+type Update_AvailableCommands struct {
+	AvailableCommands *AvailableCommands `protobuf:"bytes,23,opt,name=available_commands,json=availableCommands,proto3,oneof"`
+}
+
+type Update_SessionInfo struct {
+	SessionInfo *SessionInfo `protobuf:"bytes,24,opt,name=session_info,json=sessionInfo,proto3,oneof"`
+}
+
 func (*Update_AgentMessageChunk) isUpdate_Kind() {}
 
 func (*Update_AgentThoughtChunk) isUpdate_Kind() {}
@@ -1341,6 +2434,259 @@ func (*Update_TurnStopped) isUpdate_Kind() {}
 
 func (*Update_PermissionResolved) isUpdate_Kind() {}
 
+func (*Update_CurrentMode) isUpdate_Kind() {}
+
+func (*Update_ConfigOptions) isUpdate_Kind() {}
+
+func (*Update_AvailableCommands) isUpdate_Kind() {}
+
+func (*Update_SessionInfo) isUpdate_Kind() {}
+
+// CurrentMode reports that the session's mode changed (ACP
+// current_mode_update), whether a client asked or the agent moved itself.
+type CurrentMode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ModeId        string                 `protobuf:"bytes,1,opt,name=mode_id,json=modeId,proto3" json:"mode_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CurrentMode) Reset() {
+	*x = CurrentMode{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CurrentMode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CurrentMode) ProtoMessage() {}
+
+func (x *CurrentMode) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CurrentMode.ProtoReflect.Descriptor instead.
+func (*CurrentMode) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CurrentMode) GetModeId() string {
+	if x != nil {
+		return x.ModeId
+	}
+	return ""
+}
+
+// ConfigOptions reports the session's config options after a change (ACP
+// config_option_update).
+type ConfigOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigOptions []*ConfigOption        `protobuf:"bytes,1,rep,name=config_options,json=configOptions,proto3" json:"config_options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigOptions) Reset() {
+	*x = ConfigOptions{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigOptions) ProtoMessage() {}
+
+func (x *ConfigOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigOptions.ProtoReflect.Descriptor instead.
+func (*ConfigOptions) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ConfigOptions) GetConfigOptions() []*ConfigOption {
+	if x != nil {
+		return x.ConfigOptions
+	}
+	return nil
+}
+
+// AvailableCommands lists the agent's slash commands (ACP
+// available_commands_update).
+type AvailableCommands struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AvailableCommands) Reset() {
+	*x = AvailableCommands{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AvailableCommands) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AvailableCommands) ProtoMessage() {}
+
+func (x *AvailableCommands) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AvailableCommands.ProtoReflect.Descriptor instead.
+func (*AvailableCommands) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AvailableCommands) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+type Command struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name without its slash.
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// A hint for the command's argument, empty when it takes none.
+	InputHint     string `protobuf:"bytes,3,opt,name=input_hint,json=inputHint,proto3" json:"input_hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Command) Reset() {
+	*x = Command{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Command) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Command) ProtoMessage() {}
+
+func (x *Command) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Command.ProtoReflect.Descriptor instead.
+func (*Command) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Command) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Command) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Command) GetInputHint() string {
+	if x != nil {
+		return x.InputHint
+	}
+	return ""
+}
+
+// SessionInfo reports session metadata (ACP session_info_update).
+type SessionInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Title         string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SessionInfo) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
 type ContentChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Content       *ContentBlock          `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
@@ -1350,7 +2696,7 @@ type ContentChunk struct {
 
 func (x *ContentChunk) Reset() {
 	*x = ContentChunk{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +2708,7 @@ func (x *ContentChunk) String() string {
 func (*ContentChunk) ProtoMessage() {}
 
 func (x *ContentChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +2721,7 @@ func (x *ContentChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentChunk.ProtoReflect.Descriptor instead.
 func (*ContentChunk) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ContentChunk) GetContent() *ContentBlock {
@@ -1392,15 +2738,17 @@ type ToolCall struct {
 	// ACP tool kind: read, edit, delete, move, search, execute, think, fetch, other.
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// pending, in_progress, completed, failed.
-	Status        string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	RawInputJson  string `protobuf:"bytes,5,opt,name=raw_input_json,json=rawInputJson,proto3" json:"raw_input_json,omitempty"`
+	Status        string             `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	RawInputJson  string             `protobuf:"bytes,5,opt,name=raw_input_json,json=rawInputJson,proto3" json:"raw_input_json,omitempty"`
+	Content       []*ToolCallContent `protobuf:"bytes,6,rep,name=content,proto3" json:"content,omitempty"`
+	Locations     []*Location        `protobuf:"bytes,7,rep,name=locations,proto3" json:"locations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +2760,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +2773,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ToolCall) GetToolCallId() string {
@@ -1463,19 +2811,46 @@ func (x *ToolCall) GetRawInputJson() string {
 	return ""
 }
 
+func (x *ToolCall) GetContent() []*ToolCallContent {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ToolCall) GetLocations() []*Location {
+	if x != nil {
+		return x.Locations
+	}
+	return nil
+}
+
 type ToolCallUpdate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToolCallId    string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Content       []*ContentBlock        `protobuf:"bytes,3,rep,name=content,proto3" json:"content,omitempty"`
-	RawOutputJson string                 `protobuf:"bytes,4,opt,name=raw_output_json,json=rawOutputJson,proto3" json:"raw_output_json,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Status     string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Plain content blocks, each shown as ACP tool call content of type
+	// "content". Kept beside tool_content for plugins built before it.
+	Content       []*ContentBlock `protobuf:"bytes,3,rep,name=content,proto3" json:"content,omitempty"`
+	RawOutputJson string          `protobuf:"bytes,4,opt,name=raw_output_json,json=rawOutputJson,proto3" json:"raw_output_json,omitempty"`
+	// Replaces the tool call's content, when set (ACP semantics).
+	ToolContent []*ToolCallContent `protobuf:"bytes,5,rep,name=tool_content,json=toolContent,proto3" json:"tool_content,omitempty"`
+	Locations   []*Location        `protobuf:"bytes,6,rep,name=locations,proto3" json:"locations,omitempty"`
+	// Changes the title, when set.
+	Title string `protobuf:"bytes,7,opt,name=title,proto3" json:"title,omitempty"`
+	// Changes the kind, when set.
+	Kind string `protobuf:"bytes,8,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Output the running tool produced since the last update (a command's
+	// stdout and stderr as it runs); the host adds it to the tool call's
+	// output.
+	OutputDelta   string `protobuf:"bytes,9,opt,name=output_delta,json=outputDelta,proto3" json:"output_delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCallUpdate) Reset() {
 	*x = ToolCallUpdate{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +2862,7 @@ func (x *ToolCallUpdate) String() string {
 func (*ToolCallUpdate) ProtoMessage() {}
 
 func (x *ToolCallUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +2875,7 @@ func (x *ToolCallUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallUpdate.ProtoReflect.Descriptor instead.
 func (*ToolCallUpdate) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ToolCallUpdate) GetToolCallId() string {
@@ -1531,6 +2906,241 @@ func (x *ToolCallUpdate) GetRawOutputJson() string {
 	return ""
 }
 
+func (x *ToolCallUpdate) GetToolContent() []*ToolCallContent {
+	if x != nil {
+		return x.ToolContent
+	}
+	return nil
+}
+
+func (x *ToolCallUpdate) GetLocations() []*Location {
+	if x != nil {
+		return x.Locations
+	}
+	return nil
+}
+
+func (x *ToolCallUpdate) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ToolCallUpdate) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ToolCallUpdate) GetOutputDelta() string {
+	if x != nil {
+		return x.OutputDelta
+	}
+	return ""
+}
+
+// ToolCallContent is one item of a tool call's content (ACP
+// ToolCallContent): a content block, or a diff of one file.
+type ToolCallContent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ToolCallContent_Block
+	//	*ToolCallContent_Diff
+	Kind          isToolCallContent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallContent) Reset() {
+	*x = ToolCallContent{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallContent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallContent) ProtoMessage() {}
+
+func (x *ToolCallContent) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallContent.ProtoReflect.Descriptor instead.
+func (*ToolCallContent) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ToolCallContent) GetKind() isToolCallContent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ToolCallContent) GetBlock() *ContentBlock {
+	if x != nil {
+		if x, ok := x.Kind.(*ToolCallContent_Block); ok {
+			return x.Block
+		}
+	}
+	return nil
+}
+
+func (x *ToolCallContent) GetDiff() *Diff {
+	if x != nil {
+		if x, ok := x.Kind.(*ToolCallContent_Diff); ok {
+			return x.Diff
+		}
+	}
+	return nil
+}
+
+type isToolCallContent_Kind interface {
+	isToolCallContent_Kind()
+}
+
+type ToolCallContent_Block struct {
+	Block *ContentBlock `protobuf:"bytes,1,opt,name=block,proto3,oneof"`
+}
+
+type ToolCallContent_Diff struct {
+	Diff *Diff `protobuf:"bytes,2,opt,name=diff,proto3,oneof"`
+}
+
+func (*ToolCallContent_Block) isToolCallContent_Kind() {}
+
+func (*ToolCallContent_Diff) isToolCallContent_Kind() {}
+
+// Diff is a file change (ACP's "diff" tool call content).
+type Diff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The file's text before; absent for a new file.
+	OldText       *string `protobuf:"bytes,2,opt,name=old_text,json=oldText,proto3,oneof" json:"old_text,omitempty"`
+	NewText       string  `protobuf:"bytes,3,opt,name=new_text,json=newText,proto3" json:"new_text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Diff) Reset() {
+	*x = Diff{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Diff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Diff) ProtoMessage() {}
+
+func (x *Diff) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Diff.ProtoReflect.Descriptor instead.
+func (*Diff) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Diff) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Diff) GetOldText() string {
+	if x != nil && x.OldText != nil {
+		return *x.OldText
+	}
+	return ""
+}
+
+func (x *Diff) GetNewText() string {
+	if x != nil {
+		return x.NewText
+	}
+	return ""
+}
+
+// Location is a file a tool call reads or changes (ACP ToolCallLocation).
+type Location struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// 1-based line; 0 when the whole file is meant.
+	Line          uint32 `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Location) Reset() {
+	*x = Location{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Location) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Location) ProtoMessage() {}
+
+func (x *Location) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Location.ProtoReflect.Descriptor instead.
+func (*Location) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Location) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Location) GetLine() uint32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
 type PlanEntry struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Content string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
@@ -1544,7 +3154,7 @@ type PlanEntry struct {
 
 func (x *PlanEntry) Reset() {
 	*x = PlanEntry{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +3166,7 @@ func (x *PlanEntry) String() string {
 func (*PlanEntry) ProtoMessage() {}
 
 func (x *PlanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +3179,7 @@ func (x *PlanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEntry.ProtoReflect.Descriptor instead.
 func (*PlanEntry) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PlanEntry) GetContent() string {
@@ -1602,7 +3212,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +3224,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +3237,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Plan) GetEntries() []*PlanEntry {
@@ -1655,7 +3265,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +3277,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +3290,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -1743,7 +3353,7 @@ type HandleChanged struct {
 
 func (x *HandleChanged) Reset() {
 	*x = HandleChanged{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +3365,7 @@ func (x *HandleChanged) String() string {
 func (*HandleChanged) ProtoMessage() {}
 
 func (x *HandleChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +3378,7 @@ func (x *HandleChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleChanged.ProtoReflect.Descriptor instead.
 func (*HandleChanged) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HandleChanged) GetHandle() string {
@@ -1797,7 +3407,7 @@ type PermissionOption struct {
 
 func (x *PermissionOption) Reset() {
 	*x = PermissionOption{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +3419,7 @@ func (x *PermissionOption) String() string {
 func (*PermissionOption) ProtoMessage() {}
 
 func (x *PermissionOption) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +3432,7 @@ func (x *PermissionOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionOption.ProtoReflect.Descriptor instead.
 func (*PermissionOption) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PermissionOption) GetOptionId() string {
@@ -1847,17 +3457,22 @@ func (x *PermissionOption) GetKind() string {
 }
 
 type PermissionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	ToolCall      *ToolCall              `protobuf:"bytes,2,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
-	Options       []*PermissionOption    `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ToolCall  *ToolCall              `protobuf:"bytes,2,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
+	Options   []*PermissionOption    `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	// What an "allow always" answer covers (a tool name, a command prefix),
+	// chosen by the agent. The host remembers an allow_always answer under
+	// it for the session, durably, and answers later requests with the same
+	// scope itself. Empty: the agent keeps "always" to itself.
+	AlwaysScope   string `protobuf:"bytes,4,opt,name=always_scope,json=alwaysScope,proto3" json:"always_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +3484,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +3497,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PermissionRequest) GetRequestId() string {
@@ -1906,6 +3521,13 @@ func (x *PermissionRequest) GetOptions() []*PermissionOption {
 	return nil
 }
 
+func (x *PermissionRequest) GetAlwaysScope() string {
+	if x != nil {
+		return x.AlwaysScope
+	}
+	return ""
+}
+
 type PermissionResolved struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1916,7 +3538,7 @@ type PermissionResolved struct {
 
 func (x *PermissionResolved) Reset() {
 	*x = PermissionResolved{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +3550,7 @@ func (x *PermissionResolved) String() string {
 func (*PermissionResolved) ProtoMessage() {}
 
 func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +3563,7 @@ func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionResolved.ProtoReflect.Descriptor instead.
 func (*PermissionResolved) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PermissionResolved) GetRequestId() string {
@@ -1962,15 +3584,18 @@ type TurnStopped struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// end_turn, max_tokens, max_turn_requests, refusal, cancelled (ACP), or
 	// failed (agenthost: the turn ended with an error, see error).
-	StopReason    string `protobuf:"bytes,1,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	StopReason string `protobuf:"bytes,1,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	Error      string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The turn failed because the provider refused its credentials: the
+	// user must log in or configure a key (ACP's "auth required").
+	AuthRequired  bool `protobuf:"varint,3,opt,name=auth_required,json=authRequired,proto3" json:"auth_required,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnStopped) Reset() {
 	*x = TurnStopped{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +3607,7 @@ func (x *TurnStopped) String() string {
 func (*TurnStopped) ProtoMessage() {}
 
 func (x *TurnStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +3620,7 @@ func (x *TurnStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopped.ProtoReflect.Descriptor instead.
 func (*TurnStopped) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TurnStopped) GetStopReason() string {
@@ -2012,12 +3637,19 @@ func (x *TurnStopped) GetError() string {
 	return ""
 }
 
+func (x *TurnStopped) GetAuthRequired() bool {
+	if x != nil {
+		return x.AuthRequired
+	}
+	return false
+}
+
 var File_agenthost_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"\x11\n" +
-	"\x0fIdentifyRequest\"\xbd\x02\n" +
+	"\x0fIdentifyRequest\"\x88\x03\n" +
 	"\x10IdentifyResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
@@ -2033,32 +3665,107 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x05fence\x18\b \x01(\x04R\x05fence\x12\x16\n" +
 	"\x06handle\x18\t \x01(\tR\x06handle\x12\x19\n" +
 	"\blast_seq\x18\n" +
-	" \x01(\x04R\alastSeq\"D\n" +
+	" \x01(\x04R\alastSeq\x12I\n" +
+	"\fcapabilities\x18\v \x01(\v2%.agenthost.agent.v1.AgentCapabilitiesR\fcapabilities\"\xd8\x03\n" +
+	"\x11AgentCapabilities\x12!\n" +
+	"\fprompt_image\x18\x01 \x01(\bR\vpromptImage\x12!\n" +
+	"\fprompt_audio\x18\x02 \x01(\bR\vpromptAudio\x126\n" +
+	"\x17prompt_embedded_context\x18\x03 \x01(\bR\x15promptEmbeddedContext\x120\n" +
+	"\x14prompt_resource_link\x18\x04 \x01(\bR\x12promptResourceLink\x12\x1b\n" +
+	"\tmcp_stdio\x18\x05 \x01(\bR\bmcpStdio\x12\x19\n" +
+	"\bmcp_http\x18\x06 \x01(\bR\amcpHttp\x12\x17\n" +
+	"\amcp_sse\x18\a \x01(\bR\x06mcpSse\x12A\n" +
+	"\fauth_methods\x18\b \x03(\v2\x1e.agenthost.agent.v1.AuthMethodR\vauthMethods\x128\n" +
+	"\aoptions\x18\t \x03(\v2\x1e.agenthost.agent.v1.OptionSpecR\aoptions\x12\x19\n" +
+	"\bset_mode\x18\n" +
+	" \x01(\bR\asetMode\x12*\n" +
+	"\x11set_config_option\x18\v \x01(\bR\x0fsetConfigOption\"\x98\x01\n" +
+	"\n" +
+	"AuthMethod\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12)\n" +
+	"\x10terminal_command\x18\x04 \x03(\tR\x0fterminalCommand\x12\x19\n" +
+	"\benv_vars\x18\x05 \x03(\tR\aenvVars\"B\n" +
+	"\n" +
+	"OptionSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"\xca\x01\n" +
+	"\tMcpServer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
+	"\x05stdio\x18\x02 \x01(\v2\x1c.agenthost.agent.v1.McpStdioH\x00R\x05stdio\x123\n" +
+	"\x04http\x18\x03 \x01(\v2\x1d.agenthost.agent.v1.McpRemoteH\x00R\x04http\x121\n" +
+	"\x03sse\x18\x04 \x01(\v2\x1d.agenthost.agent.v1.McpRemoteH\x00R\x03sseB\v\n" +
+	"\ttransport\"i\n" +
+	"\bMcpStdio\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
+	"\x04args\x18\x02 \x03(\tR\x04args\x12/\n" +
+	"\x03env\x18\x03 \x03(\v2\x1d.agenthost.agent.v1.NameValueR\x03env\"V\n" +
+	"\tMcpRemote\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x127\n" +
+	"\aheaders\x18\x02 \x03(\v2\x1d.agenthost.agent.v1.NameValueR\aheaders\"5\n" +
+	"\tNameValue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"S\n" +
+	"\vSessionMode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"r\n" +
+	"\tModeState\x12&\n" +
+	"\x0fcurrent_mode_id\x18\x01 \x01(\tR\rcurrentModeId\x12=\n" +
+	"\tavailable\x18\x02 \x03(\v2\x1f.agenthost.agent.v1.SessionModeR\tavailable\"\xce\x01\n" +
+	"\fConfigOption\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1a\n" +
+	"\bcategory\x18\x04 \x01(\tR\bcategory\x12#\n" +
+	"\rcurrent_value\x18\x05 \x01(\tR\fcurrentValue\x127\n" +
+	"\x06values\x18\x06 \x03(\v2\x1f.agenthost.agent.v1.ConfigValueR\x06values\"Y\n" +
+	"\vConfigValue\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\tR\x05value\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"?\n" +
+	"\x0eSetModeRequest\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x17\n" +
+	"\amode_id\x18\x02 \x01(\tR\x06modeId\"\x11\n" +
+	"\x0fSetModeResponse\"a\n" +
+	"\x16SetConfigOptionRequest\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1b\n" +
+	"\tconfig_id\x18\x02 \x01(\tR\bconfigId\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"b\n" +
+	"\x17SetConfigOptionResponse\x12G\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2 .agenthost.agent.v1.ConfigOptionR\rconfigOptions\"D\n" +
 	"\rAttachRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"A\n" +
 	"\x0eAttachResponse\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x19\n" +
-	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\"\xd1\x01\n" +
+	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\"\x91\x02\n" +
 	"\x11NewSessionRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12L\n" +
-	"\aoptions\x18\x03 \x03(\v22.agenthost.agent.v1.NewSessionRequest.OptionsEntryR\aoptions\x1a:\n" +
+	"\aoptions\x18\x03 \x03(\v22.agenthost.agent.v1.NewSessionRequest.OptionsEntryR\aoptions\x12>\n" +
+	"\vmcp_servers\x18\x04 \x03(\v2\x1d.agenthost.agent.v1.McpServerR\n" +
+	"mcpServers\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x02\n" +
 	"\x14ResumeSessionRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12O\n" +
 	"\aoptions\x18\x03 \x03(\v25.agenthost.agent.v1.ResumeSessionRequest.OptionsEntryR\aoptions\x12\x16\n" +
-	"\x06handle\x18\x04 \x01(\tR\x06handle\x1a:\n" +
+	"\x06handle\x18\x04 \x01(\tR\x06handle\x12>\n" +
+	"\vmcp_servers\x18\x05 \x03(\v2\x1d.agenthost.agent.v1.McpServerR\n" +
+	"mcpServers\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x02\n" +
 	"\x0fSessionResponse\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12J\n" +
-	"\aoptions\x18\x02 \x03(\v20.agenthost.agent.v1.SessionResponse.OptionsEntryR\aoptions\x1a:\n" +
+	"\aoptions\x18\x02 \x03(\v20.agenthost.agent.v1.SessionResponse.OptionsEntryR\aoptions\x123\n" +
+	"\x05modes\x18\x03 \x01(\v2\x1d.agenthost.agent.v1.ModeStateR\x05modes\x12G\n" +
+	"\x0econfig_options\x18\x04 \x03(\v2 .agenthost.agent.v1.ConfigOptionR\rconfigOptions\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
@@ -2093,7 +3800,7 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eCancelResponse\"$\n" +
 	"\fCloseRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\"\x0f\n" +
-	"\rCloseResponse\"\x90\a\n" +
+	"\rCloseResponse\"\xc0\t\n" +
 	"\x06Update\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
 	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12$\n" +
@@ -2109,23 +3816,59 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ehandle_changed\x18\x11 \x01(\v2!.agenthost.agent.v1.HandleChangedH\x00R\rhandleChanged\x12V\n" +
 	"\x12permission_request\x18\x12 \x01(\v2%.agenthost.agent.v1.PermissionRequestH\x00R\x11permissionRequest\x12D\n" +
 	"\fturn_stopped\x18\x13 \x01(\v2\x1f.agenthost.agent.v1.TurnStoppedH\x00R\vturnStopped\x12Y\n" +
-	"\x13permission_resolved\x18\x14 \x01(\v2&.agenthost.agent.v1.PermissionResolvedH\x00R\x12permissionResolvedB\x06\n" +
-	"\x04kind\"J\n" +
+	"\x13permission_resolved\x18\x14 \x01(\v2&.agenthost.agent.v1.PermissionResolvedH\x00R\x12permissionResolved\x12D\n" +
+	"\fcurrent_mode\x18\x15 \x01(\v2\x1f.agenthost.agent.v1.CurrentModeH\x00R\vcurrentMode\x12J\n" +
+	"\x0econfig_options\x18\x16 \x01(\v2!.agenthost.agent.v1.ConfigOptionsH\x00R\rconfigOptions\x12V\n" +
+	"\x12available_commands\x18\x17 \x01(\v2%.agenthost.agent.v1.AvailableCommandsH\x00R\x11availableCommands\x12D\n" +
+	"\fsession_info\x18\x18 \x01(\v2\x1f.agenthost.agent.v1.SessionInfoH\x00R\vsessionInfoB\x06\n" +
+	"\x04kind\"&\n" +
+	"\vCurrentMode\x12\x17\n" +
+	"\amode_id\x18\x01 \x01(\tR\x06modeId\"X\n" +
+	"\rConfigOptions\x12G\n" +
+	"\x0econfig_options\x18\x01 \x03(\v2 .agenthost.agent.v1.ConfigOptionR\rconfigOptions\"L\n" +
+	"\x11AvailableCommands\x127\n" +
+	"\bcommands\x18\x01 \x03(\v2\x1b.agenthost.agent.v1.CommandR\bcommands\"^\n" +
+	"\aCommand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"input_hint\x18\x03 \x01(\tR\tinputHint\"#\n" +
+	"\vSessionInfo\x12\x14\n" +
+	"\x05title\x18\x01 \x01(\tR\x05title\"J\n" +
 	"\fContentChunk\x12:\n" +
-	"\acontent\x18\x01 \x01(\v2 .agenthost.agent.v1.ContentBlockR\acontent\"\x94\x01\n" +
+	"\acontent\x18\x01 \x01(\v2 .agenthost.agent.v1.ContentBlockR\acontent\"\x8f\x02\n" +
 	"\bToolCall\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\tR\x06status\x12$\n" +
-	"\x0eraw_input_json\x18\x05 \x01(\tR\frawInputJson\"\xae\x01\n" +
+	"\x0eraw_input_json\x18\x05 \x01(\tR\frawInputJson\x12=\n" +
+	"\acontent\x18\x06 \x03(\v2#.agenthost.agent.v1.ToolCallContentR\acontent\x12:\n" +
+	"\tlocations\x18\a \x03(\v2\x1c.agenthost.agent.v1.LocationR\tlocations\"\xff\x02\n" +
 	"\x0eToolCallUpdate\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12:\n" +
 	"\acontent\x18\x03 \x03(\v2 .agenthost.agent.v1.ContentBlockR\acontent\x12&\n" +
-	"\x0fraw_output_json\x18\x04 \x01(\tR\rrawOutputJson\"Y\n" +
+	"\x0fraw_output_json\x18\x04 \x01(\tR\rrawOutputJson\x12F\n" +
+	"\ftool_content\x18\x05 \x03(\v2#.agenthost.agent.v1.ToolCallContentR\vtoolContent\x12:\n" +
+	"\tlocations\x18\x06 \x03(\v2\x1c.agenthost.agent.v1.LocationR\tlocations\x12\x14\n" +
+	"\x05title\x18\a \x01(\tR\x05title\x12\x12\n" +
+	"\x04kind\x18\b \x01(\tR\x04kind\x12!\n" +
+	"\foutput_delta\x18\t \x01(\tR\voutputDelta\"\x83\x01\n" +
+	"\x0fToolCallContent\x128\n" +
+	"\x05block\x18\x01 \x01(\v2 .agenthost.agent.v1.ContentBlockH\x00R\x05block\x12.\n" +
+	"\x04diff\x18\x02 \x01(\v2\x18.agenthost.agent.v1.DiffH\x00R\x04diffB\x06\n" +
+	"\x04kind\"b\n" +
+	"\x04Diff\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1e\n" +
+	"\bold_text\x18\x02 \x01(\tH\x00R\aoldText\x88\x01\x01\x12\x19\n" +
+	"\bnew_text\x18\x03 \x01(\tR\anewTextB\v\n" +
+	"\t_old_text\"2\n" +
+	"\bLocation\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04line\x18\x02 \x01(\rR\x04line\"Y\n" +
 	"\tPlanEntry\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\tR\bpriority\x12\x16\n" +
@@ -2146,20 +3889,22 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x10PermissionOption\x12\x1b\n" +
 	"\toption_id\x18\x01 \x01(\tR\boptionId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\tR\x04kind\"\xad\x01\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\"\xd0\x01\n" +
 	"\x11PermissionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x129\n" +
 	"\ttool_call\x18\x02 \x01(\v2\x1c.agenthost.agent.v1.ToolCallR\btoolCall\x12>\n" +
-	"\aoptions\x18\x03 \x03(\v2$.agenthost.agent.v1.PermissionOptionR\aoptions\"t\n" +
+	"\aoptions\x18\x03 \x03(\v2$.agenthost.agent.v1.PermissionOptionR\aoptions\x12!\n" +
+	"\falways_scope\x18\x04 \x01(\tR\valwaysScope\"t\n" +
 	"\x12PermissionResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12?\n" +
-	"\aoutcome\x18\x02 \x01(\v2%.agenthost.agent.v1.PermissionOutcomeR\aoutcome\"D\n" +
+	"\aoutcome\x18\x02 \x01(\v2%.agenthost.agent.v1.PermissionOutcomeR\aoutcome\"i\n" +
 	"\vTurnStopped\x12\x1f\n" +
 	"\vstop_reason\x18\x01 \x01(\tR\n" +
 	"stopReason\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error2\xf5\x06\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12#\n" +
+	"\rauth_required\x18\x03 \x01(\bR\fauthRequired2\xb5\b\n" +
 	"\x05Agent\x12U\n" +
 	"\bIdentify\x12#.agenthost.agent.v1.IdentifyRequest\x1a$.agenthost.agent.v1.IdentifyResponse\x12O\n" +
 	"\x06Attach\x12!.agenthost.agent.v1.AttachRequest\x1a\".agenthost.agent.v1.AttachResponse\x12X\n" +
@@ -2171,7 +3916,9 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\vAcknowledge\x12&.agenthost.agent.v1.AcknowledgeRequest\x1a'.agenthost.agent.v1.AcknowledgeResponse\x12m\n" +
 	"\x10AnswerPermission\x12+.agenthost.agent.v1.AnswerPermissionRequest\x1a,.agenthost.agent.v1.AnswerPermissionResponse\x12O\n" +
 	"\x06Cancel\x12!.agenthost.agent.v1.CancelRequest\x1a\".agenthost.agent.v1.CancelResponse\x12L\n" +
-	"\x05Close\x12 .agenthost.agent.v1.CloseRequest\x1a!.agenthost.agent.v1.CloseResponseB9Z7github.com/agenthost/agenthost/internal/agentpb;agentpbb\x06proto3"
+	"\x05Close\x12 .agenthost.agent.v1.CloseRequest\x1a!.agenthost.agent.v1.CloseResponse\x12R\n" +
+	"\aSetMode\x12\".agenthost.agent.v1.SetModeRequest\x1a#.agenthost.agent.v1.SetModeResponse\x12j\n" +
+	"\x0fSetConfigOption\x12*.agenthost.agent.v1.SetConfigOptionRequest\x1a+.agenthost.agent.v1.SetConfigOptionResponseB9Z7github.com/agenthost/agenthost/internal/agentpb;agentpbb\x06proto3"
 
 var (
 	file_agenthost_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -2185,92 +3932,146 @@ func file_agenthost_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agenthost_agent_v1_agent_proto_rawDescData
 }
 
-var file_agenthost_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_agenthost_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_agenthost_agent_v1_agent_proto_goTypes = []any{
 	(*IdentifyRequest)(nil),          // 0: agenthost.agent.v1.IdentifyRequest
 	(*IdentifyResponse)(nil),         // 1: agenthost.agent.v1.IdentifyResponse
-	(*AttachRequest)(nil),            // 2: agenthost.agent.v1.AttachRequest
-	(*AttachResponse)(nil),           // 3: agenthost.agent.v1.AttachResponse
-	(*NewSessionRequest)(nil),        // 4: agenthost.agent.v1.NewSessionRequest
-	(*ResumeSessionRequest)(nil),     // 5: agenthost.agent.v1.ResumeSessionRequest
-	(*SessionResponse)(nil),          // 6: agenthost.agent.v1.SessionResponse
-	(*ContentBlock)(nil),             // 7: agenthost.agent.v1.ContentBlock
-	(*PromptRequest)(nil),            // 8: agenthost.agent.v1.PromptRequest
-	(*PromptResponse)(nil),           // 9: agenthost.agent.v1.PromptResponse
-	(*UpdatesRequest)(nil),           // 10: agenthost.agent.v1.UpdatesRequest
-	(*AcknowledgeRequest)(nil),       // 11: agenthost.agent.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),      // 12: agenthost.agent.v1.AcknowledgeResponse
-	(*PermissionOutcome)(nil),        // 13: agenthost.agent.v1.PermissionOutcome
-	(*AnswerPermissionRequest)(nil),  // 14: agenthost.agent.v1.AnswerPermissionRequest
-	(*AnswerPermissionResponse)(nil), // 15: agenthost.agent.v1.AnswerPermissionResponse
-	(*CancelRequest)(nil),            // 16: agenthost.agent.v1.CancelRequest
-	(*CancelResponse)(nil),           // 17: agenthost.agent.v1.CancelResponse
-	(*CloseRequest)(nil),             // 18: agenthost.agent.v1.CloseRequest
-	(*CloseResponse)(nil),            // 19: agenthost.agent.v1.CloseResponse
-	(*Update)(nil),                   // 20: agenthost.agent.v1.Update
-	(*ContentChunk)(nil),             // 21: agenthost.agent.v1.ContentChunk
-	(*ToolCall)(nil),                 // 22: agenthost.agent.v1.ToolCall
-	(*ToolCallUpdate)(nil),           // 23: agenthost.agent.v1.ToolCallUpdate
-	(*PlanEntry)(nil),                // 24: agenthost.agent.v1.PlanEntry
-	(*Plan)(nil),                     // 25: agenthost.agent.v1.Plan
-	(*Usage)(nil),                    // 26: agenthost.agent.v1.Usage
-	(*HandleChanged)(nil),            // 27: agenthost.agent.v1.HandleChanged
-	(*PermissionOption)(nil),         // 28: agenthost.agent.v1.PermissionOption
-	(*PermissionRequest)(nil),        // 29: agenthost.agent.v1.PermissionRequest
-	(*PermissionResolved)(nil),       // 30: agenthost.agent.v1.PermissionResolved
-	(*TurnStopped)(nil),              // 31: agenthost.agent.v1.TurnStopped
-	nil,                              // 32: agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	nil,                              // 33: agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	nil,                              // 34: agenthost.agent.v1.SessionResponse.OptionsEntry
+	(*AgentCapabilities)(nil),        // 2: agenthost.agent.v1.AgentCapabilities
+	(*AuthMethod)(nil),               // 3: agenthost.agent.v1.AuthMethod
+	(*OptionSpec)(nil),               // 4: agenthost.agent.v1.OptionSpec
+	(*McpServer)(nil),                // 5: agenthost.agent.v1.McpServer
+	(*McpStdio)(nil),                 // 6: agenthost.agent.v1.McpStdio
+	(*McpRemote)(nil),                // 7: agenthost.agent.v1.McpRemote
+	(*NameValue)(nil),                // 8: agenthost.agent.v1.NameValue
+	(*SessionMode)(nil),              // 9: agenthost.agent.v1.SessionMode
+	(*ModeState)(nil),                // 10: agenthost.agent.v1.ModeState
+	(*ConfigOption)(nil),             // 11: agenthost.agent.v1.ConfigOption
+	(*ConfigValue)(nil),              // 12: agenthost.agent.v1.ConfigValue
+	(*SetModeRequest)(nil),           // 13: agenthost.agent.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 14: agenthost.agent.v1.SetModeResponse
+	(*SetConfigOptionRequest)(nil),   // 15: agenthost.agent.v1.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),  // 16: agenthost.agent.v1.SetConfigOptionResponse
+	(*AttachRequest)(nil),            // 17: agenthost.agent.v1.AttachRequest
+	(*AttachResponse)(nil),           // 18: agenthost.agent.v1.AttachResponse
+	(*NewSessionRequest)(nil),        // 19: agenthost.agent.v1.NewSessionRequest
+	(*ResumeSessionRequest)(nil),     // 20: agenthost.agent.v1.ResumeSessionRequest
+	(*SessionResponse)(nil),          // 21: agenthost.agent.v1.SessionResponse
+	(*ContentBlock)(nil),             // 22: agenthost.agent.v1.ContentBlock
+	(*PromptRequest)(nil),            // 23: agenthost.agent.v1.PromptRequest
+	(*PromptResponse)(nil),           // 24: agenthost.agent.v1.PromptResponse
+	(*UpdatesRequest)(nil),           // 25: agenthost.agent.v1.UpdatesRequest
+	(*AcknowledgeRequest)(nil),       // 26: agenthost.agent.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),      // 27: agenthost.agent.v1.AcknowledgeResponse
+	(*PermissionOutcome)(nil),        // 28: agenthost.agent.v1.PermissionOutcome
+	(*AnswerPermissionRequest)(nil),  // 29: agenthost.agent.v1.AnswerPermissionRequest
+	(*AnswerPermissionResponse)(nil), // 30: agenthost.agent.v1.AnswerPermissionResponse
+	(*CancelRequest)(nil),            // 31: agenthost.agent.v1.CancelRequest
+	(*CancelResponse)(nil),           // 32: agenthost.agent.v1.CancelResponse
+	(*CloseRequest)(nil),             // 33: agenthost.agent.v1.CloseRequest
+	(*CloseResponse)(nil),            // 34: agenthost.agent.v1.CloseResponse
+	(*Update)(nil),                   // 35: agenthost.agent.v1.Update
+	(*CurrentMode)(nil),              // 36: agenthost.agent.v1.CurrentMode
+	(*ConfigOptions)(nil),            // 37: agenthost.agent.v1.ConfigOptions
+	(*AvailableCommands)(nil),        // 38: agenthost.agent.v1.AvailableCommands
+	(*Command)(nil),                  // 39: agenthost.agent.v1.Command
+	(*SessionInfo)(nil),              // 40: agenthost.agent.v1.SessionInfo
+	(*ContentChunk)(nil),             // 41: agenthost.agent.v1.ContentChunk
+	(*ToolCall)(nil),                 // 42: agenthost.agent.v1.ToolCall
+	(*ToolCallUpdate)(nil),           // 43: agenthost.agent.v1.ToolCallUpdate
+	(*ToolCallContent)(nil),          // 44: agenthost.agent.v1.ToolCallContent
+	(*Diff)(nil),                     // 45: agenthost.agent.v1.Diff
+	(*Location)(nil),                 // 46: agenthost.agent.v1.Location
+	(*PlanEntry)(nil),                // 47: agenthost.agent.v1.PlanEntry
+	(*Plan)(nil),                     // 48: agenthost.agent.v1.Plan
+	(*Usage)(nil),                    // 49: agenthost.agent.v1.Usage
+	(*HandleChanged)(nil),            // 50: agenthost.agent.v1.HandleChanged
+	(*PermissionOption)(nil),         // 51: agenthost.agent.v1.PermissionOption
+	(*PermissionRequest)(nil),        // 52: agenthost.agent.v1.PermissionRequest
+	(*PermissionResolved)(nil),       // 53: agenthost.agent.v1.PermissionResolved
+	(*TurnStopped)(nil),              // 54: agenthost.agent.v1.TurnStopped
+	nil,                              // 55: agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	nil,                              // 56: agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	nil,                              // 57: agenthost.agent.v1.SessionResponse.OptionsEntry
 }
 var file_agenthost_agent_v1_agent_proto_depIdxs = []int32{
-	32, // 0: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	33, // 1: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	34, // 2: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
-	7,  // 3: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
-	13, // 4: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	21, // 5: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	21, // 6: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	21, // 7: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	22, // 8: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	23, // 9: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
-	25, // 10: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
-	26, // 11: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
-	27, // 12: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
-	29, // 13: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
-	31, // 14: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
-	30, // 15: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
-	7,  // 16: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
-	7,  // 17: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
-	24, // 18: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
-	22, // 19: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	28, // 20: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
-	13, // 21: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	0,  // 22: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
-	2,  // 23: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
-	4,  // 24: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
-	5,  // 25: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
-	8,  // 26: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
-	10, // 27: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
-	11, // 28: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
-	14, // 29: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
-	16, // 30: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
-	18, // 31: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
-	1,  // 32: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
-	3,  // 33: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
-	6,  // 34: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
-	6,  // 35: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
-	9,  // 36: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
-	20, // 37: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
-	12, // 38: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
-	15, // 39: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
-	17, // 40: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
-	19, // 41: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	2,  // 0: agenthost.agent.v1.IdentifyResponse.capabilities:type_name -> agenthost.agent.v1.AgentCapabilities
+	3,  // 1: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
+	4,  // 2: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
+	6,  // 3: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
+	7,  // 4: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
+	7,  // 5: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
+	8,  // 6: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
+	8,  // 7: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
+	9,  // 8: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
+	12, // 9: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
+	11, // 10: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	55, // 11: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	5,  // 12: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	56, // 13: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	5,  // 14: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	57, // 15: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
+	10, // 16: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
+	11, // 17: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	22, // 18: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
+	28, // 19: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	41, // 20: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	41, // 21: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	41, // 22: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	42, // 23: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	43, // 24: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
+	48, // 25: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
+	49, // 26: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
+	50, // 27: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
+	52, // 28: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
+	54, // 29: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
+	53, // 30: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
+	36, // 31: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
+	37, // 32: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
+	38, // 33: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
+	40, // 34: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
+	11, // 35: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	39, // 36: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
+	22, // 37: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
+	44, // 38: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
+	46, // 39: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
+	22, // 40: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
+	44, // 41: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
+	46, // 42: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
+	22, // 43: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
+	45, // 44: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
+	47, // 45: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
+	42, // 46: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	51, // 47: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
+	28, // 48: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	0,  // 49: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
+	17, // 50: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
+	19, // 51: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
+	20, // 52: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
+	23, // 53: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
+	25, // 54: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
+	26, // 55: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
+	29, // 56: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
+	31, // 57: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
+	33, // 58: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
+	13, // 59: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
+	15, // 60: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
+	1,  // 61: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
+	18, // 62: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
+	21, // 63: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
+	21, // 64: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
+	24, // 65: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
+	35, // 66: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
+	27, // 67: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
+	30, // 68: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
+	32, // 69: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
+	34, // 70: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
+	14, // 71: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
+	16, // 72: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
+	61, // [61:73] is the sub-list for method output_type
+	49, // [49:61] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_agenthost_agent_v1_agent_proto_init() }
@@ -2278,7 +4079,12 @@ func file_agenthost_agent_v1_agent_proto_init() {
 	if File_agenthost_agent_v1_agent_proto != nil {
 		return
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[20].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+		(*McpServer_Stdio)(nil),
+		(*McpServer_Http)(nil),
+		(*McpServer_Sse)(nil),
+	}
+	file_agenthost_agent_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
 		(*Update_AgentMessageChunk)(nil),
 		(*Update_AgentThoughtChunk)(nil),
 		(*Update_UserMessageChunk)(nil),
@@ -2290,14 +4096,23 @@ func file_agenthost_agent_v1_agent_proto_init() {
 		(*Update_PermissionRequest)(nil),
 		(*Update_TurnStopped)(nil),
 		(*Update_PermissionResolved)(nil),
+		(*Update_CurrentMode)(nil),
+		(*Update_ConfigOptions)(nil),
+		(*Update_AvailableCommands)(nil),
+		(*Update_SessionInfo)(nil),
 	}
+	file_agenthost_agent_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
+		(*ToolCallContent_Block)(nil),
+		(*ToolCallContent_Diff)(nil),
+	}
+	file_agenthost_agent_v1_agent_proto_msgTypes[45].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agenthost_agent_v1_agent_proto_rawDesc), len(file_agenthost_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

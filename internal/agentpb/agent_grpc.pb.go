@@ -39,6 +39,8 @@ const (
 	Agent_AnswerPermission_FullMethodName = "/agenthost.agent.v1.Agent/AnswerPermission"
 	Agent_Cancel_FullMethodName           = "/agenthost.agent.v1.Agent/Cancel"
 	Agent_Close_FullMethodName            = "/agenthost.agent.v1.Agent/Close"
+	Agent_SetMode_FullMethodName          = "/agenthost.agent.v1.Agent/SetMode"
+	Agent_SetConfigOption_FullMethodName  = "/agenthost.agent.v1.Agent/SetConfigOption"
 )
 
 // AgentClient is the client API for Agent service.
@@ -72,6 +74,15 @@ type AgentClient interface {
 	// Close ends the session gracefully (the agent releases its CLI); the
 	// host then stops the process.
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// SetMode switches the open session's mode (ACP session/set_mode),
+	// between turns or during one. UNIMPLEMENTED when the agent has no
+	// modes; INVALID_ARGUMENT (reason "invalid_setting") for a mode it does
+	// not offer. The agent reports the change as a current_mode update too.
+	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
+	// SetConfigOption sets one of the session's config options (ACP
+	// session/set_config_option) and answers with all of them as they now
+	// are. UNIMPLEMENTED and INVALID_ARGUMENT as for SetMode.
+	SetConfigOption(ctx context.Context, in *SetConfigOptionRequest, opts ...grpc.CallOption) (*SetConfigOptionResponse, error)
 }
 
 type agentClient struct {
@@ -191,6 +202,26 @@ func (c *agentClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *agentClient) SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetModeResponse)
+	err := c.cc.Invoke(ctx, Agent_SetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) SetConfigOption(ctx context.Context, in *SetConfigOptionRequest, opts ...grpc.CallOption) (*SetConfigOptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetConfigOptionResponse)
+	err := c.cc.Invoke(ctx, Agent_SetConfigOption_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -222,6 +253,15 @@ type AgentServer interface {
 	// Close ends the session gracefully (the agent releases its CLI); the
 	// host then stops the process.
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// SetMode switches the open session's mode (ACP session/set_mode),
+	// between turns or during one. UNIMPLEMENTED when the agent has no
+	// modes; INVALID_ARGUMENT (reason "invalid_setting") for a mode it does
+	// not offer. The agent reports the change as a current_mode update too.
+	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
+	// SetConfigOption sets one of the session's config options (ACP
+	// session/set_config_option) and answers with all of them as they now
+	// are. UNIMPLEMENTED and INVALID_ARGUMENT as for SetMode.
+	SetConfigOption(context.Context, *SetConfigOptionRequest) (*SetConfigOptionResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -261,6 +301,12 @@ func (UnimplementedAgentServer) Cancel(context.Context, *CancelRequest) (*Cancel
 }
 func (UnimplementedAgentServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedAgentServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
+}
+func (UnimplementedAgentServer) SetConfigOption(context.Context, *SetConfigOptionRequest) (*SetConfigOptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetConfigOption not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -456,6 +502,42 @@ func _Agent_Close_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_SetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).SetMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_SetMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).SetMode(ctx, req.(*SetModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_SetConfigOption_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetConfigOptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).SetConfigOption(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_SetConfigOption_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).SetConfigOption(ctx, req.(*SetConfigOptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -498,6 +580,14 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Agent_Close_Handler,
+		},
+		{
+			MethodName: "SetMode",
+			Handler:    _Agent_SetMode_Handler,
+		},
+		{
+			MethodName: "SetConfigOption",
+			Handler:    _Agent_SetConfigOption_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -12,7 +12,7 @@ import (
 // Serve when the host first opens or resumes the session.
 //
 // Three methods are required. Everything else is an optional interface
-// (Closer, Describer); embed UnimplementedAgent to start from an agent that
+// (Closer, Describer, ModeSetter, ConfigOptionSetter); embed UnimplementedAgent to start from an agent that
 // answers ErrNotImplemented and add methods one by one.
 type Agent interface {
 	// NewSession starts a new provider conversation in req.Workspace and
@@ -79,6 +79,10 @@ type Environment struct {
 	// Logger writes structured logs to the plugin's log file. Never write
 	// to stdout: it carries the plugin handshake.
 	Logger hclog.Logger
+	// Reporter reports updates outside a turn (slash commands, a title,
+	// a mode change the agent made itself). Nil in an Environment built
+	// by hand; the SDK always sets it.
+	Reporter *Reporter
 }
 
 // Log is Logger, or a logger that discards everything when Logger is nil
@@ -94,14 +98,22 @@ func (e Environment) Log() hclog.Logger {
 type NewSessionRequest struct {
 	// Workspace is the absolute directory the agent works in.
 	Workspace string
-	// Options are session options from the host (model, mode, …).
+	// Options are session options from the host (model, mode, …). An
+	// option the agent does not know, or a malformed value, is refused
+	// with an *InvalidOptionError naming it.
 	Options map[string]string
+	// MCPServers are the MCP servers the client asks the agent to use,
+	// only of transports the agent declared (Capabilities).
+	MCPServers []MCPServer
 }
 
-// ResumeSessionRequest asks to reopen a conversation.
+// ResumeSessionRequest asks to reopen a conversation. Options and
+// MCPServers are what the session was opened with (as acknowledged, and
+// as later changed by SetMode and SetConfigOption): apply them again.
 type ResumeSessionRequest struct {
-	Workspace string
-	Options   map[string]string
+	Workspace  string
+	Options    map[string]string
+	MCPServers []MCPServer
 	// Handle is the provider handle the session last proved.
 	Handle string
 }
@@ -110,8 +122,14 @@ type ResumeSessionRequest struct {
 type SessionInfo struct {
 	// Handle is the provider's handle; required.
 	Handle string
-	// Options are the options the agent acknowledged.
+	// Options are the options the agent acknowledged; the host stores them
+	// with the session and passes them again on every resume.
 	Options map[string]string
+	// Modes are the session's modes; nil when the agent has none.
+	Modes *ModeState
+	// ConfigOptions are the session's config options (model, reasoning
+	// effort, …), each with its current value.
+	ConfigOptions []ConfigOption
 }
 
 // PromptRequest is one user turn.

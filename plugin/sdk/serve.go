@@ -42,6 +42,7 @@ type serveConfig struct {
 	debug        bool
 	debugOut     io.Writer
 	stopTimeout  time.Duration
+	capabilities Capabilities
 }
 
 // WithLogger replaces the default logger (hclog JSON on the plugin's

@@ -286,6 +286,13 @@ func (s *server) emitInTurn(turnID string, u Update) error {
 	return nil
 }
 
+// emitSession appends a session-level update (no turn id).
+// TODO(#15 sdk): Identify's handle follows a session-level HandleChanged.
+func (s *server) emitSession(u Update) {
+	u.turnID = ""
+	s.emit(u)
+}
+
 func (s *server) emit(u Update) {
 	if u.Time.IsZero() {
 		u.Time = time.Now()

@@ -23,14 +23,64 @@ type ToolCall struct {
 	// Status: pending, in_progress, completed, failed.
 	Status       string
 	RawInputJSON string
+	// Content is what a client shows for the call: a diff of each file it
+	// changes, or blocks of text.
+	Content []ToolCallContent
+	// Locations are the files (and lines) the call reads or changes, for
+	// a client to follow along.
+	Locations []Location
 }
 
 // ToolCallUpdate reports progress of a tool call (ACP tool_call_update).
+// Fields left empty leave the call's as they were.
 type ToolCallUpdate struct {
-	ToolCallID    string
-	Status        string
+	ToolCallID string
+	Status     string
+	// Content adds plain blocks to the call's content (each shown as ACP
+	// "content"); ToolContent, when set, replaces the call's content with
+	// diffs and blocks, as ACP's tool_call_update does.
 	Content       []ContentBlock
+	ToolContent   []ToolCallContent
 	RawOutputJSON string
+	Locations     []Location
+	Title         string
+	Kind          string
+	// OutputDelta is output the running tool produced since the last
+	// update (a command's stdout and stderr as it runs).
+	OutputDelta string
+}
+
+// ToolCallContent is one item of a tool call's content: a Diff or a Block.
+type ToolCallContent struct {
+	Block *ContentBlock
+	Diff  *Diff
+}
+
+// Diff is one file's change, as a client renders it.
+type Diff struct {
+	Path string
+	// OldText is the file's text before the change; nil for a new file.
+	OldText *string
+	NewText string
+}
+
+// DiffContent returns tool call content holding a diff of path; a nil
+// oldText is a new file.
+func DiffContent(path string, oldText *string, newText string) ToolCallContent {
+	return ToolCallContent{Diff: &Diff{Path: path, OldText: oldText, NewText: newText}}
+}
+
+// TextContent returns tool call content holding text.
+func TextContent(text string) ToolCallContent {
+	b := TextBlock(text)
+	return ToolCallContent{Block: &b}
+}
+
+// Location is a file (and optionally a 1-based line, 0 for none) a tool
+// call touches.
+type Location struct {
+	Path string
+	Line int
 }
 
 // PlanEntry is one step of an agent's plan.
@@ -71,6 +121,12 @@ type PermissionRequest struct {
 	RequestID string
 	ToolCall  ToolCall
 	Options   []PermissionOption
+	// AlwaysScope names what an allow_always answer covers (a tool name,
+	// a command prefix). The host remembers such an answer for the
+	// session, durably across restarts, and answers later requests of the
+	// same scope itself; the agent then sees the allow_always option
+	// chosen. Empty: nothing is remembered by the host.
+	AlwaysScope string
 }
 
 // PermissionOutcome is the answer to a permission request.
@@ -100,6 +156,14 @@ type Update struct {
 	Plan           []PlanEntry
 	Usage          *Usage
 	HandleChanged  *HandleChanged
+	// CurrentMode is the session's new mode id.
+	CurrentMode *string
+	// ConfigOptions are the session's config options after a change.
+	ConfigOptions []ConfigOption
+	// AvailableCommands are the agent's slash commands.
+	AvailableCommands []Command
+	// SessionInfo carries session metadata (a title).
+	SessionInfo *SessionInfoUpdate
 
 	// Set by the SDK only.
 	turnID             string
@@ -125,6 +189,8 @@ type turnStopped struct {
 	StopReason StopReason
 	// Error is set when StopReason is StopFailed.
 	Error string
+	// AuthRequired: the failure was the provider refusing credentials.
+	AuthRequired bool
 }
 
 // kinds counts the kind fields u sets.
@@ -133,6 +199,7 @@ func (u Update) kinds() int {
 	for _, set := range []bool{
 		u.AgentMessage != nil, u.AgentThought != nil, u.UserMessage != nil, u.ToolCall != nil,
 		u.ToolCallUpdate != nil, u.Plan != nil, u.Usage != nil, u.HandleChanged != nil,
+		u.CurrentMode != nil, u.ConfigOptions != nil, u.AvailableCommands != nil, u.SessionInfo != nil,
 		u.permissionRequest != nil, u.permissionResolved != nil, u.turnStopped != nil,
 	} {
 		if set {
