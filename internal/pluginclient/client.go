@@ -53,6 +53,8 @@ type Identity struct {
 	Handle string
 	// LastSeq is the newest update seq the plugin produced.
 	LastSeq uint64
+	// Capabilities are what the agent declares it supports.
+	Capabilities Capabilities
 }
 
 // Identify asks the process who it is. It changes nothing and carries no
@@ -65,7 +67,7 @@ func (c *Client) Identify(ctx context.Context) (Identity, error) {
 	return Identity{
 		SessionID: r.SessionId, SpawnToken: r.SpawnToken, PID: int(r.Pid), InstanceID: r.InstanceId,
 		ProtocolVersion: int(r.ProtocolVersion), AgentName: r.AgentName, AgentVersion: r.AgentVersion,
-		Fence: r.Fence, Handle: r.Handle, LastSeq: r.LastSeq,
+		Fence: r.Fence, Handle: r.Handle, LastSeq: r.LastSeq, Capabilities: capabilitiesFromProto(r.Capabilities),
 	}, nil
 }
 
@@ -112,15 +114,17 @@ func Text(s string) []ContentBlock { return []ContentBlock{{Type: "text", Text: 
 
 // NewSessionRequest asks for a new provider conversation.
 type NewSessionRequest struct {
-	Workspace string
-	Options   map[string]string
+	Workspace  string
+	Options    map[string]string
+	MCPServers []MCPServer
 }
 
 // ResumeSessionRequest asks to reopen the conversation named by Handle.
 type ResumeSessionRequest struct {
-	Workspace string
-	Options   map[string]string
-	Handle    string
+	Workspace  string
+	Options    map[string]string
+	MCPServers []MCPServer
+	Handle     string
 }
 
 // SessionInfo describes the conversation a plugin opened.
@@ -129,25 +133,30 @@ type SessionInfo struct {
 	Handle string
 	// Options are the options the agent acknowledged.
 	Options map[string]string
+	// Modes are the session's modes; nil when the agent has none.
+	Modes         *ModeState
+	ConfigOptions []ConfigOption
 }
 
 // NewSession starts a new provider conversation. The agent's own failure
 // matches ErrAgent, with its message.
 func (a *Attachment) NewSession(ctx context.Context, req NewSessionRequest) (SessionInfo, error) {
-	r, err := a.rpc.NewSession(ctx, &agentpb.NewSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options})
+	r, err := a.rpc.NewSession(ctx, &agentpb.NewSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options,
+		McpServers: mcpServersToProto(req.MCPServers)})
 	if err != nil {
 		return SessionInfo{}, classify(ctx, err)
 	}
-	return SessionInfo{Handle: r.Handle, Options: r.Options}, nil
+	return sessionInfoFromProto(r), nil
 }
 
 // ResumeSession reopens a conversation from its provider handle.
 func (a *Attachment) ResumeSession(ctx context.Context, req ResumeSessionRequest) (SessionInfo, error) {
-	r, err := a.rpc.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options, Handle: req.Handle})
+	r, err := a.rpc.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options,
+		Handle: req.Handle, McpServers: mcpServersToProto(req.MCPServers)})
 	if err != nil {
 		return SessionInfo{}, classify(ctx, err)
 	}
-	return SessionInfo{Handle: r.Handle, Options: r.Options}, nil
+	return sessionInfoFromProto(r), nil
 }
 
 // PromptRequest is one user turn.
