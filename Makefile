@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis
+.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis acp-sdk acpx test-acp-sdk
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -35,11 +35,17 @@ build: ## Build every package, and bin/agenthost.
 
 # Where the pinned CLIs are installed (make clis), the tests that drive
 # them run too: the realclis build tag and the variables that name them.
-test: lint clis ## Run lint, then every test with the race detector (the fault-injection suite and, where npm is, the real CLIs included).
+# The official ACP TypeScript SDK's client test runs where make acp-sdk
+# installed it (npm); without, it skips and says so.
+test: lint clis acp-sdk ## Run lint, then every test with the race detector (the fault-injection suite and, where npm is, the real CLIs and the ACP TypeScript SDK client included).
 	@if [[ -e "$(CLI_STAMP)" ]]; then \
 		echo "go test: with the pinned claude $(CLAUDE_CLI_VERSION) and codex $(CODEX_CLI_VERSION) from $(CLI_CACHE)"; \
 		export AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex; \
 		tags="-tags realclis"; \
+	fi; \
+	if [[ -e "$(ACP_SDK_STAMP)" ]]; then \
+		echo "go test: with the pinned ACP TypeScript SDK $(ACP_SDK_VERSION) from $(ACP_SDK_CACHE)"; \
+		export AGENTHOST_ACP_SDK=$(ACP_SDK_CACHE); \
 	fi; \
 	go test -race -count=1 -timeout 9m $${tags:-} ./...
 
@@ -141,3 +147,26 @@ test-real-clis: clis ## Run only the tests of the real claude and codex CLIs, ve
 	AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude \
 	AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex \
 		go test -race -tags realclis -count=1 -v ./internal/realcli ./plugins/...
+
+# The official ACP TypeScript SDK, pinned (with the zod it needs), for the
+# test that drives agenthost acp with it as the client
+# (examples/acp-ts-client); installed like the CLIs, never globally.
+ACP_SDK_CACHE ?= $(CURDIR)/.cache/acp-sdk
+ACP_SDK_VERSION := 2.4.0
+ACP_SDK_ZOD_VERSION := 4.6.7
+ACP_SDK_STAMP = $(ACP_SDK_CACHE)/.installed-sdk-$(ACP_SDK_VERSION)-zod-$(ACP_SDK_ZOD_VERSION)
+
+acp-sdk: ## Install the pinned ACP TypeScript SDK with npm into .cache/acp-sdk (without npm, say so: its client test skips).
+	@if [[ -e "$(ACP_SDK_STAMP)" ]]; then exit 0; fi; \
+	if ! command -v npm >/dev/null; then \
+		echo "npm not found: the ACP TypeScript SDK client test will skip (install Node.js and npm to run it)"; exit 0; \
+	fi; \
+	echo "installing @agentclientprotocol/sdk $(ACP_SDK_VERSION) into $(ACP_SDK_CACHE)"; \
+	rm -rf "$(ACP_SDK_CACHE)"; mkdir -p "$(ACP_SDK_CACHE)"; \
+	npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(ACP_SDK_CACHE)" \
+		@agentclientprotocol/sdk@$(ACP_SDK_VERSION) zod@$(ACP_SDK_ZOD_VERSION); \
+	touch "$(ACP_SDK_STAMP)"
+
+test-acp-sdk: acp-sdk ## Run only the ACP TypeScript SDK client test, verbosely.
+	@[[ -e "$(ACP_SDK_STAMP)" ]] || { echo "the ACP TypeScript SDK is not installed: make acp-sdk needs npm"; exit 1; }
+	AGENTHOST_ACP_SDK=$(ACP_SDK_CACHE) go test -race -count=1 -v ./examples/acp-ts-client
