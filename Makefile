@@ -170,3 +170,19 @@ acp-sdk: ## Install the pinned ACP TypeScript SDK with npm into .cache/acp-sdk (
 test-acp-sdk: acp-sdk ## Run only the ACP TypeScript SDK client test, verbosely.
 	@[[ -e "$(ACP_SDK_STAMP)" ]] || { echo "the ACP TypeScript SDK is not installed: make acp-sdk needs npm"; exit 1; }
 	AGENTHOST_ACP_SDK=$(ACP_SDK_CACHE) go test -race -count=1 -v ./examples/acp-ts-client
+
+# acpx, a headless ACP client, pinned, for trying agenthost acp by hand
+# (the README's "Try it with an ACP client"); no test needs it.
+ACPX_CACHE ?= $(CURDIR)/.cache/acpx
+ACPX_VERSION := 0.19.1
+ACPX_STAMP = $(ACPX_CACHE)/.installed-acpx-$(ACPX_VERSION)
+
+acpx: ## Install the pinned acpx ACP client with npm into .cache/acpx, to try agenthost acp by hand.
+	@if [[ ! -e "$(ACPX_STAMP)" ]]; then \
+		command -v npm >/dev/null || { echo "make acpx needs npm: install Node.js and npm, then run it again"; exit 1; }; \
+		echo "installing acpx $(ACPX_VERSION) into $(ACPX_CACHE)"; \
+		rm -rf "$(ACPX_CACHE)"; mkdir -p "$(ACPX_CACHE)"; \
+		npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(ACPX_CACHE)" acpx@$(ACPX_VERSION); \
+		touch "$(ACPX_STAMP)"; \
+	fi; \
+	echo "acpx $(ACPX_VERSION): $(ACPX_CACHE)/node_modules/.bin/acpx"
