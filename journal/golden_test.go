@@ -115,8 +115,8 @@ var goldenRecords = map[string]Record{
 				Locations: []Location{{Path: "/w/main.go"}}},
 			Options: []acp.PermissionOption{{OptionId: "allow_always", Name: "Always allow", Kind: "allow_always"}}}},
 	"stop-auth-required": &Stop{PluginSeq: 37, TurnID: "turn-9", StopReason: "failed", Error: "401: log in", AuthRequired: true},
-	"prompt":       &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("count 3 <fast> & \"now\"\n")}},
-	"prompt-empty": &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("")}},
+	"prompt":             &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("count 3 <fast> & \"now\"\n")}},
+	"prompt-empty":       &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("")}},
 }
 
 func ptr(s string) *string { return &s }
