@@ -151,6 +151,7 @@ func (a *agent) write(ctx context.Context, turn *sdk.Turn, path, text string) (s
 
 func main() {
 	err := sdk.Serve("minimal", newAgent, sdk.WithCapabilities(sdk.Capabilities{
+		Modes:   true, // the agent is an sdk.ModeSetter
 		Options: []sdk.OptionSpec{{Name: "mode", Description: "ask (the default) or auto"}},
 	}))
 	if err != nil {

@@ -32,7 +32,8 @@ func Capabilities() sdk.Capabilities {
 	return sdk.Capabilities{
 		Image: true, EmbeddedContext: true, ResourceLink: true,
 		MCPStdio: true,
-		Options:  optionSpecs(),
+		Modes:    true, ConfigOptions: true,
+		Options: optionSpecs(),
 	}
 }
 

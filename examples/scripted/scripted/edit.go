@@ -84,7 +84,11 @@ func (a *agent) edit(ctx context.Context, turn *sdk.Turn, path, text string) (sd
 		}
 	}
 	turn.ToolCallUpdate(sdk.ToolCallUpdate{ToolCallID: call.ToolCallID, Status: "in_progress"})
-	if err := os.WriteFile(abs, []byte(newText), 0o644); err != nil {
+	err = os.MkdirAll(filepath.Dir(abs), 0o755)
+	if err == nil {
+		err = os.WriteFile(abs, []byte(newText), 0o644)
+	}
+	if err != nil {
 		turn.ToolCallUpdate(sdk.ToolCallUpdate{ToolCallID: call.ToolCallID, Status: "failed",
 			ToolContent: []sdk.ToolCallContent{sdk.TextContent(err.Error())}})
 		return "", fmt.Errorf("scripted: write %s: %w", path, err)
