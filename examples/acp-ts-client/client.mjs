@@ -130,7 +130,7 @@ async function main() {
     const s = await agent.request(acp.methods.agent.session.new, {
       cwd: workspace,
       mcpServers: [mcpServer],
-      _meta: { agenthost: { agent: 'scripted', options: { model: 'fast', mode: 'default' } } },
+      _meta: { agenthost: { agent: 'scripted', options: { model: 'fast', mode: 'default', report_commands: 'true' } } },
     });
     const sessionId = s.sessionId;
     check(s.modes?.currentModeId === 'default', `modes.currentModeId default, got ${JSON.stringify(s.modes)}`);

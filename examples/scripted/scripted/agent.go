@@ -107,8 +107,9 @@ func (a *agent) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest)
 }
 
 // open applies a session's options and servers, for a new session and a
-// resumed one alike, and reports the slash commands: a client learns them
-// when the session opens, before any turn.
+// resumed one alike, and reports the slash commands (when asked to:
+// report_commands): a client learns them when the session opens, before
+// any turn.
 func (a *agent) open(handle, workspace string, opts map[string]string, servers []sdk.MCPServer) (sdk.SessionInfo, error) {
 	s, err := parseSettings(opts)
 	if err != nil {
@@ -125,7 +126,9 @@ func (a *agent) open(handle, workspace string, opts map[string]string, servers [
 	a.rejectEdits = a.rejectEdits || a.rejectedForGood()
 	info := sdk.SessionInfo{Handle: handle, Options: maps.Clone(opts), Modes: s.modeState(), ConfigOptions: s.configOptions()}
 	a.mu.Unlock()
-	a.report.Commands(commands())
+	if s.commands {
+		a.report.Commands(commands())
+	}
 	return info, nil
 }
 

@@ -2,6 +2,7 @@ package scripted_test
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -41,6 +42,11 @@ func open(t *testing.T, opts map[string]string, mcp ...sdk.MCPServer) (*sdktest.
 	t.Helper()
 	h := sdktest.NewHarness(t, scripted.New, sdktest.WithCapabilities(scripted.Capabilities()))
 	ws := t.TempDir()
+	opts = maps.Clone(opts)
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	opts["report_commands"] = "true"
 	info, err := h.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: ws, Options: opts, MCPServers: mcp})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +65,7 @@ func TestCapabilitiesAreDeclared(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := id.Capabilities; !c.Image || !c.EmbeddedContext || !c.ResourceLink || c.Audio || !c.MCPStdio || c.MCPHTTP ||
-		!c.SetMode || !c.SetConfigOption || len(c.Options) != 6 {
+		!c.SetMode || !c.SetConfigOption || len(c.Options) != 7 {
 		t.Errorf("capabilities %+v", c)
 	}
 }
@@ -87,6 +93,18 @@ func TestSessionSettings(t *testing.T) {
 	}
 	if ups, _ := h.Run("/settings", wait); sdktest.Messages(ups) != "mode acceptEdits, model fast, effort high" {
 		t.Errorf("settings: %s", sdktest.Describe(ups))
+	}
+}
+
+// Without report_commands, opening a session reports nothing: the first
+// update is the first turn's.
+func TestCommandsOnlyWhenAsked(t *testing.T) {
+	h := sdktest.NewHarness(t, scripted.New)
+	if _, err := h.NewSession(t.Context(), sdk.NewSessionRequest{Workspace: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if ups, _ := h.Run("count 1", wait); kinds(ups) != "agent_message_chunk,turn_stopped" {
+		t.Errorf("the first updates of a session without report_commands: %s", sdktest.Describe(ups))
 	}
 }
 

@@ -63,6 +63,9 @@
 //	require_model      "true": opening fails with "scripted: no model
 //	                   configured: set the model option" without a model
 //	require_auth       "true": opening fails as auth required
+//	report_commands    "true": the slash commands are reported when the
+//	                   session opens (off by default, so the journals of
+//	                   host tests hold only what their turns did)
 //	allow_credentials  the host's; ignored
 //
 // The session's modes and its config options mode, model and effort come
@@ -70,7 +73,7 @@
 // change them at any time, a turn running or not, and the config option
 // "mode" and the mode are one setting. The slash commands (the command
 // language above) are reported through the Reporter whenever a session
-// opens, the title when a title command runs.
+// opens with report_commands, the title when a title command runs.
 //
 // # Sessions
 //

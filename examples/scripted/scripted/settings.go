@@ -23,6 +23,10 @@ const (
 	// OptRequireAuth "true" makes the session fail to open as one whose
 	// provider refused the credentials (sdk.ErrAuthRequired).
 	OptRequireAuth = "require_auth"
+	// OptReportCommands "true" reports the slash commands when the
+	// session opens. Off by default, so that the journals of the many
+	// host tests driving this agent hold only what their turns did.
+	OptReportCommands = "report_commands"
 	// OptAllowCredentials is the host's own, set for an agent that
 	// inherits credentials; the scripted agent has none to pass on.
 	OptAllowCredentials = "allow_credentials"
@@ -65,6 +69,7 @@ func optionSpecs() []sdk.OptionSpec {
 		{Name: OptEffort, Description: "the reasoning effort: low, medium or high"},
 		{Name: OptRequireModel, Description: `"true": refuse to open without a model`},
 		{Name: OptRequireAuth, Description: `"true": fail to open as if the provider refused the credentials`},
+		{Name: OptReportCommands, Description: `"true": report the slash commands when the session opens`},
 		{Name: OptAllowCredentials, Description: "accepted and ignored: the scripted agent has no provider"},
 	}
 }
@@ -72,6 +77,8 @@ func optionSpecs() []sdk.OptionSpec {
 // settings are a session's mode, model and effort.
 type settings struct {
 	mode, model, effort string
+	// commands: report the slash commands as the session opens.
+	commands bool
 }
 
 func (s settings) String() string {
@@ -94,6 +101,8 @@ func parseSettings(opts map[string]string) (settings, error) {
 			if s, err = s.set(name, v); err != nil {
 				return settings{}, err
 			}
+		case OptReportCommands:
+			s.commands = v == "true"
 		case OptRequireModel, OptRequireAuth, OptAllowCredentials:
 		default:
 			return settings{}, &sdk.InvalidOptionError{Option: name,

@@ -15,7 +15,7 @@ func TestParseSettings(t *testing.T) {
 		want settings
 	}{
 		{nil, settings{mode: "default", model: "default", effort: "medium"}},
-		{map[string]string{"model": "smart", "mode": "plan", "effort": "high"}, settings{mode: "plan", model: "smart", effort: "high"}},
+		{map[string]string{"model": "smart", "mode": "plan", "effort": "high", "report_commands": "true"}, settings{mode: "plan", model: "smart", effort: "high", commands: true}},
 		// A model of the host's own naming is taken as it is.
 		{map[string]string{"model": "m1", "require_model": "true", "allow_credentials": "true"}, settings{mode: "default", model: "m1", effort: "medium"}},
 	} {
