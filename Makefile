@@ -122,6 +122,19 @@ check-tidy: ## Fail if go.mod or go.sum (or the tools module's) are not tidy.
 clean: ## Remove build output (bin/).
 	rm -rf bin/
 
+# npm_pinned installs npm packages $(3), pinned, into the cache folder
+# $(1) (never globally) and touches the stamp $(2), which names the pins,
+# so a changed pin reinstalls; without npm it prints $(4) and succeeds, so
+# the tests that need the packages skip.
+define npm_pinned
+if [[ -e "$(2)" ]]; then exit 0; fi; \
+if ! command -v npm >/dev/null; then echo "$(4)"; exit 0; fi; \
+echo "installing $(3) into $(1)"; \
+rm -rf "$(1)"; mkdir -p "$(1)"; \
+npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(1)" $(3); \
+touch "$(2)"
+endef
+
 # The real agent CLIs, pinned, installed into a cache folder (never
 # globally) for the tests that drive them offline against a scripted model
 # server. The stamp names both versions, so a changed pin reinstalls;
@@ -132,15 +145,7 @@ CODEX_CLI_VERSION := 0.171.0
 CLI_STAMP = $(CLI_CACHE)/.installed-claude-$(CLAUDE_CLI_VERSION)-codex-$(CODEX_CLI_VERSION)
 
 clis: ## Install the pinned claude and codex CLIs with npm into .cache/clis (without npm, say so: their tests skip).
-	@if [[ -e "$(CLI_STAMP)" ]]; then exit 0; fi; \
-	if ! command -v npm >/dev/null; then \
-		echo "npm not found: the tests of the real claude and codex CLIs will skip (install Node.js and npm to run them)"; exit 0; \
-	fi; \
-	echo "installing claude $(CLAUDE_CLI_VERSION) and codex $(CODEX_CLI_VERSION) into $(CLI_CACHE)"; \
-	rm -rf "$(CLI_CACHE)"; mkdir -p "$(CLI_CACHE)"; \
-	npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(CLI_CACHE)" \
-		@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION); \
-	touch "$(CLI_STAMP)"
+	@$(call npm_pinned,$(CLI_CACHE),$(CLI_STAMP),@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION),npm not found: the tests of the real claude and codex CLIs will skip (install Node.js and npm to run them))
 
 test-real-clis: clis ## Run only the tests of the real claude and codex CLIs, verbosely.
 	@[[ -e "$(CLI_STAMP)" ]] || { echo "the pinned CLIs are not installed: make clis needs npm"; exit 1; }
@@ -157,15 +162,7 @@ ACP_SDK_ZOD_VERSION := 4.6.7
 ACP_SDK_STAMP = $(ACP_SDK_CACHE)/.installed-sdk-$(ACP_SDK_VERSION)-zod-$(ACP_SDK_ZOD_VERSION)
 
 acp-sdk: ## Install the pinned ACP TypeScript SDK with npm into .cache/acp-sdk (without npm, say so: its client test skips).
-	@if [[ -e "$(ACP_SDK_STAMP)" ]]; then exit 0; fi; \
-	if ! command -v npm >/dev/null; then \
-		echo "npm not found: the ACP TypeScript SDK client test will skip (install Node.js and npm to run it)"; exit 0; \
-	fi; \
-	echo "installing @agentclientprotocol/sdk $(ACP_SDK_VERSION) into $(ACP_SDK_CACHE)"; \
-	rm -rf "$(ACP_SDK_CACHE)"; mkdir -p "$(ACP_SDK_CACHE)"; \
-	npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(ACP_SDK_CACHE)" \
-		@agentclientprotocol/sdk@$(ACP_SDK_VERSION) zod@$(ACP_SDK_ZOD_VERSION); \
-	touch "$(ACP_SDK_STAMP)"
+	@$(call npm_pinned,$(ACP_SDK_CACHE),$(ACP_SDK_STAMP),@agentclientprotocol/sdk@$(ACP_SDK_VERSION) zod@$(ACP_SDK_ZOD_VERSION),npm not found: the ACP TypeScript SDK client test will skip (install Node.js and npm to run it))
 
 test-acp-sdk: acp-sdk ## Run only the ACP TypeScript SDK client test, verbosely.
 	@[[ -e "$(ACP_SDK_STAMP)" ]] || { echo "the ACP TypeScript SDK is not installed: make acp-sdk needs npm"; exit 1; }
