@@ -23,7 +23,13 @@
 //  10. a long turn cancelled: stopReason "cancelled"
 //  11. a provider refusing the credentials: the prompt fails with -32000
 //
-// Usage: node client.mjs WORKSPACE AGENT_COMMAND [ARG...]
+// Run again with --resume SESSION, against a new agenthost acp on the
+// same state directory (the first one gone, and its plugin with it), it
+// resumes the session and checks what the host kept: the mode and model
+// set last, the MCP server, and the "allow always" grant (an edit is not
+// asked).
+//
+// Usage: node client.mjs [--resume SESSION] WORKSPACE AGENT_COMMAND [ARG...]
 //   e.g. node client.mjs /tmp/ws agenthost --state-dir /tmp/ah acp --agent scripted
 // The SDK is imported from $AGENTHOST_ACP_SDK (a directory npm installed it
 // into, as make acp-sdk does) when set, else from node's own resolution.
@@ -91,8 +97,11 @@ class Updates {
 }
 
 async function main() {
-  const [workspace, ...agentCommand] = process.argv.slice(2);
-  if (!workspace || agentCommand.length === 0) throw new Error('usage: node client.mjs WORKSPACE AGENT_COMMAND [ARG...]');
+  let args = process.argv.slice(2);
+  let resume;
+  if (args[0] === '--resume') [, resume, ...args] = args;
+  const [workspace, ...agentCommand] = args;
+  if (!workspace || agentCommand.length === 0) throw new Error('usage: node client.mjs [--resume SESSION] WORKSPACE AGENT_COMMAND [ARG...]');
   const acp = await loadSDK();
 
   const agentStderr = process.env.AGENT_STDERR ? fs.openSync(process.env.AGENT_STDERR, 'a') : 'inherit';
@@ -124,8 +133,37 @@ async function main() {
     check(!pc.audio, 'no audio: the scripted agent does not declare it');
     ok('initialize', `protocol ${init.protocolVersion}, promptCapabilities ${JSON.stringify(pc)}`);
 
-    // 2. session/new with settings
     const mcpServer = { name: 'files', command: '/bin/true', args: ['--serve'], env: [{ name: 'ROOT', value: workspace }] };
+    const mcpLine = `mcp: files (stdio) /bin/true --serve ROOT=${workspace}\n`;
+    const file = path.join(workspace, 'notes.txt');
+    const prompter = (sessionId) => {
+      const prompt = async (blocks) => {
+        const at = updates.all.length;
+        const res = await agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: blocks });
+        return { stopReason: res.stopReason, text: updates.text(at), at };
+      };
+      return [prompt, (text) => prompt([{ type: 'text', text }])];
+    };
+
+    if (resume) {
+      // The session again, from a host that never saw it run.
+      const r = await agent.request(acp.methods.agent.session.resume, { sessionId: resume, cwd: workspace });
+      const m = (r.configOptions ?? []).find((o) => o.id === 'model');
+      check(r.modes?.currentModeId === 'default' && m?.currentValue === 'smart', `resumed in mode default with model smart, got ${JSON.stringify(r)}`);
+      const [, say] = prompter(resume);
+      let t = await say('settings');
+      check(t.text === 'mode default, model smart, effort medium', `the agent's settings after the resume, got ${JSON.stringify(t.text)}`);
+      t = await say('mcp');
+      check(t.text === mcpLine, `the MCP server passed again, got ${JSON.stringify(t.text)}`);
+      answerKind = 'reject_once'; // were it asked, it would be refused
+      t = await say('edit notes.txt third');
+      check(permissions.length === 0, `no permission request after the resume, got ${permissions.length}`);
+      check(t.text === 'edited notes.txt' && fs.readFileSync(file, 'utf8') === 'third\n', `the edit made, got ${JSON.stringify(t.text)}`);
+      ok('resume', 'mode default, model smart, the MCP server and the "allow always" grant survived the host and its plugin');
+      return;
+    }
+
+    // 2. session/new with settings
     const from = updates.all.length;
     const s = await agent.request(acp.methods.agent.session.new, {
       cwd: workspace,
@@ -143,18 +181,13 @@ async function main() {
     check(cmds.availableCommands.some((c) => c.name === 'edit'), `an edit command, got ${cmds.availableCommands.map((c) => c.name)}`);
     ok('session/new', `session ${sessionId}: modes ${modeIds}, model ${model.currentValue}, ${cmds.availableCommands.length} commands`);
 
-    const prompt = async (blocks) => {
-      const at = updates.all.length;
-      const res = await agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: blocks });
-      return { stopReason: res.stopReason, text: updates.text(at), at };
-    };
-    const say = (text) => prompt([{ type: 'text', text }]);
+    const [prompt, say] = prompter(sessionId);
 
     // 3. what reached the agent
     let r = await say('settings');
     check(r.text === 'mode default, model fast, effort medium', `the agent's settings, got ${JSON.stringify(r.text)}`);
     r = await say('mcp');
-    check(r.text === `mcp: files (stdio) /bin/true --serve ROOT=${workspace}\n`, `the MCP server reached the agent, got ${JSON.stringify(r.text)}`);
+    check(r.text === mcpLine, `the MCP server reached the agent, got ${JSON.stringify(r.text)}`);
     ok('settings', `the agent has ${JSON.stringify('mode default, model fast, effort medium')} and ${JSON.stringify(r.text.trim())}`);
 
     // 4. set mode; the agent leaves plan mode by itself
@@ -189,7 +222,6 @@ async function main() {
     ok('image prompt', `the agent received the image (${png} bytes), the resource and the link`);
 
     // 7. an edit asks, with its diff; allow always
-    const file = path.join(workspace, 'notes.txt');
     fs.writeFileSync(file, 'old\n');
     answerKind = 'allow_always';
     r = await say('edit notes.txt hello');

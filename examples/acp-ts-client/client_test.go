@@ -2,7 +2,6 @@ package acptsclient
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,8 +32,9 @@ func sdkDir(t *testing.T) string {
 
 // TestACPTypeScriptSDKClient runs client.mjs, a client on the official ACP
 // TypeScript SDK, against agenthost acp with the scripted agent: each
-// step it prints is one the SDK's client checked, and the workspace and
-// the host's state show the outcome.
+// step it prints is one the SDK's client checked, and the workspace shows
+// the outcome. A second run, against a new host on the same state
+// directory, resumes the session and finds its settings and grants kept.
 func TestACPTypeScriptSDKClient(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -58,33 +58,45 @@ func TestACPTypeScriptSDKClient(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "client.mjs", ws,
-		bin, "--state-dir", state, "--log-level", "debug", "acp", "--agent", "scripted", "--shutdown-sessions")
-	cmd.Env = append(os.Environ(), "AGENTHOST_ACP_SDK="+sdk, "AGENT_STDERR="+agentLog)
-	output, err := cmd.CombinedOutput()
-	text := string(output)
-	if err != nil {
-		log, _ := os.ReadFile(agentLog)
-		t.Fatalf("node client.mjs: %v\n%s\nagenthost acp's log:\n%s", err, text, log)
-	}
-	t.Logf("node client.mjs:\n%s", text)
-	for _, step := range []string{"initialize", "session/new", "settings", "session/set_mode", "session/set_config_option",
-		"image prompt", "permission with a diff", "allow always", "title", "cancel", "auth required"} {
-		if !strings.Contains(text, "\nok "+step+": ") && !strings.HasPrefix(text, "ok "+step+": ") {
-			t.Errorf("the client did not get through %q", step)
+	// run runs client.mjs with args before the workspace, against a new
+	// agenthost acp on the state directory.
+	run := func(args ...string) string {
+		t.Helper()
+		args = append(append([]string{"client.mjs"}, args...), ws,
+			bin, "--state-dir", state, "--log-level", "debug", "acp", "--agent", "scripted", "--shutdown-sessions")
+		cmd := exec.CommandContext(ctx, node, args...)
+		cmd.Env = append(os.Environ(), "AGENTHOST_ACP_SDK="+sdk, "AGENT_STDERR="+agentLog)
+		output, err := cmd.CombinedOutput()
+		text := string(output)
+		if err != nil {
+			log, _ := os.ReadFile(agentLog)
+			t.Fatalf("node %s: %v\n%s\nagenthost acp's log:\n%s", strings.Join(args, " "), err, text, log)
 		}
+		t.Logf("node %s:\n%s", strings.Join(args, " "), text)
+		// The SDK logs what it could not read (a message off the schema)
+		// rather than failing the call that carried it.
+		for _, bad := range []string{"Invalid message", "Error handling notification"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("the SDK logged %q", bad)
+			}
+		}
+		if !strings.HasSuffix(text, "\ndone\n") {
+			t.Error("the client did not finish")
+		}
+		return text
 	}
-	if !strings.HasSuffix(text, "\ndone\n") {
-		t.Error("the client did not finish")
-	}
-	// The SDK logs what it could not read (a message off the schema)
-	// rather than failing the call that carried it.
-	for _, bad := range []string{"Invalid message", "Error handling notification"} {
-		if strings.Contains(text, bad) {
-			t.Errorf("the SDK logged %q", bad)
+	passed := func(text string, steps ...string) {
+		t.Helper()
+		for _, step := range steps {
+			if !regexp.MustCompile(`(?m)^ok ` + regexp.QuoteMeta(step) + `: `).MatchString(text) {
+				t.Errorf("the client did not get through %q", step)
+			}
 		}
 	}
 
+	text := run()
+	passed(text, "initialize", "session/new", "settings", "session/set_mode", "session/set_config_option",
+		"image prompt", "permission with a diff", "allow always", "title", "cancel", "auth required")
 	// The outcome, outside the client: the edits made, the plan-mode one
 	// not.
 	if b, err := os.ReadFile(filepath.Join(ws, "notes.txt")); err != nil || string(b) != "again\n" {
@@ -94,24 +106,14 @@ func TestACPTypeScriptSDKClient(t *testing.T) {
 		t.Error("plan.txt was written in plan mode")
 	}
 
-	// The host stored the settings the session ended with.
+	// A new host resumes the session with what the first one kept: the
+	// mode and model set last, the MCP server, the "allow always" grant.
 	m := regexp.MustCompile(`(?m)^ok session/new: session (\S+):`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatal("no session id in the output")
 	}
-	out, err := exec.Command(bin, "--state-dir", state, "sessions", "show", "--json", m[1]).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sessions show: %v\n%s", err, out)
-	}
-	var shown struct {
-		Session struct {
-			Options map[string]string `json:"options"`
-		} `json:"session"`
-	}
-	if err := json.Unmarshal(out, &shown); err != nil {
-		t.Fatalf("sessions show --json: %v\n%s", err, out)
-	}
-	if o := shown.Session.Options; o["model"] != "smart" || o["mode"] != "default" {
-		t.Errorf("the stored options: %v, want model smart (set_config_option) and mode default (exitplan)", o)
+	passed(run("--resume", m[1]), "initialize", "resume")
+	if b, err := os.ReadFile(filepath.Join(ws, "notes.txt")); err != nil || string(b) != "third\n" {
+		t.Errorf("notes.txt after the resumed edit: %q, %v", b, err)
 	}
 }
