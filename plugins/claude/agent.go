@@ -91,6 +91,7 @@ func Capabilities() sdk.Capabilities {
 	return sdk.Capabilities{
 		Image: true, EmbeddedContext: true, ResourceLink: true,
 		MCPStdio: true, MCPHTTP: true, MCPSSE: true,
+		Modes: true, ConfigOptions: true,
 		AuthMethods: slices.Clone(authMethods),
 		Options:     slices.Clone(optionSpecs),
 	}

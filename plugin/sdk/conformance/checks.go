@@ -285,6 +285,14 @@ func staleFenceRefused(e *env) error {
 	if err != nil {
 		return err
 	}
+	// What the session reported before fence 2 attaches (a session-level
+	// update at open, such as its slash commands) is the old stream's to
+	// deliver: only what it delivers after the attach counts.
+	for {
+		if _, err := old.next(200 * time.Millisecond); err != nil {
+			break
+		}
+	}
 	att2, resp, err := p.agent.Attach(e.ctx, SessionID, 2)
 	if err != nil {
 		return p.rpcErr("Attach(fence 2) over fence 1", err)
