@@ -37,6 +37,16 @@ type Session struct {
 	// it arriving late does not make it running again.
 	lastTurn string
 
+	// state is the session's settings (see settings.go); settingsMu
+	// serialises their changes, each stored before the next begins.
+	state      sessionState
+	settingsMu sync.Mutex
+
+	// perms are the permission requests the plugin waits on, by id, and
+	// their ids in arrival order (see permission.go).
+	perms     map[string]*pendingPermission
+	permOrder []string
+
 	fromSeq uint64 // first plugin update to ask for
 	// violation is the protocol breach the session was stopped for; it
 	// becomes Err once the plugin is gone.
@@ -56,7 +66,7 @@ var ErrDetached = errors.New("host detached from the session; its plugin keeps r
 func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pluginProc, journal leasestore.Journal, fromSeq uint64) *Session {
 	return &Session{
 		h: h, id: id, agent: agent, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
-		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
+		waiters: map[string]chan TurnResult{}, perms: map[string]*pendingPermission{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
@@ -116,6 +126,7 @@ func (s *Session) watch() {
 		detached = true
 	}
 	<-s.pumpDone
+	s.stopPermissions()
 	ctx := context.Background()
 	if err := s.journal.Close(ctx); err != nil {
 		s.h.report(JournalScope, fmt.Errorf("close the journal of session %q: %w", s.id, err))
