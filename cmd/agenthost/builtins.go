@@ -20,6 +20,7 @@ var builtins = map[string]sdk.Factory{
 // each declares to the host.
 var builtinOptions = map[string][]sdk.ServeOption{
 	"scripted": {sdk.WithCapabilities(scripted.Capabilities())},
+	"claude":   {sdk.WithCapabilities(claude.Capabilities())},
 }
 
 // credentials are the host's credential policies for the built-in agents:

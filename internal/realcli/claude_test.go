@@ -61,20 +61,25 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 	// leaves when allowed.
 	target := filepath.Join(r.workspace, "hello.txt")
 	const output = "bash-output-4711"
-	var input, before, after, wantKind, wantTitle, wantInput, wantResult string
+	// wantJournal is what the journal's update shows of the result: the
+	// file-editing tools' diff (its new text), a command's output.
+	var input, before, after, wantKind, wantTitle, wantInput, wantResult, wantJournal string
 	switch tool {
 	case "Write":
 		after = "hello from the real claude\n"
 		input = `{"file_path":` + asJSONString(target) + `,"content":` + asJSONString(after) + `}`
 		wantKind, wantTitle, wantInput, wantResult = "edit", "Write "+target, `"file_path":`+asJSONString(target), "File created successfully"
+		wantJournal = after
 	case "Edit":
 		before, after = "hello old world\n", "hello new world\n"
 		input = `{"file_path":` + asJSONString(target) + `,"old_string":"old","new_string":"new"}`
 		wantKind, wantTitle, wantInput, wantResult = "edit", "Edit "+target, `"old_string":"old"`, "has been updated successfully"
+		wantJournal = "hello new world"
 	case "Bash":
 		after = output + "\n"
 		input = `{"command":"echo ` + output + ` | tee hello.txt","description":"Write the marker"}`
 		wantKind, wantTitle, wantInput, wantResult = "execute", "Bash echo "+output+" | tee hello.txt", `"command":"echo `+output, output
+		wantJournal = output
 	}
 	if before != "" {
 		if err := os.WriteFile(target, []byte(before), 0o600); err != nil {
@@ -121,8 +126,8 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 		t.Errorf("rejected: the model read the result %q (error %v), want an error saying it was denied", res.Text, res.IsError)
 	}
 
-	// The journal holds the tool call's outcome, the command's output
-	// included.
+	// The journal holds the tool call's outcome: the command's output, the
+	// edit's diff.
 	var status, text string
 	for _, u := range toolCallUpdates(r.journal(s, id)) {
 		if u.ToolCallID == calls[0].ToolID {
@@ -130,11 +135,16 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 			for _, c := range u.Content {
 				text += c.Text()
 			}
+			for _, c := range u.ToolContent {
+				if c.Diff != nil {
+					text += c.Diff.NewText
+				}
+			}
 		}
 	}
 	switch {
-	case allow && (status != "completed" || !strings.Contains(text, wantResult)):
-		t.Errorf("allowed: the journal's tool call update is %q with %q, want completed with %q", status, text, wantResult)
+	case allow && (status != "completed" || !strings.Contains(text, wantJournal)):
+		t.Errorf("allowed: the journal's tool call update is %q with %q, want completed with %q", status, text, wantJournal)
 	case !allow && status != "failed":
 		t.Errorf("rejected: the journal's tool call update is %q with %q, want failed", status, text)
 	}
@@ -379,8 +389,9 @@ func testClaudeKilledResumes(t *testing.T, pluginToo bool) {
 	}
 }
 
-// "Always allow" of a Write takes the CLI's suggestion (accept edits for
-// the session): the next turn's Write runs without asking.
+// "Always allow" of a Write covers the "edit" scope, which the host
+// remembers and answers itself: the next turn's Write runs without
+// asking the client.
 func TestClaudeAllowAlways(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
