@@ -13,13 +13,20 @@
 //
 // An Update carries the agent's update in the Agent Client Protocol's
 // session/update shape, as a SessionUpdate: one type per kind (Chunk,
-// ToolCall, ToolCallUpdate, Plan, Usage) and agenthost's own kinds under
+// ToolCall, ToolCallUpdate, Plan, Usage, and the session-level
+// CurrentMode, ConfigOptions, AvailableCommands and SessionInfo, which an
+// agent reports between turns too, journaled without a turn id) and
+// agenthost's own kinds under
 // the "_agenthost/" prefix, which ACP reserves for extensions
 // (HandleChanged, PermissionRequest, PermissionResolved, Unknown). ACP's
 // usage_update carries what a client shows: Used tokens of a context
 // window of Size, and the cost when it is known; the provider's raw token
 // counts travel under _meta.agenthost. Other holds an update of a kind
 // this build does not model, byte for byte, so a reader passes it on.
+// Tool calls carry ACP's content (blocks and diffs) and locations; a
+// running tool's output arrives as deltas, each journaled alone under
+// codex-acp's _meta.terminal_output, and ToolOutputs turns them into the
+// output so far for a client that shows no terminals.
 // ACP converts an update to the ACP library's type for a session/update
 // notification; DecodeUpdate reads the update object of such a
 // notification.

@@ -82,9 +82,44 @@ var goldenRecords = map[string]Record{
 	"stop-plugin-empty": &Stop{PluginSeq: 24},
 	"stop-not-dispatched": &Stop{TurnID: "turn-x", StopReason: "failed",
 		Error: "not dispatched: rpc error: code = Unavailable desc = <gone>"},
-	"prompt":       &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("count 3 <fast> & \"now\"\n")}},
-	"prompt-empty": &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("")}},
+	"update-current-mode": &Update{PluginSeq: 27, Update: &CurrentMode{ModeID: "plan"}},
+	"update-config-options": &Update{PluginSeq: 28, TurnID: "turn-7",
+		Update: &ConfigOptions{Options: []ConfigOption{
+			{ID: "model", Name: "Model", Description: "The <model> to use", Category: "model", CurrentValue: "sonnet",
+				Values: []ConfigValue{{Value: "sonnet", Name: "Sonnet", Description: "fast"}, {Value: "opus", Name: "Opus"}}},
+			{ID: "effort", Name: "Effort", CurrentValue: "low"},
+		}}},
+	"update-config-options-empty": &Update{PluginSeq: 29, Update: &ConfigOptions{}},
+	"update-available-commands": &Update{PluginSeq: 30,
+		Update: &AvailableCommands{Commands: []Command{{Name: "review", Description: "Review a change", InputHint: "a branch or commit"}, {Name: "clear", Description: "Start over"}}}},
+	"update-available-commands-empty": &Update{PluginSeq: 31, Update: &AvailableCommands{}},
+	"update-session-info":             &Update{PluginSeq: 32, Update: &SessionInfo{Title: "Fix the <parser> & tests"}},
+	"update-tool-call-diff": &Update{PluginSeq: 33, TurnID: "turn-8",
+		Update: &ToolCall{ToolCallID: "tool-9", Title: "Edit main.go", Kind: "edit", Status: "pending",
+			Content: []ToolCallContent{
+				{Diff: &Diff{Path: "/w/main.go", OldText: ptr("package main\n"), NewText: "package main\n\nfunc main() {}\n"}},
+				{Diff: &Diff{Path: "/w/new.txt", NewText: ""}},
+				{Block: TextContent("two files")},
+			},
+			Locations: []Location{{Path: "/w/main.go", Line: 3}, {Path: "/w/new.txt"}}}},
+	"update-tool-call-update-rich": &Update{PluginSeq: 34, TurnID: "turn-8",
+		Update: &ToolCallUpdate{ToolCallID: "tool-9", Status: "completed", Title: "Edited main.go", Kind: "edit",
+			ToolContent: []ToolCallContent{{Diff: &Diff{Path: "/w/main.go", OldText: ptr(""), NewText: "x"}}},
+			Locations:   []Location{{Path: "/w/main.go", Line: 1}}}},
+	"update-tool-call-update-output": &Update{PluginSeq: 35, TurnID: "turn-8",
+		Update: &ToolCallUpdate{ToolCallID: "tool-10", Status: "in_progress", OutputDelta: "building <x>...\n"}},
+	"update-permission-request-always": &Update{PluginSeq: 36, TurnID: "turn-8",
+		Update: &PermissionRequest{RequestID: "req-3", AlwaysScope: "edit",
+			ToolCall: ToolCall{ToolCallID: "tool-9", Title: "Edit main.go", Kind: "edit", Status: "pending",
+				Content:   []ToolCallContent{{Diff: &Diff{Path: "/w/main.go", OldText: ptr("a"), NewText: "b"}}},
+				Locations: []Location{{Path: "/w/main.go"}}},
+			Options: []acp.PermissionOption{{OptionId: "allow_always", Name: "Always allow", Kind: "allow_always"}}}},
+	"stop-auth-required": &Stop{PluginSeq: 37, TurnID: "turn-9", StopReason: "failed", Error: "401: log in", AuthRequired: true},
+	"prompt":             &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("count 3 <fast> & \"now\"\n")}},
+	"prompt-empty":       &Prompt{TurnID: "turn-1234567890abcdef", Prompt: []Content{TextContent("")}},
 }
+
+func ptr(s string) *string { return &s }
 
 // goldenPath is where the bytes of a golden record are kept.
 func goldenPath(name string) string { return filepath.Join("testdata", "golden", name+".json") }
@@ -222,21 +257,18 @@ func TestACPSkipsAgenthostKinds(t *testing.T) {
 
 // An update of a kind this build does not model passes through unchanged.
 func TestOtherKindsPassThrough(t *testing.T) {
-	raw := `{"pluginSeq":4,"update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"init","description":"x"}]}}`
+	raw := `{"pluginSeq":4,"update":{"sessionUpdate":"from_a_newer_acp","items":[{"name":"init","description":"x"}]}}`
 	r, err := DecodePayload(leasestore.KindUpdate, []byte(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
 	other, ok := r.(*Update).Update.(*Other)
-	if !ok || other.Kind != "available_commands_update" {
+	if !ok || other.Kind != "from_a_newer_acp" {
 		t.Fatalf("decoded %#v", r.(*Update).Update)
 	}
 	e, err := Encode(r)
 	if err != nil || string(e.Payload) != raw {
 		t.Errorf("encoded again: %s, %v", e.Payload, err)
-	}
-	if u, ok := ACP(other); !ok || u.AvailableCommandsUpdate == nil {
-		t.Errorf("as ACP: %+v, %v", u, ok)
 	}
 }
 
@@ -251,6 +283,13 @@ func TestDecodeRefusesWhatItCannotRead(t *testing.T) {
 		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"tool_call","toolCallId":7}}`},
 		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"tool_call_update","toolCallId":"t","content":[{"type":"diff","path":"a"}]}}`},
 		{leasestore.KindUpdate, `{"pluginSeq":"one","update":{"sessionUpdate":"plan","entries":[]}}`},
+		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"tool_call","toolCallId":"t","content":[{"type":"terminal","terminalId":"x"}]}}`},
+		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"tool_call","toolCallId":"t","content":[{"type":"diff","newText":"x"}]}}`},
+		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"tool_call_update","toolCallId":"t","_meta":{"terminal_output":{"terminal_id":"u","data":"x"}}}}`},
+		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"config_option_update","configOptions":[{"type":"boolean","id":"x","currentValue":true}]}}`},
+		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"x","input":{}}]}}`},
+		{leasestore.KindUpdate, `{"pluginSeq":1,"update":{"sessionUpdate":"current_mode_update","currentModeId":7}}`},
+		{leasestore.KindStop, `{"turnId":"t","authRequired":"yes"}`},
 		{leasestore.KindStop, `{"turnId":3}`},
 		{leasestore.KindPrompt, `{"prompt":"text"}`},
 		{leasestore.KindLifecycle, `[]`},
@@ -367,5 +406,124 @@ func TestContent(t *testing.T) {
 	}
 	if _, err := Encode(&Update{Update: &Chunk{Kind: KindAgentMessageChunk, Content: Content(`{oops`)}}); err == nil {
 		t.Error("a chunk whose content is not JSON encoded")
+	}
+}
+
+// The tool call and session-level shapes survive the ACP library:
+// journaled, read as an acp.SessionUpdate (what the local API sends),
+// written by the library and decoded again, they mean what the journal
+// wrote. (Content blocks are not compared: the library rewrites a block
+// into its own member order and drops members it does not model.)
+func TestACPRoundTripsEveryKind(t *testing.T) {
+	for _, name := range []string{"update-tool-call", "update-tool-call-minimal", "update-tool-call-diff",
+		"update-tool-call-update-bare", "update-tool-call-update-rich", "update-tool-call-update-output",
+		"update-plan", "update-usage", "update-current-mode", "update-config-options", "update-config-options-empty",
+		"update-available-commands", "update-available-commands-empty", "update-session-info"} {
+		u := goldenRecords[name].(*Update)
+		want, err := json.Marshal(u.Update)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, ok := ACP(u.Update)
+		if !ok {
+			t.Errorf("%s: no ACP form", name)
+			continue
+		}
+		b, err := json.Marshal(up)
+		if err != nil {
+			t.Fatalf("%s: the ACP library cannot write %+v: %v", name, up, err)
+		}
+		got, err := DecodeUpdate(b)
+		if err != nil {
+			t.Errorf("%s: %s: %v", name, b, err)
+			continue
+		}
+		again, err := json.Marshal(got)
+		if err != nil || !jsonEqual(again, want) {
+			t.Errorf("%s: through the ACP library\n%s\nwant\n%s (%v)", name, again, want, err)
+		}
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// The new kinds read as the ACP library's own types, member by member.
+func TestACPShapesOfTheSessionSurface(t *testing.T) {
+	get := func(name string) acp.SessionUpdate {
+		t.Helper()
+		up, ok := ACP(goldenRecords[name].(*Update).Update)
+		if !ok {
+			t.Fatalf("%s: no ACP form", name)
+		}
+		return up
+	}
+	if u := get("update-current-mode").CurrentModeUpdate; u == nil || u.CurrentModeId != "plan" {
+		t.Errorf("current_mode_update %+v", u)
+	}
+	if u := get("update-config-options").ConfigOptionUpdate; u == nil || len(u.ConfigOptions) != 2 ||
+		u.ConfigOptions[0].Select == nil || u.ConfigOptions[0].Select.CurrentValue != "sonnet" ||
+		u.ConfigOptions[0].Select.Category == nil || *u.ConfigOptions[0].Select.Category != "model" ||
+		u.ConfigOptions[0].Select.Options.Ungrouped == nil || len(*u.ConfigOptions[0].Select.Options.Ungrouped) != 2 ||
+		(*u.ConfigOptions[0].Select.Options.Ungrouped)[1].Value != "opus" {
+		t.Errorf("config_option_update %+v", u)
+	}
+	if u := get("update-available-commands").AvailableCommandsUpdate; u == nil || len(u.AvailableCommands) != 2 ||
+		u.AvailableCommands[0].Input == nil || u.AvailableCommands[0].Input.Unstructured == nil ||
+		u.AvailableCommands[0].Input.Unstructured.Hint != "a branch or commit" || u.AvailableCommands[1].Input != nil {
+		t.Errorf("available_commands_update %+v", u)
+	}
+	if u := get("update-session-info").SessionInfoUpdate; u == nil || u.Title == nil || *u.Title != "Fix the <parser> & tests" {
+		t.Errorf("session_info_update %+v", u)
+	}
+	tc := get("update-tool-call-diff").ToolCall
+	if tc == nil || len(tc.Content) != 3 || tc.Content[0].Diff == nil || tc.Content[0].Diff.OldText == nil ||
+		tc.Content[1].Diff == nil || tc.Content[1].Diff.OldText != nil || tc.Content[2].Content == nil ||
+		len(tc.Locations) != 2 || tc.Locations[0].Line == nil || *tc.Locations[0].Line != 3 || tc.Locations[1].Line != nil {
+		t.Fatalf("tool_call %+v", tc)
+	}
+	cu := get("update-tool-call-update-rich").ToolCallUpdate
+	if cu == nil || cu.Title == nil || *cu.Title != "Edited main.go" || cu.Kind == nil || *cu.Kind != "edit" ||
+		len(cu.Content) != 1 || cu.Content[0].Diff == nil || cu.Content[0].Diff.NewText != "x" || len(cu.Locations) != 1 {
+		t.Errorf("tool_call_update %+v", cu)
+	}
+	out := get("update-tool-call-update-output").ToolCallUpdate
+	term, _ := out.Meta["terminal_output"].(map[string]any)
+	if term["data"] != "building <x>...\n" || term["terminal_id"] != "tool-10" {
+		t.Errorf("output delta as ACP: %+v", out.Meta)
+	}
+}
+
+func TestToolOutputsShowTheOutputSoFar(t *testing.T) {
+	var o ToolOutputs
+	delta := func(id, d, status string) *ToolCallUpdate {
+		return &ToolCallUpdate{ToolCallID: id, Status: status, OutputDelta: d}
+	}
+	text := func(u SessionUpdate) string {
+		c := u.(*ToolCallUpdate).Content
+		if len(c) != 1 {
+			return "<none>"
+		}
+		return c[0].Text()
+	}
+	in := delta("a", "one\n", "in_progress")
+	if got := text(o.Render(in)); got != "one\n" || len(in.Content) != 0 {
+		t.Errorf("first delta: %q (input content %v)", got, in.Content)
+	}
+	_ = o.Render(delta("b", "other", "in_progress"))
+	if got := text(o.Render(delta("a", "two\n", "in_progress"))); got != "one\ntwo\n" {
+		t.Errorf("second delta: %q", got)
+	}
+	if got := text(o.Render(delta("a", "three\n", "completed"))); got != "one\ntwo\nthree\n" {
+		t.Errorf("last delta: %q", got)
+	}
+	if got := text(o.Render(delta("a", "again", "in_progress"))); got != "again" {
+		t.Errorf("a completed call's output was kept: %q", got)
+	}
+	chunk := &Chunk{Kind: KindAgentMessageChunk, Content: TextContent("x")}
+	if o.Render(chunk) != SessionUpdate(chunk) {
+		t.Error("a chunk was rewritten")
 	}
 }

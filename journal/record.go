@@ -41,6 +41,9 @@ type Stop struct {
 	TurnID     string `json:"turnId"`
 	StopReason string `json:"stopReason"`
 	Error      string `json:"error,omitempty"`
+	// AuthRequired: the turn failed because the provider refused its
+	// credentials (ACP's "auth required").
+	AuthRequired bool `json:"authRequired,omitempty"`
 }
 
 // Lifecycle is the payload of a KindLifecycle or KindHandle entry: an

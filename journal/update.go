@@ -22,6 +22,12 @@ const (
 	KindToolCallUpdate    UpdateKind = "tool_call_update"
 	KindPlan              UpdateKind = "plan"
 	KindUsageUpdate       UpdateKind = "usage_update"
+	// The session-level kinds: an agent reports them between turns too,
+	// journaled without a turn id.
+	KindCurrentModeUpdate       UpdateKind = "current_mode_update"
+	KindConfigOptionUpdate      UpdateKind = "config_option_update"
+	KindAvailableCommandsUpdate UpdateKind = "available_commands_update"
+	KindSessionInfoUpdate       UpdateKind = "session_info_update"
 )
 
 // ExtensionPrefix begins the name of every update kind of agenthost's own.
@@ -49,7 +55,8 @@ func (k UpdateKind) Extension() bool { return strings.HasPrefix(string(k), "_") 
 
 // SessionUpdate is the agent's update an Update record carries, in ACP's
 // session/update shape. The set is closed: *Chunk, *ToolCall,
-// *ToolCallUpdate, *Plan, *Usage, *HandleChanged, *PermissionRequest,
+// *ToolCallUpdate, *Plan, *Usage, *CurrentMode, *ConfigOptions,
+// *AvailableCommands, *SessionInfo, *HandleChanged, *PermissionRequest,
 // *PermissionResolved, *Unknown and *Other.
 type SessionUpdate interface {
 	// UpdateKind is the update's sessionUpdate member.
@@ -76,6 +83,11 @@ type ToolCall struct {
 	Status string
 	// RawInput is the tool's input as JSON; empty leaves it out.
 	RawInput json.RawMessage
+	// Content is what a client shows for the call (diffs, blocks); none
+	// leaves it out.
+	Content []ToolCallContent
+	// Locations are the files the call touches; none leaves them out.
+	Locations []Location
 }
 
 // ToolCallUpdate reports progress of a tool call (ACP tool_call_update).
@@ -87,6 +99,45 @@ type ToolCallUpdate struct {
 	Content []Content
 	// RawOutput is the tool's output as JSON; empty leaves it out.
 	RawOutput json.RawMessage
+	// ToolContent replaces the call's content with diffs and blocks. It is
+	// journaled after Content's blocks in the one ACP content array; a
+	// decoded array that holds anything but blocks is read into
+	// ToolContent whole, so Content is set only by arrays of blocks.
+	ToolContent []ToolCallContent
+	// Locations replace the call's locations; none leaves them out.
+	Locations []Location
+	// Title and Kind change the call's, when set.
+	Title, Kind string
+	// OutputDelta is output the running tool produced since the last
+	// update. It is journaled as codex-acp sends it, under
+	// _meta.terminal_output ({"terminal_id": the tool call id, "data":
+	// the delta}): each record holds its own delta, so replaying the
+	// journal replays the output exactly. A client that shows no
+	// terminals gets the output so far from ToolOutputs.
+	OutputDelta string
+}
+
+// ToolCallContent is one item of a tool call's content (ACP
+// ToolCallContent): a content block (ACP type "content") or a Diff (type
+// "diff"). Exactly one is set.
+type ToolCallContent struct {
+	Block Content
+	Diff  *Diff
+}
+
+// Diff is one file's change (ACP's "diff" tool call content).
+type Diff struct {
+	Path string
+	// OldText is the text before; nil for a new file (left out).
+	OldText *string
+	NewText string
+}
+
+// Location is a file a tool call touches (ACP ToolCallLocation).
+type Location struct {
+	Path string `json:"path"`
+	// Line is 1-based; 0 leaves it out.
+	Line int `json:"line,omitempty"`
 }
 
 // Plan is the agent's plan (ACP plan): the whole list every time.
@@ -132,6 +183,9 @@ type PermissionRequest struct {
 	RequestID string
 	ToolCall  ToolCall
 	Options   []acp.PermissionOption
+	// AlwaysScope is what an allow_always answer covers (see
+	// sdk.PermissionRequest); empty leaves it out.
+	AlwaysScope string
 }
 
 // PermissionResolved reports the answer to a permission request
@@ -164,6 +218,10 @@ func (u *Chunk) UpdateKind() UpdateKind            { return u.Kind }
 func (*ToolCall) UpdateKind() UpdateKind           { return KindToolCall }
 func (*ToolCallUpdate) UpdateKind() UpdateKind     { return KindToolCallUpdate }
 func (*Plan) UpdateKind() UpdateKind               { return KindPlan }
+func (*CurrentMode) UpdateKind() UpdateKind        { return KindCurrentModeUpdate }
+func (*ConfigOptions) UpdateKind() UpdateKind      { return KindConfigOptionUpdate }
+func (*AvailableCommands) UpdateKind() UpdateKind  { return KindAvailableCommandsUpdate }
+func (*SessionInfo) UpdateKind() UpdateKind        { return KindSessionInfoUpdate }
 func (*Usage) UpdateKind() UpdateKind              { return KindUsageUpdate }
 func (*HandleChanged) UpdateKind() UpdateKind      { return KindHandleChanged }
 func (*PermissionRequest) UpdateKind() UpdateKind  { return KindPermissionRequest }
@@ -174,6 +232,10 @@ func (*Chunk) isSessionUpdate()                    {}
 func (*ToolCall) isSessionUpdate()                 {}
 func (*ToolCallUpdate) isSessionUpdate()           {}
 func (*Plan) isSessionUpdate()                     {}
+func (*CurrentMode) isSessionUpdate()              {}
+func (*ConfigOptions) isSessionUpdate()            {}
+func (*AvailableCommands) isSessionUpdate()        {}
+func (*SessionInfo) isSessionUpdate()              {}
 func (*Usage) isSessionUpdate()                    {}
 func (*HandleChanged) isSessionUpdate()            {}
 func (*PermissionRequest) isSessionUpdate()        {}
@@ -210,6 +272,14 @@ func DecodeUpdate(b []byte) (SessionUpdate, error) {
 		u = &Plan{}
 	case KindUsageUpdate:
 		u = &Usage{}
+	case KindCurrentModeUpdate:
+		u = &CurrentMode{}
+	case KindConfigOptionUpdate:
+		u = &ConfigOptions{}
+	case KindAvailableCommandsUpdate:
+		u = &AvailableCommands{}
+	case KindSessionInfoUpdate:
+		u = &SessionInfo{}
 	case KindHandleChanged:
 		u = &HandleChanged{}
 	case KindPermissionRequest:

@@ -21,29 +21,114 @@ type chunkWire struct {
 // toolCallWire is a tool_call, and without sessionUpdate the tool call of
 // a permission request.
 type toolCallWire struct {
-	Kind          string          `json:"kind,omitempty"`
-	RawInput      json.RawMessage `json:"rawInput,omitempty"`
-	SessionUpdate UpdateKind      `json:"sessionUpdate,omitempty"`
-	Status        string          `json:"status"`
-	Title         string          `json:"title"`
-	ToolCallID    string          `json:"toolCallId"`
-}
-
-type toolCallUpdateWire struct {
 	Content       []toolCallContent `json:"content,omitempty"`
-	RawOutput     json.RawMessage   `json:"rawOutput,omitempty"`
-	SessionUpdate UpdateKind        `json:"sessionUpdate"`
+	Kind          string            `json:"kind,omitempty"`
+	Locations     []Location        `json:"locations,omitempty"`
+	RawInput      json.RawMessage   `json:"rawInput,omitempty"`
+	SessionUpdate UpdateKind        `json:"sessionUpdate,omitempty"`
 	Status        string            `json:"status"`
+	Title         string            `json:"title"`
 	ToolCallID    string            `json:"toolCallId"`
 }
 
-// toolCallContent is ACP's tool call content of type "content": a block.
+type toolCallUpdateWire struct {
+	Meta          *toolCallUpdateMeta `json:"_meta,omitempty"`
+	Content       []toolCallContent   `json:"content,omitempty"`
+	Kind          string              `json:"kind,omitempty"`
+	Locations     []Location          `json:"locations,omitempty"`
+	RawOutput     json.RawMessage     `json:"rawOutput,omitempty"`
+	SessionUpdate UpdateKind          `json:"sessionUpdate"`
+	Status        string              `json:"status"`
+	Title         string              `json:"title,omitempty"`
+	ToolCallID    string              `json:"toolCallId"`
+}
+
+// toolCallUpdateMeta carries a running tool's output delta the way
+// codex-acp does.
+type toolCallUpdateMeta struct {
+	TerminalOutput *terminalOutput `json:"terminal_output,omitempty"`
+}
+
+type terminalOutput struct {
+	Data       string `json:"data"`
+	TerminalID string `json:"terminal_id"`
+}
+
+// toolCallContent is ACP's tool call content: a block (type "content") or
+// a diff (type "diff"). A block encodes {"content","type"} as blocks
+// always have; a diff encodes newText, oldText (when set), path, type.
 type toolCallContent struct {
+	block Content
+	diff  *Diff
+}
+
+type blockWire struct {
 	Content Content `json:"content"`
 	Type    string  `json:"type"`
 }
 
-const toolCallContentType = "content"
+type diffWire struct {
+	NewText string  `json:"newText"`
+	OldText *string `json:"oldText,omitempty"`
+	Path    string  `json:"path"`
+	Type    string  `json:"type"`
+}
+
+func (c toolCallContent) MarshalJSON() ([]byte, error) {
+	if c.diff != nil {
+		return json.Marshal(diffWire{NewText: c.diff.NewText, OldText: c.diff.OldText, Path: c.diff.Path, Type: toolCallDiffType})
+	}
+	return json.Marshal(blockWire{Content: c.block, Type: toolCallContentType})
+}
+
+// UnmarshalJSON reads a block or a diff. A diff without its path or new
+// text, and any other type (a terminal), are refused: a decode and
+// re-encode would drop or invent members.
+func (c *toolCallContent) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Type    string  `json:"type"`
+		Content Content `json:"content"`
+		NewText *string `json:"newText"`
+		OldText *string `json:"oldText"`
+		Path    *string `json:"path"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	switch {
+	case w.Type == toolCallContentType:
+		*c = toolCallContent{block: w.Content}
+	case w.Type == toolCallDiffType && w.NewText != nil && w.Path != nil:
+		*c = toolCallContent{diff: &Diff{Path: *w.Path, OldText: w.OldText, NewText: *w.NewText}}
+	default:
+		return fmt.Errorf("tool call content of type %q is not a %q block nor a %q with path and newText",
+			w.Type, toolCallContentType, toolCallDiffType)
+	}
+	return nil
+}
+
+const (
+	toolCallContentType = "content"
+	toolCallDiffType    = "diff"
+)
+
+func blockContent(c Content) toolCallContent { return toolCallContent{block: c} }
+
+func toolContentWire(cs []ToolCallContent) []toolCallContent {
+	var out []toolCallContent
+	for _, c := range cs {
+		out = append(out, toolCallContent{block: c.Block, diff: c.Diff})
+	}
+	return out
+}
+
+func toolContentFromWire(ws []toolCallContent) []ToolCallContent {
+	var out []ToolCallContent
+	for _, w := range ws {
+		out = append(out, ToolCallContent{Block: w.block, Diff: w.diff})
+	}
+	return out
+}
 
 type planWire struct {
 	Entries       []acp.PlanEntry `json:"entries"`
@@ -69,6 +154,7 @@ type handleChangedWire struct {
 }
 
 type permissionRequestWire struct {
+	AlwaysScope   string                 `json:"alwaysScope,omitempty"`
 	Options       []acp.PermissionOption `json:"options"`
 	RequestID     string                 `json:"requestId"`
 	SessionUpdate UpdateKind             `json:"sessionUpdate"`
@@ -99,11 +185,13 @@ func (u *Chunk) UnmarshalJSON(b []byte) error {
 }
 
 func (c ToolCall) wire(kind UpdateKind) toolCallWire {
-	return toolCallWire{Kind: c.Kind, RawInput: c.RawInput, SessionUpdate: kind, Status: c.Status, Title: c.Title, ToolCallID: c.ToolCallID}
+	return toolCallWire{Content: toolContentWire(c.Content), Kind: c.Kind, Locations: c.Locations, RawInput: c.RawInput,
+		SessionUpdate: kind, Status: c.Status, Title: c.Title, ToolCallID: c.ToolCallID}
 }
 
 func (w toolCallWire) toolCall() ToolCall {
-	return ToolCall{ToolCallID: w.ToolCallID, Title: w.Title, Kind: w.Kind, Status: w.Status, RawInput: w.RawInput}
+	return ToolCall{ToolCallID: w.ToolCallID, Title: w.Title, Kind: w.Kind, Status: w.Status, RawInput: w.RawInput,
+		Content: toolContentFromWire(w.Content), Locations: w.Locations}
 }
 
 func (u *ToolCall) MarshalJSON() ([]byte, error) { return json.Marshal(u.wire(KindToolCall)) }
@@ -118,9 +206,14 @@ func (u *ToolCall) UnmarshalJSON(b []byte) error {
 }
 
 func (u *ToolCallUpdate) MarshalJSON() ([]byte, error) {
-	w := toolCallUpdateWire{RawOutput: u.RawOutput, SessionUpdate: KindToolCallUpdate, Status: u.Status, ToolCallID: u.ToolCallID}
+	w := toolCallUpdateWire{Kind: u.Kind, Locations: u.Locations, RawOutput: u.RawOutput, SessionUpdate: KindToolCallUpdate,
+		Status: u.Status, Title: u.Title, ToolCallID: u.ToolCallID}
 	for _, c := range u.Content {
-		w.Content = append(w.Content, toolCallContent{Content: c, Type: toolCallContentType})
+		w.Content = append(w.Content, blockContent(c))
+	}
+	w.Content = append(w.Content, toolContentWire(u.ToolContent)...)
+	if u.OutputDelta != "" {
+		w.Meta = &toolCallUpdateMeta{TerminalOutput: &terminalOutput{Data: u.OutputDelta, TerminalID: u.ToolCallID}}
 	}
 	return json.Marshal(w)
 }
@@ -130,14 +223,27 @@ func (u *ToolCallUpdate) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*u = ToolCallUpdate{ToolCallID: w.ToolCallID, Status: w.Status, RawOutput: w.RawOutput}
-	for i, c := range w.Content {
-		if c.Type != toolCallContentType {
-			// Diffs and terminals are not journaled yet; refusing them
-			// keeps a decode and re-encode from dropping their members.
-			return fmt.Errorf("tool call content %d has type %q; only %q is modelled", i, c.Type, toolCallContentType)
+	content := toolContentFromWire(w.Content)
+	*u = ToolCallUpdate{ToolCallID: w.ToolCallID, Status: w.Status, RawOutput: w.RawOutput, Locations: w.Locations,
+		Title: w.Title, Kind: w.Kind}
+	if w.Meta != nil && w.Meta.TerminalOutput != nil {
+		if w.Meta.TerminalOutput.TerminalID != w.ToolCallID || w.Meta.TerminalOutput.Data == "" {
+			// Encoding writes the tool call id and only a non-empty delta.
+			return fmt.Errorf("terminal_output of terminal %q (%d bytes) in tool call %q",
+				w.Meta.TerminalOutput.TerminalID, len(w.Meta.TerminalOutput.Data), w.ToolCallID)
 		}
-		u.Content = append(u.Content, c.Content)
+		u.OutputDelta = w.Meta.TerminalOutput.Data
+	}
+	blocksOnly := true
+	for _, c := range content {
+		blocksOnly = blocksOnly && c.Diff == nil
+	}
+	if blocksOnly {
+		for _, c := range content {
+			u.Content = append(u.Content, c.Block)
+		}
+	} else {
+		u.ToolContent = content
 	}
 	return nil
 }
@@ -191,7 +297,7 @@ func (u *HandleChanged) UnmarshalJSON(b []byte) error {
 }
 
 func (u *PermissionRequest) MarshalJSON() ([]byte, error) {
-	return json.Marshal(permissionRequestWire{Options: u.Options, RequestID: u.RequestID,
+	return json.Marshal(permissionRequestWire{AlwaysScope: u.AlwaysScope, Options: u.Options, RequestID: u.RequestID,
 		SessionUpdate: KindPermissionRequest, ToolCall: u.ToolCall.wire("")})
 }
 
@@ -200,7 +306,7 @@ func (u *PermissionRequest) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*u = PermissionRequest{RequestID: w.RequestID, ToolCall: w.ToolCall.toolCall(), Options: w.Options}
+	*u = PermissionRequest{RequestID: w.RequestID, ToolCall: w.ToolCall.toolCall(), Options: w.Options, AlwaysScope: w.AlwaysScope}
 	return nil
 }
 

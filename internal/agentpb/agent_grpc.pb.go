@@ -76,7 +76,7 @@ type AgentClient interface {
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
 	// SetMode switches the open session's mode (ACP session/set_mode),
 	// between turns or during one. UNIMPLEMENTED when the agent has no
-	// modes; INVALID_ARGUMENT (reason "invalid_setting") for a mode it does
+	// modes; INVALID_ARGUMENT (reason INVALID_SETTING) for a mode it does
 	// not offer. The agent reports the change as a current_mode update too.
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
 	// SetConfigOption sets one of the session's config options (ACP
@@ -255,7 +255,7 @@ type AgentServer interface {
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
 	// SetMode switches the open session's mode (ACP session/set_mode),
 	// between turns or during one. UNIMPLEMENTED when the agent has no
-	// modes; INVALID_ARGUMENT (reason "invalid_setting") for a mode it does
+	// modes; INVALID_ARGUMENT (reason INVALID_SETTING) for a mode it does
 	// not offer. The agent reports the change as a current_mode update too.
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
 	// SetConfigOption sets one of the session's config options (ACP

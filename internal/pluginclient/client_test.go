@@ -235,11 +235,24 @@ func TestClassify(t *testing.T) {
 		{status.Error(codes.Unavailable, "closing"), ErrUnavailable},
 		{status.Error(codes.Canceled, "grpc: the client connection is closing"), ErrUnavailable},
 		{status.Error(codes.DeadlineExceeded, "late"), context.DeadlineExceeded},
+		{wire.Refusal(codes.FailedPrecondition, wire.ReasonAuthRequired, "log in"), ErrAuthRequired},
+		{status.Error(codes.InvalidArgument, "resume needs the provider handle"), ErrInvalidArgument},
+		{wire.RefusalWith(codes.InvalidArgument, wire.ReasonInvalidSetting, "bad model", map[string]string{wire.MetaOption: "model"}), ErrInvalidOption},
+		{wire.RefusalWith(codes.InvalidArgument, wire.ReasonInvalidSetting, "bad model", nil), ErrInvalidArgument},
 	} {
 		got := classify(ctx, tc.err)
 		if !errors.Is(got, tc.want) || got.Error() != tc.err.Error() || status.Code(got) != status.Code(tc.err) {
 			t.Errorf("classify(%v) = %v, want it to match %v and read and code as before", tc.err, got, tc.want)
 		}
+	}
+	var invalid *InvalidOptionError
+	got := classify(ctx, wire.RefusalWith(codes.InvalidArgument, wire.ReasonInvalidSetting, "session option model: no such model",
+		map[string]string{wire.MetaOption: "model", wire.MetaReason: "no such model"}))
+	if !errors.As(got, &invalid) || invalid.Option != "model" || invalid.Reason != "no such model" {
+		t.Errorf("an invalid setting: %v (%+v)", got, invalid)
+	}
+	if errors.As(classify(ctx, status.Error(codes.InvalidArgument, "malformed")), &invalid) {
+		t.Error("an INVALID_ARGUMENT without the reason became an invalid setting")
 	}
 	var e *Error
 	if got := classify(ctx, status.Error(codes.Unknown, "?")); !errors.As(got, &e) || e.Reason != nil || !e.Answered() {

@@ -2,6 +2,7 @@ package pluginclient
 
 import (
 	"encoding/json"
+	"slices"
 
 	acp "github.com/coder/acp-go-sdk"
 
@@ -61,7 +62,7 @@ func updateFromProto(u *agentpb.Update) *Update {
 	out.Kind = string(fd.Name())
 	if ts, ok := u.GetKind().(*agentpb.Update_TurnStopped); ok {
 		out.Record = &journal.Stop{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(),
-			StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError()}
+			StopReason: ts.TurnStopped.GetStopReason(), Error: ts.TurnStopped.GetError(), AuthRequired: ts.TurnStopped.GetAuthRequired()}
 		return out
 	}
 	out.Record = &journal.Update{PluginSeq: u.GetSeq(), TurnID: u.GetTurnId(), PluginTime: u.GetTimeUnixNano(), Update: sessionUpdate(u)}
@@ -81,9 +82,18 @@ func sessionUpdate(u *agentpb.Update) journal.SessionUpdate {
 		return &tc
 	case *agentpb.Update_ToolCallUpdate:
 		c := k.ToolCallUpdate
-		out := &journal.ToolCallUpdate{ToolCallID: c.GetToolCallId(), Status: c.GetStatus(), RawOutput: validJSON(c.GetRawOutputJson())}
+		out := &journal.ToolCallUpdate{ToolCallID: c.GetToolCallId(), Status: c.GetStatus(), RawOutput: validJSON(c.GetRawOutputJson()),
+			ToolContent: toolContent(c.GetToolContent()), Locations: locations(c.GetLocations()),
+			Title: c.GetTitle(), Kind: c.GetKind(), OutputDelta: c.GetOutputDelta()}
 		for _, b := range c.GetContent() {
 			out.Content = append(out.Content, content(b))
+		}
+		if !slices.ContainsFunc(out.ToolContent, func(c journal.ToolCallContent) bool { return c.Diff != nil }) {
+			// Blocks alone are Content, as the journal reads them back.
+			for _, c := range out.ToolContent {
+				out.Content = append(out.Content, c.Block)
+			}
+			out.ToolContent = nil
 		}
 		return out
 	case *agentpb.Update_Plan:
@@ -95,11 +105,31 @@ func sessionUpdate(u *agentpb.Update) journal.SessionUpdate {
 		return out
 	case *agentpb.Update_Usage:
 		return usage(k.Usage)
+	case *agentpb.Update_CurrentMode:
+		return &journal.CurrentMode{ModeID: k.CurrentMode.GetModeId()}
+	case *agentpb.Update_ConfigOptions:
+		out := &journal.ConfigOptions{}
+		for _, o := range configOptionsFromProto(k.ConfigOptions.GetConfigOptions()) {
+			jo := journal.ConfigOption{ID: o.ID, Name: o.Name, Description: o.Description, Category: o.Category, CurrentValue: o.CurrentValue}
+			for _, v := range o.Values {
+				jo.Values = append(jo.Values, journal.ConfigValue{Value: v.Value, Name: v.Name, Description: v.Description})
+			}
+			out.Options = append(out.Options, jo)
+		}
+		return out
+	case *agentpb.Update_AvailableCommands:
+		out := &journal.AvailableCommands{}
+		for _, c := range k.AvailableCommands.GetCommands() {
+			out.Commands = append(out.Commands, journal.Command{Name: c.GetName(), Description: c.GetDescription(), InputHint: c.GetInputHint()})
+		}
+		return out
+	case *agentpb.Update_SessionInfo:
+		return &journal.SessionInfo{Title: k.SessionInfo.GetTitle()}
 	case *agentpb.Update_HandleChanged:
 		return &journal.HandleChanged{Handle: k.HandleChanged.GetHandle(), Origin: k.HandleChanged.GetOrigin()}
 	case *agentpb.Update_PermissionRequest:
 		r := k.PermissionRequest
-		out := &journal.PermissionRequest{RequestID: r.GetRequestId(), ToolCall: toolCall(r.GetToolCall())}
+		out := &journal.PermissionRequest{RequestID: r.GetRequestId(), ToolCall: toolCall(r.GetToolCall()), AlwaysScope: r.GetAlwaysScope()}
 		for _, o := range r.GetOptions() {
 			out.Options = append(out.Options, acp.PermissionOption{OptionId: acp.PermissionOptionId(o.GetOptionId()),
 				Name: o.GetName(), Kind: acp.PermissionOptionKind(o.GetKind())})
@@ -132,7 +162,35 @@ func content(b *agentpb.ContentBlock) journal.Content {
 
 func toolCall(c *agentpb.ToolCall) journal.ToolCall {
 	return journal.ToolCall{ToolCallID: c.GetToolCallId(), Title: c.GetTitle(), Kind: c.GetKind(), Status: c.GetStatus(),
-		RawInput: validJSON(c.GetRawInputJson())}
+		RawInput: validJSON(c.GetRawInputJson()), Content: toolContent(c.GetContent()), Locations: locations(c.GetLocations())}
+}
+
+// toolContent is a tool call's content: blocks as content does them, and
+// diffs. An item with neither (a plugin breaking the protocol) is dropped.
+func toolContent(cs []*agentpb.ToolCallContent) []journal.ToolCallContent {
+	var out []journal.ToolCallContent
+	for _, c := range cs {
+		switch k := c.GetKind().(type) {
+		case *agentpb.ToolCallContent_Block:
+			out = append(out, journal.ToolCallContent{Block: content(k.Block)})
+		case *agentpb.ToolCallContent_Diff:
+			d := &journal.Diff{Path: k.Diff.GetPath(), NewText: k.Diff.GetNewText()}
+			if k.Diff.OldText != nil {
+				old := k.Diff.GetOldText()
+				d.OldText = &old
+			}
+			out = append(out, journal.ToolCallContent{Diff: d})
+		}
+	}
+	return out
+}
+
+func locations(ls []*agentpb.Location) []journal.Location {
+	var out []journal.Location
+	for _, l := range ls {
+		out = append(out, journal.Location{Path: l.GetPath(), Line: int(l.GetLine())})
+	}
+	return out
 }
 
 // usage is ACP's usage_update: the context's tokens used of its window,

@@ -78,6 +78,58 @@ var goldenUpdates = map[string]*agentpb.Update{
 		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{StopReason: "failed", Error: "out of <tokens>"}}},
 	"stop-plugin-empty": {Seq: 24,
 		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{}}},
+	"update-current-mode": {Seq: 27, Kind: &agentpb.Update_CurrentMode{CurrentMode: &agentpb.CurrentMode{ModeId: "plan"}}},
+	"update-config-options": {Seq: 28, TurnId: "turn-7", Kind: &agentpb.Update_ConfigOptions{ConfigOptions: &agentpb.ConfigOptions{
+		ConfigOptions: []*agentpb.ConfigOption{
+			{Id: "model", Name: "Model", Description: "The <model> to use", Category: "model", CurrentValue: "sonnet",
+				Values: []*agentpb.ConfigValue{{Value: "sonnet", Name: "Sonnet", Description: "fast"}, {Value: "opus", Name: "Opus"}}},
+			{Id: "effort", Name: "Effort", CurrentValue: "low"},
+		}}}},
+	"update-config-options-empty": {Seq: 29, Kind: &agentpb.Update_ConfigOptions{ConfigOptions: &agentpb.ConfigOptions{}}},
+	"update-available-commands": {Seq: 30, Kind: &agentpb.Update_AvailableCommands{AvailableCommands: &agentpb.AvailableCommands{
+		Commands: []*agentpb.Command{{Name: "review", Description: "Review a change", InputHint: "a branch or commit"}, {Name: "clear", Description: "Start over"}}}}},
+	"update-available-commands-empty": {Seq: 31, Kind: &agentpb.Update_AvailableCommands{AvailableCommands: &agentpb.AvailableCommands{}}},
+	"update-session-info":             {Seq: 32, Kind: &agentpb.Update_SessionInfo{SessionInfo: &agentpb.SessionInfo{Title: "Fix the <parser> & tests"}}},
+	"update-tool-call-diff": {Seq: 33, TurnId: "turn-8", Kind: &agentpb.Update_ToolCall{ToolCall: &agentpb.ToolCall{
+		ToolCallId: "tool-9", Title: "Edit main.go", Kind: "edit", Status: "pending",
+		Content: []*agentpb.ToolCallContent{
+			{Kind: &agentpb.ToolCallContent_Diff{Diff: &agentpb.Diff{Path: "/w/main.go", OldText: ptr("package main\n"), NewText: "package main\n\nfunc main() {}\n"}}},
+			{Kind: &agentpb.ToolCallContent_Diff{Diff: &agentpb.Diff{Path: "/w/new.txt"}}},
+			{}, // no kind: dropped
+			{Kind: &agentpb.ToolCallContent_Block{Block: &agentpb.ContentBlock{Type: "text", Text: "two files"}}},
+		},
+		Locations: []*agentpb.Location{{Path: "/w/main.go", Line: 3}, {Path: "/w/new.txt"}}}}},
+	"update-tool-call-update-rich": {Seq: 34, TurnId: "turn-8", Kind: &agentpb.Update_ToolCallUpdate{ToolCallUpdate: &agentpb.ToolCallUpdate{
+		ToolCallId: "tool-9", Status: "completed", Title: "Edited main.go", Kind: "edit",
+		ToolContent: []*agentpb.ToolCallContent{{Kind: &agentpb.ToolCallContent_Diff{Diff: &agentpb.Diff{Path: "/w/main.go", OldText: ptr(""), NewText: "x"}}}},
+		Locations:   []*agentpb.Location{{Path: "/w/main.go", Line: 1}}}}},
+	"update-tool-call-update-output": {Seq: 35, TurnId: "turn-8", Kind: &agentpb.Update_ToolCallUpdate{ToolCallUpdate: &agentpb.ToolCallUpdate{
+		ToolCallId: "tool-10", Status: "in_progress", OutputDelta: "building <x>...\n"}}},
+	"update-permission-request-always": {Seq: 36, TurnId: "turn-8", Kind: &agentpb.Update_PermissionRequest{PermissionRequest: &agentpb.PermissionRequest{
+		RequestId: "req-3", AlwaysScope: "edit",
+		ToolCall: &agentpb.ToolCall{ToolCallId: "tool-9", Title: "Edit main.go", Kind: "edit", Status: "pending",
+			Content:   []*agentpb.ToolCallContent{{Kind: &agentpb.ToolCallContent_Diff{Diff: &agentpb.Diff{Path: "/w/main.go", OldText: ptr("a"), NewText: "b"}}}},
+			Locations: []*agentpb.Location{{Path: "/w/main.go"}}},
+		Options: []*agentpb.PermissionOption{{OptionId: "allow_always", Name: "Always allow", Kind: "allow_always"}}}}},
+	"stop-auth-required": {Seq: 37, TurnId: "turn-9",
+		Kind: &agentpb.Update_TurnStopped{TurnStopped: &agentpb.TurnStopped{StopReason: "failed", Error: "401: log in", AuthRequired: true}}},
+}
+
+func ptr(s string) *string { return &s }
+
+// Every golden journal file has the plugin update it came from, so every
+// kind the journal models is produced by this converter.
+func TestEveryGoldenUpdateHasItsPluginUpdate(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "journal", "testdata", "golden", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		if _, ok := goldenUpdates[name]; !ok && !strings.HasPrefix(name, "prompt") && name != "stop-not-dispatched" && name != "update-unknown" {
+			t.Errorf("%s has no plugin update in goldenUpdates", name)
+		}
+	}
 }
 
 func TestUpdateRecordKeepsTheJournalsBytes(t *testing.T) {

@@ -76,6 +76,8 @@ func refusal(r wire.Reason) error {
 		return ErrBusy
 	case wire.ReasonAgent:
 		return ErrAgent
+	case wire.ReasonAuthRequired:
+		return ErrAuthRequired
 	}
 	return ErrRefused
 }
@@ -141,6 +143,9 @@ func classify(ctx context.Context, err error) error {
 		e.Reason = ErrUnavailable
 	case codes.InvalidArgument:
 		e.Reason = ErrInvalidArgument
+		if r, meta := wire.InfoOf(st); r == wire.ReasonInvalidSetting {
+			e.Reason = &InvalidOptionError{Option: meta[wire.MetaOption], Reason: meta[wire.MetaReason]}
+		}
 	case codes.NotFound:
 		e.Reason = ErrUnknownRequest
 	case codes.Unimplemented:

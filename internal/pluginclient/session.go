@@ -149,17 +149,18 @@ func configOptionsFromProto(opts []*agentpb.ConfigOption) []ConfigOption {
 
 // ErrAuthRequired: the agent's provider refused or lacks credentials (a
 // NewSession, ResumeSession or turn failure). The user must log in or the
-// operator configure a key.
-// TODO(#15 sdk): mapped from the refusal reason the SDK attaches.
+// operator configure a key. It is the Reason of an *Error whose refusal
+// carries wire.ReasonAuthRequired; a turn's stop says so in
+// journal.Stop.AuthRequired instead.
 var ErrAuthRequired = errors.New("the agent's provider needs authentication")
 
 // ErrInvalidOption is matched by an *InvalidOptionError.
 var ErrInvalidOption = errors.New("invalid session setting")
 
 // InvalidOptionError is the agent refusing a session option, mode or
-// config option; Option names it.
-// TODO(#15 sdk): built from the refusal the SDK sends for an
-// sdk.InvalidOptionError.
+// config option; Option names it. It is the Reason of an *Error whose
+// refusal carries wire.ReasonInvalidSetting (so errors.As finds it through
+// the *Error), and it matches ErrInvalidOption and ErrInvalidArgument.
 type InvalidOptionError struct {
 	Option string
 	Reason string
@@ -170,4 +171,6 @@ func (e *InvalidOptionError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrInvalidOption) true.
-func (e *InvalidOptionError) Is(target error) bool { return target == ErrInvalidOption }
+func (e *InvalidOptionError) Is(target error) bool {
+	return target == ErrInvalidOption || target == ErrInvalidArgument
+}

@@ -101,7 +101,8 @@ type Reason string
 // ErrorDomain is the ErrorInfo domain of agenthost refusal reasons.
 const ErrorDomain = "agenthost.agent.v1"
 
-// Refusal reasons, all with code FAILED_PRECONDITION.
+// Refusal reasons, all with code FAILED_PRECONDITION but
+// ReasonInvalidSetting.
 const (
 	// ReasonStaleFence: the call carries a fence below the one the plugin
 	// is attached at: a newer host took the session over.
@@ -126,13 +127,33 @@ const (
 	// ReasonAgent: the agent itself refused or failed (its factory, or
 	// opening the session); the message is the agent's.
 	ReasonAgent Reason = "AGENT_ERROR"
+	// ReasonAuthRequired: the agent's provider refused or lacks
+	// credentials (the agent's error wraps sdk.ErrAuthRequired); the
+	// message is the agent's.
+	ReasonAuthRequired Reason = "AUTH_REQUIRED"
+	// ReasonInvalidSetting, with code INVALID_ARGUMENT: the agent refused
+	// a session option, mode or config option (an sdk.InvalidOptionError).
+	// The ErrorInfo metadata names it under MetaOption and says why under
+	// MetaReason.
+	ReasonInvalidSetting Reason = "INVALID_SETTING"
+)
+
+// ErrorInfo metadata keys of a ReasonInvalidSetting refusal.
+const (
+	MetaOption = "option"
+	MetaReason = "reason"
 )
 
 // Refusal returns the status error of a refused call: code and message as
 // before, with reason attached as a detail.
 func Refusal(code codes.Code, reason Reason, msg string) error {
+	return RefusalWith(code, reason, msg, nil)
+}
+
+// RefusalWith is Refusal with ErrorInfo metadata.
+func RefusalWith(code codes.Code, reason Reason, msg string, metadata map[string]string) error {
 	st := status.New(code, msg)
-	if with, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: ErrorDomain}); err == nil {
+	if with, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: ErrorDomain, Metadata: metadata}); err == nil {
 		st = with
 	}
 	return st.Err()
@@ -140,10 +161,17 @@ func Refusal(code codes.Code, reason Reason, msg string) error {
 
 // ReasonOf returns the reason a refusal carries, or "" if it carries none.
 func ReasonOf(st *status.Status) Reason {
+	r, _ := InfoOf(st)
+	return r
+}
+
+// InfoOf returns the reason a refusal carries and its metadata; "" and nil
+// when it carries none.
+func InfoOf(st *status.Status) (Reason, map[string]string) {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
-			return Reason(info.Reason)
+			return Reason(info.Reason), info.Metadata
 		}
 	}
-	return ""
+	return "", nil
 }

@@ -110,7 +110,7 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 	if v := os.Getenv(wire.EnvSpawnTokenVar); v != "" {
 		token = os.Getenv(v)
 	}
-	srv := newServer(name, factory, Environment{SessionDir: sessionDir, Logger: log}, os.Getpid(), token, cfg.outboxMemory)
+	srv := newServer(name, cfg.capabilities, factory, Environment{SessionDir: sessionDir, Logger: log}, os.Getpid(), token, cfg.outboxMemory)
 	defer srv.box.close()
 
 	// SIGPIPE: Notify (not Ignore, which exec'd children would inherit).
@@ -206,16 +206,23 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 // turn and closes the agent, as a SIGTERM does under Serve (bounded by 5s),
 // stops serving, and returns the agent's close error.
 //
+// Of opts, only WithCapabilities and WithOutboxMemory apply; the
+// environment is env (its Reporter is the SDK's, whatever env holds).
+//
 // Package sdktest serves agents this way, over real gRPC, to test them
 // without building a plugin binary; a plugin's main calls Serve.
-func ServeListener(ctx context.Context, lis net.Listener, name string, factory Factory, env Environment) error {
+func ServeListener(ctx context.Context, lis net.Listener, name string, factory Factory, env Environment, opts ...ServeOption) error {
 	if factory == nil {
 		return errors.New("sdk.ServeListener: factory is nil")
 	}
 	if env.Logger == nil {
 		env.Logger = hclog.NewNullLogger()
 	}
-	srv := newServer(name, factory, env, os.Getpid(), "", 0)
+	var cfg serveConfig
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	srv := newServer(name, cfg.capabilities, factory, env, os.Getpid(), "", cfg.outboxMemory)
 	defer srv.box.close()
 	g := grpc.NewServer()
 	agentpb.RegisterAgentServer(g, srv)

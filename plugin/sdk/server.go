@@ -23,6 +23,7 @@ type server struct {
 	agentpb.UnimplementedAgentServer
 
 	name     string
+	caps     Capabilities
 	factory  Factory
 	env      Environment
 	log      hclog.Logger
@@ -57,14 +58,17 @@ type runningTurn struct {
 	done   chan struct{}
 }
 
-func newServer(name string, factory Factory, env Environment, pid int, token string, memLimit int) *server {
-	return &server{
-		name: name, factory: factory, env: env, log: env.Logger, pid: pid, token: token,
+func newServer(name string, caps Capabilities, factory Factory, env Environment, pid int, token string, memLimit int) *server {
+	s := &server{
+		name: name, caps: caps, factory: factory, log: env.Logger, pid: pid, token: token,
 		instance:    rand.Text(),
 		box:         newOutbox(env.SessionDir, memLimit, env.Logger),
 		perms:       map[string]*pendingPermission{},
 		fenceRaised: make(chan struct{}),
 	}
+	env.Reporter = &Reporter{srv: s}
+	s.env = env
+	return s
 }
 
 func staleFence(got, have uint64) error {
@@ -111,10 +115,15 @@ func (s *server) Identify(ctx context.Context, _ *agentpb.IdentifyRequest) (*age
 	if d, ok := s.agent.(Describer); ok {
 		version = d.AgentVersion()
 	}
+	// The agent exists only once a session opens, so what it implements
+	// is known only then; before, the declared capabilities answer.
+	_, setMode := s.agent.(ModeSetter)
+	_, setConfig := s.agent.(ConfigOptionSetter)
 	return &agentpb.IdentifyResponse{
 		SessionId: s.sessionID, SpawnToken: s.token, Pid: int64(s.pid), InstanceId: s.instance,
 		ProtocolVersion: ProtocolVersion, AgentName: s.name, AgentVersion: version,
 		Fence: s.fence, Handle: s.handle, LastSeq: s.box.lastSeq(),
+		Capabilities: capabilitiesToProto(s.caps, s.caps.Modes || setMode, s.caps.ConfigOptions || setConfig),
 	}, nil
 }
 
@@ -142,7 +151,7 @@ func (s *server) Attach(ctx context.Context, req *agentpb.AttachRequest) (*agent
 
 func (s *server) NewSession(ctx context.Context, req *agentpb.NewSessionRequest) (*agentpb.SessionResponse, error) {
 	return s.open(ctx, req.Fence, func(a Agent) (SessionInfo, error) {
-		return a.NewSession(ctx, NewSessionRequest{Workspace: req.Workspace, Options: req.Options})
+		return a.NewSession(ctx, NewSessionRequest{Workspace: req.Workspace, Options: req.Options, MCPServers: mcpServersFromProto(req.McpServers)})
 	})
 }
 
@@ -151,7 +160,8 @@ func (s *server) ResumeSession(ctx context.Context, req *agentpb.ResumeSessionRe
 		return nil, status.Error(codes.InvalidArgument, "resume needs the provider handle")
 	}
 	return s.open(ctx, req.Fence, func(a Agent) (SessionInfo, error) {
-		return a.ResumeSession(ctx, ResumeSessionRequest{Workspace: req.Workspace, Options: req.Options, Handle: req.Handle})
+		return a.ResumeSession(ctx, ResumeSessionRequest{Workspace: req.Workspace, Options: req.Options, Handle: req.Handle,
+			MCPServers: mcpServersFromProto(req.McpServers)})
 	})
 }
 
@@ -184,6 +194,9 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 		if a == nil {
 			return nil, status.Error(codes.Internal, "the plugin's factory returned no agent")
 		}
+		if err := s.implementsDeclared(a); err != nil {
+			return nil, err
+		}
 	}
 	info, err := do(a)
 	if err != nil {
@@ -203,7 +216,72 @@ func (s *server) open(ctx context.Context, fence uint64, do func(Agent) (Session
 		return nil, err
 	}
 	s.handle = info.Handle
-	return &agentpb.SessionResponse{Handle: info.Handle, Options: info.Options}, nil
+	return &agentpb.SessionResponse{Handle: info.Handle, Options: info.Options, Modes: modesToProto(info.Modes),
+		ConfigOptions: configOptionsToProto(info.ConfigOptions)}, nil
+}
+
+// implementsDeclared refuses an agent that lacks an interface its plugin
+// declared: the host offers a client what Identify reported, so a
+// declared call the agent cannot serve is a bug to surface at once.
+func (s *server) implementsDeclared(a Agent) error {
+	if _, ok := a.(ModeSetter); s.caps.Modes && !ok {
+		return status.Errorf(codes.Internal, "the plugin declares modes, but its agent (%T) implements no sdk.ModeSetter", a)
+	}
+	if _, ok := a.(ConfigOptionSetter); s.caps.ConfigOptions && !ok {
+		return status.Errorf(codes.Internal, "the plugin declares config options, but its agent (%T) implements no sdk.ConfigOptionSetter", a)
+	}
+	return nil
+}
+
+// openAgent returns the agent of the open session, for a call that
+// needs one (SetMode, SetConfigOption).
+func (s *server) openAgent(fence uint64) (Agent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(fence); err != nil {
+		return nil, err
+	}
+	if s.handle == "" {
+		return nil, refuse(wire.ReasonNoSession, "no session is open: call NewSession or ResumeSession first")
+	}
+	return s.agent, nil
+}
+
+func (s *server) SetMode(ctx context.Context, req *agentpb.SetModeRequest) (*agentpb.SetModeResponse, error) {
+	a, err := s.openAgent(req.Fence)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := a.(ModeSetter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this agent has no modes")
+	}
+	if err := m.SetMode(ctx, req.ModeId); err != nil {
+		return nil, agentError(err)
+	}
+	mode := req.ModeId
+	s.emitSession(Update{CurrentMode: &mode})
+	return &agentpb.SetModeResponse{}, nil
+}
+
+func (s *server) SetConfigOption(ctx context.Context, req *agentpb.SetConfigOptionRequest) (*agentpb.SetConfigOptionResponse, error) {
+	a, err := s.openAgent(req.Fence)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := a.(ConfigOptionSetter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this agent has no config options")
+	}
+	opts, err := c.SetConfigOption(ctx, req.ConfigId, req.Value)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	if opts == nil {
+		opts = []ConfigOption{}
+	}
+	s.emitSession(Update{ConfigOptions: opts})
+	return &agentpb.SetConfigOptionResponse{ConfigOptions: configOptionsToProto(opts)}, nil
 }
 
 func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agentpb.PromptResponse, error) {
@@ -253,7 +331,7 @@ func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *ru
 		s.log.Debug("turn ended with an error after it was cancelled", "turn", req.TurnID, "error", err)
 		stop.StopReason = StopCancelled
 	case err != nil:
-		stop.StopReason, stop.Error = StopFailed, err.Error()
+		stop.StopReason, stop.Error, stop.AuthRequired = StopFailed, err.Error(), errors.Is(err, ErrAuthRequired)
 	case stop.StopReason == "":
 		stop.StopReason = StopEndTurn
 	}
@@ -286,10 +364,20 @@ func (s *server) emitInTurn(turnID string, u Update) error {
 	return nil
 }
 
-// emitSession appends a session-level update (no turn id).
-// TODO(#15 sdk): Identify's handle follows a session-level HandleChanged.
+// emitSession appends a session-level update (no turn id). A handle
+// change moves the handle Identify reports, as one inside a turn does, so
+// a host that readopts the plugin after a /clear resumes the new
+// conversation; before a session is open, the handle the open returns
+// decides.
 func (s *server) emitSession(u Update) {
 	u.turnID = ""
+	if u.HandleChanged != nil && u.HandleChanged.Handle != "" {
+		s.mu.Lock()
+		if s.handle != "" {
+			s.handle = u.HandleChanged.Handle
+		}
+		s.mu.Unlock()
+	}
 	s.emit(u)
 }
 
@@ -453,10 +541,20 @@ func (s *server) shutdown(ctx context.Context) error {
 }
 
 // agentError carries an agent's error to the host with its own message:
-// ErrNotImplemented as UNIMPLEMENTED, anything else as FAILED_PRECONDITION
-// with reason AGENT_ERROR, which the host reports as the plugin's failure.
+// an *InvalidOptionError as INVALID_ARGUMENT with reason INVALID_SETTING
+// (naming the setting in the ErrorInfo metadata), ErrAuthRequired as
+// FAILED_PRECONDITION with reason AUTH_REQUIRED, ErrNotImplemented as
+// UNIMPLEMENTED, anything else as FAILED_PRECONDITION with reason
+// AGENT_ERROR, which the host reports as the plugin's failure.
 func agentError(err error) error {
-	if errors.Is(err, ErrNotImplemented) {
+	var invalid *InvalidOptionError
+	switch {
+	case errors.As(err, &invalid):
+		return wire.RefusalWith(codes.InvalidArgument, wire.ReasonInvalidSetting, err.Error(),
+			map[string]string{wire.MetaOption: invalid.Option, wire.MetaReason: invalid.Reason})
+	case errors.Is(err, ErrAuthRequired):
+		return wire.Refusal(codes.FailedPrecondition, wire.ReasonAuthRequired, err.Error())
+	case errors.Is(err, ErrNotImplemented):
 		return status.Error(codes.Unimplemented, err.Error())
 	}
 	return wire.Refusal(codes.FailedPrecondition, wire.ReasonAgent, err.Error())

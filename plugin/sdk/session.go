@@ -24,6 +24,13 @@ type Capabilities struct {
 	// host refuses any other option before the plugin sees it; an agent
 	// must still refuse an invalid value with InvalidOptionError.
 	Options []OptionSpec
+	// Modes and ConfigOptions declare that the agent implements
+	// ModeSetter and ConfigOptionSetter. The agent exists only once a
+	// session opens, so this is how Identify reports them before; once it
+	// exists, Identify reports what it implements, declared or not. An
+	// agent lacking a declared interface fails its first NewSession or
+	// ResumeSession (a plugin offering what it cannot do is a bug).
+	Modes, ConfigOptions bool
 }
 
 // AuthMethod is one way to authenticate an agent's provider (ACP

@@ -13,7 +13,7 @@ import (
 func newTestTurn(t *testing.T, id string) (*Turn, *logtest.Buffer) {
 	t.Helper()
 	var log logtest.Buffer
-	srv := newServer("test", nil, Environment{Logger: hclog.New(&hclog.LoggerOptions{Output: &log})}, 1, "", 0)
+	srv := newServer("test", Capabilities{}, nil, Environment{Logger: hclog.New(&hclog.LoggerOptions{Output: &log})}, 1, "", 0)
 	t.Cleanup(srv.box.close)
 	srv.turn = &runningTurn{id: id, cancel: func() {}, done: make(chan struct{})}
 	return &Turn{id: id, srv: srv}, &log

@@ -49,6 +49,14 @@ type HarnessOption func(*harnessConfig)
 type harnessConfig struct {
 	name   string
 	logger hclog.Logger
+	serve  []sdk.ServeOption
+}
+
+// WithCapabilities declares the agent's capabilities, as
+// sdk.WithCapabilities does for Serve; NewHarness only: a plugin binary
+// declares its own.
+func WithCapabilities(c sdk.Capabilities) HarnessOption {
+	return func(cfg *harnessConfig) { cfg.serve = append(cfg.serve, sdk.WithCapabilities(c)) }
 }
 
 // WithAgentName sets the agent name Identify reports (default "sdktest");
@@ -105,7 +113,7 @@ func NewHarness(t testing.TB, factory sdk.Factory, opts ...HarnessOption) *Harne
 	lis := bufconn.Listen(1 << 20)
 	serveCtx, stopServe := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- sdk.ServeListener(serveCtx, lis, cfg.name, factory, env) }()
+	go func() { served <- sdk.ServeListener(serveCtx, lis, cfg.name, factory, env, cfg.serve...) }()
 	dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }
 	conn, err := grpc.NewClient("passthrough:///sdktest",
 		append([]grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(insecure.NewCredentials())},
@@ -257,22 +265,55 @@ func (h *Harness) Attach(ctx context.Context) error {
 // NewSession opens a new conversation; the first call creates the agent
 // with the factory. A failure of the factory or the agent matches ErrAgent.
 func (h *Harness) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.SessionInfo, error) {
-	info, err := h.attachment().NewSession(ctx, pluginclient.NewSessionRequest{Workspace: req.Workspace, Options: req.Options})
-	return sdk.SessionInfo{Handle: info.Handle, Options: info.Options}, err
+	info, err := h.attachment().NewSession(ctx, pluginclient.NewSessionRequest{Workspace: req.Workspace, Options: req.Options,
+		MCPServers: mcpServers(req.MCPServers)})
+	return sessionInfo(info), err
 }
 
 // ResumeSession reopens the conversation named by req.Handle; the first
 // call creates the agent with the factory.
 func (h *Harness) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
 	info, err := h.attachment().ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: req.Workspace,
-		Options: req.Options, Handle: req.Handle})
-	return sdk.SessionInfo{Handle: info.Handle, Options: info.Options}, err
+		Options: req.Options, Handle: req.Handle, MCPServers: mcpServers(req.MCPServers)})
+	return sessionInfo(info), err
 }
+
+// SetMode switches the session's mode. An agent without modes matches
+// ErrNotImplemented; a mode it refuses is an *InvalidOptionError.
+func (h *Harness) SetMode(ctx context.Context, modeID string) error {
+	return h.attachment().SetMode(ctx, modeID)
+}
+
+// SetConfigOption sets a config option and returns all of them as the
+// agent answered; errors as SetMode's.
+func (h *Harness) SetConfigOption(ctx context.Context, id, value string) ([]sdk.ConfigOption, error) {
+	opts, err := h.attachment().SetConfigOption(ctx, id, value)
+	return configOptions(opts), err
+}
+
+// InvalidOptionError is the host's form of the agent's
+// *sdk.InvalidOptionError: errors.As finds it in the error of
+// NewSession, ResumeSession, SetMode and SetConfigOption.
+type InvalidOptionError = pluginclient.InvalidOptionError
+
+// ErrAuthRequired is matched by the error of an open the agent failed
+// with sdk.ErrAuthRequired.
+var ErrAuthRequired = pluginclient.ErrAuthRequired
 
 // Prompt starts a turn with a text prompt and returns its id at once; read
 // its updates with Turn.
 func (h *Harness) Prompt(ctx context.Context, text string) (string, error) {
-	return h.attachment().Prompt(ctx, pluginclient.PromptRequest{Prompt: pluginclient.Text(text)})
+	return h.PromptBlocks(ctx, sdk.TextBlock(text))
+}
+
+// PromptBlocks starts a turn with a prompt of any blocks (an image, a
+// resource, …) and returns its id at once.
+func (h *Harness) PromptBlocks(ctx context.Context, blocks ...sdk.ContentBlock) (string, error) {
+	prompt := make([]pluginclient.ContentBlock, len(blocks))
+	for i, b := range blocks {
+		prompt[i] = pluginclient.ContentBlock{Type: b.Type, Text: b.Text, JSON: b.JSON}
+	}
+	return h.attachment().Prompt(ctx, pluginclient.PromptRequest{Prompt: prompt})
 }
 
 // AnswerPermission answers a permission request: optionID selects one of
