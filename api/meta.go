@@ -94,3 +94,64 @@ type ListedSession struct {
 	UpdatedAt *string                 `json:"updatedAt,omitempty"`
 	Meta      Meta[ListedSessionMeta] `json:"_meta"`
 }
+
+// InitializeMeta is _meta.agenthost of the initialize result: what each
+// agent of the host supports. The ACP members of the result
+// (promptCapabilities, mcpCapabilities) declare the connection's default
+// agent's (`agenthost acp --agent NAME`), or, on a socket that serves
+// several agents and names no default, what every one of them supports; a
+// client that starts sessions of a particular agent reads that agent's
+// here.
+type InitializeMeta struct {
+	Agents map[string]AgentCapabilities `json:"agents"`
+}
+
+// AgentCapabilities is what one agent's plugin declares.
+type AgentCapabilities struct {
+	PromptCapabilities PromptCapabilities `json:"promptCapabilities"`
+	MCPCapabilities    MCPCapabilities    `json:"mcpCapabilities"`
+	// AuthMethods are the ids, as initialize's authMethods name them, of
+	// the agent's auth methods.
+	AuthMethods []string `json:"authMethods"`
+	// Options are the session options the agent takes (in
+	// _meta.agenthost.options of session/new); a name ending in "." is a
+	// prefix ("env." takes "env.FOO"). Empty: the agent declares none, and
+	// the host passes any option on for the agent to judge.
+	Options []OptionSpec `json:"options"`
+	// SetMode and SetConfigOption: session/set_mode and
+	// session/set_config_option work for the agent's sessions.
+	SetMode         bool `json:"setMode"`
+	SetConfigOption bool `json:"setConfigOption"`
+}
+
+// PromptCapabilities are the prompt blocks beyond text an agent takes
+// (ACP's, and resource_link, which ACP assumes).
+type PromptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
+	ResourceLink    bool `json:"resourceLink"`
+}
+
+// MCPCapabilities are the MCP transports an agent takes.
+type MCPCapabilities struct {
+	Stdio bool `json:"stdio"`
+	HTTP  bool `json:"http"`
+	SSE   bool `json:"sse"`
+}
+
+// OptionSpec is one session option an agent declares.
+type OptionSpec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// AuthMethodMeta is _meta.agenthost of an auth method in the initialize
+// result.
+type AuthMethodMeta struct {
+	// Agent is the agent the method authenticates.
+	Agent string `json:"agent"`
+	// TerminalCommand is the command a user runs in a terminal to log in
+	// (argv), for a terminal login.
+	TerminalCommand []string `json:"terminalCommand,omitempty"`
+}

@@ -37,24 +37,63 @@ const (
 	MethodRequestPermission = acp.ClientMethodSessionRequestPermission
 )
 
-// Error codes the local API answers with.
+// Error codes the local API answers with. ACP reserves -32000 for "auth
+// required"; every other failure has a code of its own, each from -32002
+// down. A client tells them apart by code; the message says what happened
+// and what to do.
 const (
 	CodeParseError     = -32700
 	CodeInvalidRequest = -32600
 	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	// CodeServerError: the host refused or failed the request; the
-	// message says why.
-	CodeServerError = -32000
+	// CodeInvalidParams: the request is malformed or names a setting the
+	// agent refuses (an option, an MCP transport, a mode, a config option,
+	// a prompt block type): data.error names it.
+	CodeInvalidParams = -32602
+	// CodeInternalError: the host failed in a way none of the codes below
+	// describes (a bug: report it with the message).
+	CodeInternalError = -32603
+	// CodeAuthRequired: the agent's provider needs authentication (the
+	// plugin reported it at start, at resume or at the end of a turn).
+	// The user logs in (one of initialize's authMethods) or the operator
+	// provides a key, then retries.
+	CodeAuthRequired = -32000
 	// CodeNotFound: no such session, or it does not run in this host.
 	CodeNotFound = -32002
 	// CodeTurnRunning: the session is running a turn, so the prompt was
 	// refused (and not journaled): wait for the turn's end or cancel it.
 	CodeTurnRunning = -32003
+	// CodeAgentFailed: the agent's plugin could not be started, or it
+	// could not open or resume the conversation (the message carries the
+	// plugin's words and its log's path).
+	CodeAgentFailed = -32004
+	// CodeTurnFailed: the turn ran and failed (the agent's message
+	// follows); the session goes on.
+	CodeTurnFailed = -32005
+	// CodeStoreFailed: the state store refused or failed the write or the
+	// read (a full disk, a damaged store, a host closing).
+	CodeStoreFailed = -32006
+	// CodeSessionHeld: the session's lease is held elsewhere, latched
+	// until its previous owner is proven gone, or not decided yet since the
+	// host opened: retry later, or see _agenthost/status.
+	CodeSessionHeld = -32007
+	// CodeAgentRefused: the running plugin refused or failed a call other
+	// than a prompt (set_mode, set_config_option, cancel, a permission
+	// answer); an agent without the feature answers this too.
+	CodeAgentRefused = -32008
 )
 
 // ErrorData is the data member of a CodeInvalidParams error: what was
 // wrong with the params, for the user.
 type ErrorData struct {
 	Error string `json:"error"`
+	// Setting names the refused setting: a session option, "mode", a
+	// config option's id, "mcpServers.<name>"; empty for other errors.
+	Setting string `json:"setting,omitempty"`
 }
+
+// ListPageSize is how many sessions one session/list page holds; a page
+// that is not the last carries nextCursor, an opaque cursor that asks for
+// the next. Sessions are listed newest first (by creation, then id), an
+// order later changes do not disturb: a session created while a client
+// pages appears before the first page, never twice.
+const ListPageSize = 100

@@ -176,6 +176,7 @@ type Host struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
+	caps     map[string]*capEntry // by agent; see Capabilities
 	closed   bool
 }
 
@@ -210,6 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		cfg: cfg, log: cfg.Logger, store: store, tokenVar: tokenVar,
 		prober:    &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions:  map[string]*Session{},
+		caps:      map[string]*capEntry{},
 		decisions: map[string]Decision{},
 		reaped:    make(chan struct{}),
 	}

@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
@@ -25,9 +26,28 @@ func recordEntry(r journal.Record) (leasestore.EntryInput, error) {
 }
 
 // promptEntry is the record of a prompt, journaled before it is
-// dispatched.
-func promptEntry(turnID, text string) leasestore.EntryInput {
-	return hostEntry(&journal.Prompt{TurnID: turnID, Prompt: []journal.Content{journal.TextContent(text)}})
+// dispatched: every block, a text block as the host writes it, any other
+// as the ACP JSON the client sent (checkContent made sure it is JSON).
+func promptEntry(turnID string, blocks []pluginclient.ContentBlock) leasestore.EntryInput {
+	content := make([]journal.Content, len(blocks))
+	for i, b := range blocks {
+		if b.Type == "text" {
+			content[i] = journal.TextContent(b.Text)
+		} else {
+			content[i] = journal.Content(b.JSON)
+		}
+	}
+	return hostEntry(&journal.Prompt{TurnID: turnID, Prompt: content})
+}
+
+// titleEntry is the session_info_update the host journals for a title it
+// derived: an update of no turn and no plugin seq, in ACP's shape.
+func titleEntry(title string) leasestore.EntryInput {
+	b := mustJSON(struct {
+		SessionUpdate journal.UpdateKind `json:"sessionUpdate"`
+		Title         string             `json:"title"`
+	}{kindSessionInfo, title})
+	return hostEntry(&journal.Update{Update: &journal.Other{Kind: kindSessionInfo, JSON: b}})
 }
 
 // notDispatchedEntry ends a turn whose journaled prompt never reached the

@@ -51,8 +51,12 @@ type pluginSpec struct {
 	Env        []string
 	Fence      uint64
 	// Open opens the session once the process is attached and identified:
-	// it calls NewSession or ResumeSession and returns the provider handle.
-	Open           func(ctx context.Context, a *pluginclient.Attachment) (handle string, err error)
+	// it calls NewSession or ResumeSession and returns what the plugin
+	// answered.
+	Open func(ctx context.Context, a *pluginclient.Attachment) (pluginclient.SessionInfo, error)
+	// IdentifyOnly starts the plugin only to read its Identify (its
+	// capabilities): nothing is attached and SessionID is empty.
+	IdentifyOnly   bool
 	SpawnToken     string
 	StartupTimeout time.Duration
 	StopTimeout    time.Duration
@@ -73,6 +77,8 @@ type pluginProc struct {
 	conn     interface{ Close() error } // the gRPC connection, once made
 	runner   *procRunner
 	handle   string
+	info     pluginclient.SessionInfo // what Open answered
+	caps     pluginclient.Capabilities
 	instance string
 	version  int
 	reattach leasestore.Reattach
@@ -158,24 +164,27 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	p.version = client.NegotiatedVersion()
 	go p.watchExit()
 
-	if p.att, _, err = p.rpc.Attach(ctx, spec.SessionID, spec.Fence); err != nil {
-		return fail(p.classifyStartError(ctx, err))
+	if !spec.IdentifyOnly {
+		if p.att, _, err = p.rpc.Attach(ctx, spec.SessionID, spec.Fence); err != nil {
+			return fail(p.classifyStartError(ctx, err))
+		}
 	}
 	id, err := p.rpc.Identify(ctx)
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))
 	}
+	p.caps = id.Capabilities
 	if id.SessionID != spec.SessionID || id.SpawnToken != spec.SpawnToken || id.PID != r.pid {
 		return fail(fmt.Errorf("%w: expected session %q, token %q…, pid %d; it reported session %q, token %q…, pid %d",
 			ErrInvalidIdentity, spec.SessionID, short(spec.SpawnToken), r.pid, id.SessionID, short(id.SpawnToken), id.PID))
 	}
 	p.instance = id.InstanceID
 	if spec.Open != nil {
-		handle, err := spec.Open(ctx, p.att)
+		info, err := spec.Open(ctx, p.att)
 		if err != nil {
 			return fail(p.classifyStartError(ctx, err))
 		}
-		p.handle = handle
+		p.handle, p.info = info.Handle, info
 	}
 	addr := client.ReattachConfig()
 	p.reattach = leasestore.Reattach{
@@ -186,6 +195,17 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	}
 	return p, nil
 }
+
+// pluginFailure is the plugin's own report of a failed start: it reads as
+// ErrPluginFailed with the plugin's message and matches the call's error
+// too (an *pluginclient.InvalidOptionError, pluginclient.ErrAuthRequired).
+type pluginFailure struct {
+	msg string
+	err error
+}
+
+func (e *pluginFailure) Error() string   { return ErrPluginFailed.Error() + ": " + e.msg }
+func (e *pluginFailure) Unwrap() []error { return []error{ErrPluginFailed, e.err} }
 
 func short(s string) string {
 	if len(s) > 8 {
@@ -201,7 +221,13 @@ func (p *pluginProc) classifyStartError(ctx context.Context, err error) error {
 	// A call the plugin answered is its own report, unless it is dying.
 	var perr *pluginclient.Error
 	if errors.As(err, &perr) && p.runner.exited != nil && perr.Answered() && !p.exitedWithin(50*time.Millisecond) {
-		return fmt.Errorf("%w: %s", ErrPluginFailed, perr.Message)
+		return &pluginFailure{msg: perr.Message, err: err}
+	}
+	var ierr *pluginclient.InvalidOptionError
+	if errors.As(err, &ierr) || errors.Is(err, pluginclient.ErrAuthRequired) {
+		// The plugin's refusal of a setting, or its provider's demand for
+		// credentials: the caller answers each in its own way.
+		return &pluginFailure{msg: err.Error(), err: err}
 	}
 	if p.runner.exited != nil && p.exitedWithin(500*time.Millisecond) {
 		// Keep what the host saw first: a SIGKILL exit is often the host's

@@ -40,12 +40,8 @@ func fixtureSpec(t *testing.T, sessionID string) pluginSpec {
 		SessionDir: filepath.Join(dir, "session"), SocketDir: sock, SocketRoot: filepath.Dir(sock),
 		Env:   []string{"PATH=" + os.Getenv("PATH"), wire.EnvSpawnTokenVar + "=" + testTokenVar, testTokenVar + "=" + token},
 		Fence: 1, SpawnToken: token,
-		Open: func(ctx context.Context, a *pluginclient.Attachment) (string, error) {
-			r, err := a.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: dir})
-			if err != nil {
-				return "", err
-			}
-			return r.Handle, nil
+		Open: func(ctx context.Context, a *pluginclient.Attachment) (pluginclient.SessionInfo, error) {
+			return a.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: dir})
 		},
 		StartupTimeout: 10 * time.Second, StopTimeout: 5 * time.Second,
 		Logger: logtest.New(t),

@@ -242,6 +242,9 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error})
 		} else {
 			s.noteTurn(u.TurnID)
+			if su := u.SessionUpdate(); su != nil {
+				s.noteAgentUpdate(ctx, su)
+			}
 		}
 	}
 	return violation

@@ -201,6 +201,7 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if err != nil {
 		return l.Fence, err
 	}
+	h.learnCapabilities(s.Agent, proc.caps)
 	a := &startAttempt{h: h, id: s.ID, agent: s.Agent, fence: l.Fence, proc: proc, adopted: true}
 	rec, err := a.own(ctx, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach}, "")
 	if err != nil {
@@ -234,7 +235,7 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	// produced none, or a restore from backup lost the ones it journaled
 	// (and the plugin, whose outbox dropped them once acknowledged, cannot
 	// send them again). Its stream then starts wherever its outbox does.
-	if _, ok := a.launch(ctx, handle, journal, last+1, last == 0); !ok {
+	if _, ok := a.launch(ctx, handle, journal, last+1, last == 0, stateOf(rec)); !ok {
 		return a.fence, errors.New("the host is closing")
 	}
 	return a.fence, nil

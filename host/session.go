@@ -37,6 +37,11 @@ type Session struct {
 	// it arriving late does not make it running again.
 	lastTurn string
 
+	// state is the session's settings (see settings.go); settingsMu
+	// serialises their changes, each stored before the next begins.
+	state      sessionState
+	settingsMu sync.Mutex
+
 	fromSeq uint64 // first plugin update to ask for
 	// violation is the protocol breach the session was stopped for; it
 	// becomes Err once the plugin is gone.

@@ -20,6 +20,20 @@ import (
 // ErrUnknownAgent: the host has no plugin configured for the agent.
 var ErrUnknownAgent = errors.New("unknown agent")
 
+// ErrStartFailed is matched by every failure of StartSession to start the
+// agent's plugin or to open the conversation in it (a missing or
+// mismatched executable, a plugin that exits, times out or refuses). The
+// plugin's own refusal matches what it refused with too: an
+// *pluginclient.InvalidOptionError, pluginclient.ErrAuthRequired.
+var ErrStartFailed = errors.New("the agent could not be started")
+
+// startError is a start failure that reads as its cause and matches
+// ErrStartFailed.
+type startError struct{ err error }
+
+func (e startError) Error() string   { return e.err.Error() }
+func (e startError) Unwrap() []error { return []error{e.err, ErrStartFailed} }
+
 // optAllowCredentials is the session option that tells a plugin to pass
 // its provider's credentials on to its CLI.
 const optAllowCredentials = "allow_credentials"
@@ -31,7 +45,14 @@ type SessionRequest struct {
 	ID        string
 	Agent     string
 	Workspace string
-	Options   map[string]string
+	// Options are the agent's session options. A resume starts from the
+	// options stored with the session (what its agent acknowledged, as
+	// changed since by modes and config options); these replace the stored
+	// value of each option they name.
+	Options map[string]string
+	// MCPServers are the MCP servers the agent connects to. A resume that
+	// names none gets the ones stored with the session.
+	MCPServers []pluginclient.MCPServer
 	// AllowCredentials passes the agent's credential variables from the
 	// resolved environment through to the plugin (see CredentialPolicy).
 	// An agent whose policy inherits credentials allows them in every
@@ -108,13 +129,23 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			return nil, err
 		}
 	}
-	if resume && req.Options == nil {
-		// A resume keeps the options the session was started with (its
-		// approval policy, its model): a plugin resumed without them
-		// would fall back to its CLI's defaults, which may ask less.
-		// Whether credentials pass is the current policy's to say.
-		req.Options = maps.Clone(rec.Options)
-		delete(req.Options, optAllowCredentials)
+	if resume {
+		// A resume keeps the options the session was started with, as its
+		// agent acknowledged them and as modes and config options changed
+		// them since (its approval policy, its model): a plugin resumed
+		// without them would fall back to its CLI's defaults, which may
+		// ask less. Whether credentials pass is the current policy's to
+		// say.
+		opts := maps.Clone(rec.Options)
+		if opts == nil {
+			opts = map[string]string{}
+		}
+		delete(opts, optAllowCredentials)
+		maps.Copy(opts, req.Options)
+		req.Options = opts
+		if req.MCPServers == nil {
+			req.MCPServers = mcpFromStore(rec.MCPServers)
+		}
 	}
 	if h.cfg.Credentials[req.Agent].Inherit {
 		req.AllowCredentials = true
@@ -148,19 +179,26 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	}
 	env, err := a.preflight(ctx, agent, req.AllowCredentials)
 	if err != nil {
+		return nil, startError{err}
+	}
+	if err := a.spawn(ctx, agent, env, workspace, req.Options, req.MCPServers); err != nil {
+		return nil, startError{err}
+	}
+	h.learnCapabilities(req.Agent, a.proc.caps)
+	rec, err = a.prove(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := a.spawn(ctx, agent, env, workspace, req.Options); err != nil {
-		return nil, err
-	}
-	if err := a.prove(ctx); err != nil {
+	if rec, err = a.recordSettings(ctx, rec, req.Options, req.MCPServers); err != nil {
 		return nil, err
 	}
 	journal, err := a.openJournal(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s, ok := a.launch(ctx, a.proc.handle, journal, 1, false)
+	st := stateOf(rec)
+	st.modes, st.configOptions = a.proc.info.Modes, a.proc.info.ConfigOptions
+	s, ok := a.launch(ctx, a.proc.handle, journal, 1, false, st)
 	if !ok {
 		return nil, fmt.Errorf("start session %q: the host is closing: %w", a.id, leasestore.ErrClosed)
 	}
@@ -202,7 +240,8 @@ func (h *Host) reserve(ctx context.Context, req SessionRequest, rec leasestore.S
 	reserve := leasestore.Reserve{ClaimKeyID: h.cfg.ClaimKeyID}
 	var err error
 	if !resume {
-		rec, err = h.store.CreateAndApply(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options}, reserve)
+		rec, err = h.store.CreateAndApply(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options,
+			MCPServers: mcpToStore(req.MCPServers)}, reserve)
 		if err != nil {
 			return nil, err
 		}
@@ -251,7 +290,7 @@ func (a *startAttempt) preflight(ctx context.Context, agent AgentPlugin, allowCr
 // spawned, has been killed and reaped by this host: an observed exit. So
 // the lease is released when the owner was committed, and evicted with
 // that evidence when it was not.
-func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []string, workspace string, options map[string]string) error {
+func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []string, workspace string, options map[string]string, servers []pluginclient.MCPServer) error {
 	h := a.h
 	sessionDir := filepath.Join(h.cfg.StateDir, "sessions", dirName(a.id, a.fence))
 	env = append(env, wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+a.token, wire.EnvSessionDir+"="+sessionDir)
@@ -261,13 +300,11 @@ func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []strin
 		StartupTimeout: h.cfg.StartupTimeout, StopTimeout: h.cfg.StopTimeout,
 		Logger:  h.log.Named("plugin").With("session", a.id, "agent", a.agent),
 		OnStart: func(pid int) error { return a.commitOwner(ctx, pid) },
-		Open: func(ctx context.Context, att *pluginclient.Attachment) (string, error) {
+		Open: func(ctx context.Context, att *pluginclient.Attachment) (pluginclient.SessionInfo, error) {
 			if a.handle != "" {
-				r, err := att.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: workspace, Options: options, Handle: a.handle})
-				return r.Handle, err
+				return att.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: workspace, Options: options, MCPServers: servers, Handle: a.handle})
 			}
-			r, err := att.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: workspace, Options: options})
-			return r.Handle, err
+			return att.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: workspace, Options: options, MCPServers: servers})
 		},
 	}
 	proc, err := startPlugin(ctx, spec)
@@ -301,17 +338,46 @@ func (a *startAttempt) commitOwner(ctx context.Context, pid int) error {
 
 // prove records the provider handle the spawned plugin opened as the proof
 // that it owns the session: from here on it is the session's writer.
-func (a *startAttempt) prove(ctx context.Context) error {
+func (a *startAttempt) prove(ctx context.Context) (leasestore.Session, error) {
 	origin := leasestore.HandleCreated
 	if a.handle != "" {
 		origin = leasestore.HandleResumed
 	}
 	reattach := a.proc.reattach
 	prove := leasestore.ProveOwner{Fence: a.fence, Handle: a.proc.handle, Origin: origin, InstanceID: a.proc.instance, Reattach: &reattach}
-	if _, err := a.own(ctx, prove, "owner could not be proven"); err != nil {
-		return fmt.Errorf("prove plugin of session %q: %w", a.id, err)
+	rec, err := a.own(ctx, prove, "owner could not be proven")
+	if err != nil {
+		return rec, fmt.Errorf("prove plugin of session %q: %w", a.id, err)
 	}
-	return nil
+	return rec, nil
+}
+
+// recordSettings stores the settings the plugin opened the session with:
+// the options it acknowledged (those asked for, when it acknowledged
+// none), the MCP servers it was given and the modes and config options it
+// reported, so that every resume, readoption and restart passes them again
+// (see SessionRequest.Options).
+func (a *startAttempt) recordSettings(ctx context.Context, rec leasestore.Session, asked map[string]string, servers []pluginclient.MCPServer) (leasestore.Session, error) {
+	info := a.proc.info
+	opts := maps.Clone(info.Options)
+	if opts == nil {
+		opts = maps.Clone(asked)
+	}
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	// Whether credentials pass is stored as asked, for the record: every
+	// start decides it again from the policy (see StartSession).
+	delete(opts, optAllowCredentials)
+	if v, ok := asked[optAllowCredentials]; ok {
+		opts[optAllowCredentials] = v
+	}
+	rec, err := a.own(ctx, leasestore.RecordSettings{Fence: a.fence, Options: opts, SetMCPServers: true, MCPServers: mcpToStore(servers),
+		AgentState: encodeAgentState(info.Modes, info.ConfigOptions)}, "settings could not be stored")
+	if err != nil {
+		return rec, fmt.Errorf("store the settings of session %q: %w", a.id, err)
+	}
+	return rec, nil
 }
 
 // own applies t, the transition that makes the attempt's plugin the
@@ -347,8 +413,9 @@ func (a *startAttempt) openJournal(ctx context.Context) (leasestore.Journal, err
 // closing meanwhile, it ends that session again, the way abandon lets go
 // of the plugin (stopping a spawned one releases its lease), and reports
 // false; each caller words that failure itself.
-func (a *startAttempt) launch(ctx context.Context, handle string, journal leasestore.Journal, fromSeq uint64, baseUnknown bool) (*Session, bool) {
+func (a *startAttempt) launch(ctx context.Context, handle string, journal leasestore.Journal, fromSeq uint64, baseUnknown bool, st sessionState) (*Session, bool) {
 	s := newSession(a.h, a.id, a.agent, a.fence, handle, a.proc, journal, fromSeq)
+	s.state = st
 	s.baseUnknown = baseUnknown
 	if a.h.register(s) {
 		return s, true

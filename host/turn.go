@@ -3,8 +3,11 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 )
@@ -15,13 +18,60 @@ type TurnResult struct {
 	StopReason string
 	// Error is the agent's message when StopReason is "failed".
 	Error string
+	// AuthRequired: the turn failed because the agent's provider needs
+	// authentication.
+	AuthRequired bool
 }
 
-// Prompt runs one turn: the prompt is journaled durably before it is
-// dispatched, then Prompt waits for the turn to end and returns how.
+// Prompt runs one turn of one text block; see PromptContent.
 func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
+	return s.PromptContent(ctx, pluginclient.Text(text))
+}
+
+// ErrUnsupportedContent: a prompt block of a type the agent does not
+// declare (its capabilities), or one that is not valid ACP JSON. The
+// prompt is refused whole, never passed on without the block, and not
+// journaled.
+var ErrUnsupportedContent = errors.New("prompt content the agent does not take")
+
+// checkContent refuses blocks the agent's capabilities exclude.
+func checkContent(caps pluginclient.Capabilities, blocks []pluginclient.ContentBlock) error {
+	for i, b := range blocks {
+		ok := false
+		switch b.Type {
+		case "text":
+			ok = true
+		case "image":
+			ok = caps.Image
+		case "audio":
+			ok = caps.Audio
+		case "resource":
+			ok = caps.EmbeddedContext
+		case "resource_link":
+			ok = caps.ResourceLink
+		}
+		if !ok {
+			return fmt.Errorf("%w: block %d is of type %q, which the agent does not declare", ErrUnsupportedContent, i, b.Type)
+		}
+		if b.Type != "text" && !json.Valid([]byte(b.JSON)) {
+			return fmt.Errorf("%w: block %d (%s) is not valid JSON", ErrUnsupportedContent, i, b.Type)
+		}
+	}
+	return nil
+}
+
+// PromptContent runs one turn: the prompt, every block of it, is
+// journaled durably before it is dispatched, then PromptContent waits for
+// the turn to end and returns how. A block of a type the agent does not
+// declare refuses the prompt (ErrUnsupportedContent). The first prompt of
+// a session without a title gives it one (see deriveTitle).
+func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.ContentBlock) (TurnResult, error) {
+	caps, _ := s.h.knownCapabilities(s.agent)
+	if err := checkContent(caps, blocks); err != nil {
+		return TurnResult{}, fmt.Errorf("session %q: %w", s.id, err)
+	}
 	turnID := "turn-" + rand.Text()[:16]
-	rec := promptEntry(turnID, text)
+	rec := promptEntry(turnID, blocks)
 	ch := make(chan TurnResult, 1)
 	s.mu.Lock()
 	if running := s.turn; running != "" {
@@ -52,7 +102,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 	s.mu.Lock()
 	s.dispatching++
 	s.mu.Unlock()
-	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: turnID, Prompt: pluginclient.Text(text)})
+	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: turnID, Prompt: blocks})
 	s.mu.Lock()
 	s.dispatching--
 	recancel := s.cancelPending && err == nil
@@ -81,6 +131,8 @@ func (s *Session) Prompt(ctx context.Context, text string) (TurnResult, error) {
 		}
 		return TurnResult{}, fmt.Errorf("prompt session %q: %w", s.id, err)
 	}
+	// Only once the turn runs: a cancel meanwhile would find no turn.
+	s.deriveTitle(ctx, blocks)
 	select {
 	case r := <-ch:
 		return r, nil
@@ -139,4 +191,52 @@ func (s *Session) finishTurn(r TurnResult) {
 	if ok {
 		ch <- r
 	}
+}
+
+// TitleLength bounds the title the host derives from a first prompt, in
+// runes.
+const TitleLength = 80
+
+// deriveTitle gives a session without a title one: the first line of the
+// prompt's first text block, trimmed to TitleLength runes. It is stored
+// with the session and journaled as a session_info_update of no turn, as
+// an agent's own title would be; an agent's later title replaces it. A
+// failure is reported, never the prompt's: the title is a convenience.
+func (s *Session) deriveTitle(ctx context.Context, blocks []pluginclient.ContentBlock) {
+	if s.Title() != "" {
+		return
+	}
+	title := ""
+	for _, b := range blocks {
+		if b.Type == "text" && strings.TrimSpace(b.Text) != "" {
+			title = titleOf(b.Text)
+			break
+		}
+	}
+	if title == "" {
+		return
+	}
+	if _, err := s.journal.Append(context.WithoutCancel(ctx), titleEntry(title)); err != nil {
+		s.h.report(JournalScope, fmt.Errorf("session %q: journal its title: %w", s.id, err))
+		return
+	}
+	if err := s.noteTitle(ctx, title); err != nil {
+		s.h.report(JournalScope, err)
+	}
+}
+
+// titleOf is the first non-empty line of text, trimmed to TitleLength
+// runes (an ellipsis marks a cut).
+func titleOf(text string) string {
+	line := ""
+	for l := range strings.SplitSeq(text, "\n") {
+		if line = strings.TrimSpace(l); line != "" {
+			break
+		}
+	}
+	if utf8.RuneCountInString(line) <= TitleLength {
+		return line
+	}
+	r := []rune(line)
+	return strings.TrimSpace(string(r[:TitleLength-1])) + "…"
 }

@@ -56,7 +56,7 @@ func (spec SessionSpec) Prepare() (SessionSpec, error) {
 // entry that records the creation, the journal's first.
 func NewSession(spec SessionSpec, now time.Time) (Session, EntryInput) {
 	s := Session{
-		ID: spec.ID, Agent: spec.Agent, Workspace: spec.Workspace, Options: spec.Options,
+		ID: spec.ID, Agent: spec.Agent, Workspace: spec.Workspace, Options: spec.Options, MCPServers: spec.MCPServers,
 		Lease:       Lease{Claim: ClaimReleased},
 		Incarnation: rand.Text(),
 		CreatedAt:   now, UpdatedAt: now,

@@ -3,6 +3,7 @@ package leasestore
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -557,5 +558,67 @@ func (t Reconciled) Apply(s Session, env Env) (Session, *EntryInput, error) {
 		return s, nil, refuse(t.Name(), s, ErrInvalidTransition, "a held or latched lease needs readopt, evict or latch")
 	}
 	s.Lease.Unreconciled = false
+	return s, nil, nil
+}
+
+// MaxAllowedScopes caps the permission scopes a session remembers.
+const MaxAllowedScopes = 1024
+
+// RecordSettings records what the session's writer learned about the
+// session's settings: the options its agent acknowledged (and later changes
+// of mode or config option), the MCP servers, a title, a permission scope
+// answered "allow always", the agent's reported state. Only the holder of
+// the current fence records them, while it holds the lease (reserved or
+// live, not latched), so a host that lost the session cannot overwrite
+// what its successor recorded. A zero field leaves its setting as it is;
+// recording nothing new is a no-op. It journals nothing: the settings are
+// the record's, and what the agent reported is journaled as its update.
+type RecordSettings struct {
+	Fence uint64
+	// Options replace the stored options when not nil.
+	Options map[string]string
+	// MCPServers replace the stored servers when SetMCPServers is true.
+	MCPServers    []MCPServer
+	SetMCPServers bool
+	// Title replaces the stored title when not empty.
+	Title string
+	// AllowScope is added to AllowedScopes when not empty.
+	AllowScope string
+	// AgentState replaces the stored agent state when not nil.
+	AgentState []byte
+}
+
+func (RecordSettings) Name() string      { return "record-settings" }
+func (RecordSettings) Adjudicates() bool { return false }
+func (RecordSettings) sealed()           {}
+
+func (t RecordSettings) Apply(s Session, env Env) (Session, *EntryInput, error) {
+	if err := admit(t, s, t.Fence); err != nil {
+		return s, nil, err
+	}
+	switch l := s.Lease; {
+	case l.Stage.Latched():
+		return s, nil, refuse(t.Name(), s, ErrOwnershipUnknown, "the lease is latched; no writer is admitted")
+	case l.Claim != ClaimReserved && l.Claim != ClaimLive:
+		return s, nil, refuse(t.Name(), s, ErrInvalidTransition, "nobody holds the lease at fence %d", l.Fence)
+	}
+	if t.Options != nil {
+		s.Options = maps.Clone(t.Options)
+	}
+	if t.SetMCPServers {
+		s.MCPServers = slices.Clone(t.MCPServers)
+	}
+	if t.Title != "" {
+		s.Title = t.Title
+	}
+	if t.AllowScope != "" && !slices.Contains(s.AllowedScopes, t.AllowScope) {
+		if len(s.AllowedScopes) >= MaxAllowedScopes {
+			return s, nil, refuse(t.Name(), s, ErrInvalidArgument, "the session remembers %d allowed scopes already", MaxAllowedScopes)
+		}
+		s.AllowedScopes = append(slices.Clip(s.AllowedScopes), t.AllowScope)
+	}
+	if t.AgentState != nil {
+		s.AgentState = slices.Clone(t.AgentState)
+	}
 	return s, nil, nil
 }

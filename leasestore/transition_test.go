@@ -85,6 +85,14 @@ func fullChain() leasestore.Session {
 	return s
 }
 
+func withSettings(s leasestore.Session) leasestore.Session {
+	s.Options = map[string]string{"model": "m1", "mode": "default"}
+	s.MCPServers = []leasestore.MCPServer{{Name: "a", Transport: "stdio", Command: "/bin/a", Args: []string{"x"}, Env: []leasestore.NameValue{{Name: "K", Value: "V"}}}}
+	s.Title = "old"
+	s.AllowedScopes = []string{"Bash(ls)"}
+	return s
+}
+
 func otherOwner() leasestore.ProcessIdentity {
 	o := owner
 	o.PID = 4343
@@ -297,6 +305,47 @@ func TestTransitions(t *testing.T) {
 		{"reconcile a released lease", unreconciled(stateReleased()), leasestore.Reconciled{Fence: 3}, nil,
 			and(lease(3, leasestore.ClaimReleased, leasestore.StageNone), decided), true},
 		{"reconcile a held lease", unreconciled(stateLive()), leasestore.Reconciled{Fence: 4}, leasestore.ErrInvalidTransition, nil, false},
+
+		// record settings
+		{"record settings on a live lease", withSettings(stateLive()), leasestore.RecordSettings{Fence: 4,
+			Options: map[string]string{"model": "m2"}, SetMCPServers: true, MCPServers: []leasestore.MCPServer{{Name: "b", Transport: "http", URL: "http://b"}},
+			Title: "a title", AllowScope: "edit", AgentState: []byte(`{"modes":null}`)}, nil,
+			and(lease(4, leasestore.ClaimLive, leasestore.StageNone), func(t *testing.T, s leasestore.Session) {
+				if s.Options["model"] != "m2" || len(s.Options) != 1 || len(s.MCPServers) != 1 || s.MCPServers[0].Name != "b" ||
+					s.Title != "a title" || !reflect.DeepEqual(s.AllowedScopes, []string{"Bash(ls)", "edit"}) || string(s.AgentState) != `{"modes":null}` {
+					t.Errorf("settings %+v", s)
+				}
+			}), true},
+		{"record nothing keeps every setting", withSettings(stateLive()), leasestore.RecordSettings{Fence: 4}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				w := withSettings(stateLive())
+				if !reflect.DeepEqual(s.Options, w.Options) || !reflect.DeepEqual(s.MCPServers, w.MCPServers) || s.Title != w.Title ||
+					!reflect.DeepEqual(s.AllowedScopes, w.AllowedScopes) {
+					t.Errorf("settings %+v, want %+v", s, w)
+				}
+			}, true},
+		{"record a scope already allowed", withSettings(stateLive()), leasestore.RecordSettings{Fence: 4, AllowScope: "Bash(ls)"}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				if !reflect.DeepEqual(s.AllowedScopes, []string{"Bash(ls)"}) {
+					t.Errorf("scopes %q", s.AllowedScopes)
+				}
+			}, true},
+		{"clear the MCP servers", withSettings(stateLive()), leasestore.RecordSettings{Fence: 4, SetMCPServers: true}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				if len(s.MCPServers) != 0 {
+					t.Errorf("servers %+v", s.MCPServers)
+				}
+			}, true},
+		{"record settings on a reservation", stateReservedOwner(), leasestore.RecordSettings{Fence: 4, Options: map[string]string{"mode": "plan"}}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				if s.Options["mode"] != "plan" {
+					t.Errorf("options %v", s.Options)
+				}
+			}, true},
+		{"record settings at a stale fence", stateLive(), leasestore.RecordSettings{Fence: 3, Title: "x"}, leasestore.ErrStaleFence, nil, false},
+		{"record settings when released", stateReleased(), leasestore.RecordSettings{Fence: 3, Title: "x"}, leasestore.ErrInvalidTransition, nil, false},
+		{"record settings when latched", stateRecovering(), leasestore.RecordSettings{Fence: 4, Title: "x"}, leasestore.ErrOwnershipUnknown, nil, false},
+		{"record settings before reconciliation", unreconciled(stateLive()), leasestore.RecordSettings{Fence: 4, Title: "x"}, leasestore.ErrReconciling, nil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

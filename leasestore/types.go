@@ -204,8 +204,24 @@ type Session struct {
 	Agent string `json:"agent"`
 	// Workspace is the directory the agent works in.
 	Workspace string `json:"workspace,omitempty"`
-	// Options are the session options the plugin acknowledged.
+	// Options are the session options the plugin acknowledged, as later
+	// changed by a mode or config option the client set or the agent
+	// reported (RecordSettings). Every resume passes them again.
 	Options map[string]string `json:"options,omitempty"`
+	// MCPServers are the MCP servers the session was opened with; every
+	// resume passes them again.
+	MCPServers []MCPServer `json:"mcpServers,omitempty"`
+	// Title is the session's title: the agent's, or one the host derived
+	// from the first prompt.
+	Title string `json:"title,omitempty"`
+	// AllowedScopes are the permission scopes a client answered "allow
+	// always" for: later requests of these scopes are allowed without
+	// asking.
+	AllowedScopes []string `json:"allowedScopes,omitempty"`
+	// AgentState is the agent's session state as it last reported it (its
+	// modes and config options), opaque to the store: a host that readopts
+	// a running plugin answers with it without asking the plugin.
+	AgentState []byte `json:"agentState,omitempty"`
 	// Handles is the provider handle chain, oldest first.
 	Handles []HandleLink `json:"handles,omitempty"`
 	Lease   Lease        `json:"lease"`
@@ -240,8 +256,28 @@ func (s Session) Handle() string {
 // SessionSpec describes a session to create.
 type SessionSpec struct {
 	// ID is the session id; empty means generate a UUIDv7.
-	ID        string
-	Agent     string
-	Workspace string
-	Options   map[string]string
+	ID         string
+	Agent      string
+	Workspace  string
+	Options    map[string]string
+	MCPServers []MCPServer
+}
+
+// MCPServer is an MCP server a session passes to its agent (ACP
+// McpServer). Transport is "stdio" (Command, Args, Env), "http" or "sse"
+// (URL, Headers).
+type MCPServer struct {
+	Name      string      `json:"name"`
+	Transport string      `json:"transport"`
+	Command   string      `json:"command,omitempty"`
+	Args      []string    `json:"args,omitempty"`
+	Env       []NameValue `json:"env,omitempty"`
+	URL       string      `json:"url,omitempty"`
+	Headers   []NameValue `json:"headers,omitempty"`
+}
+
+// NameValue is an environment variable or an HTTP header.
+type NameValue struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }

@@ -252,7 +252,7 @@ func TestBadAPIInputKeepsTheHostUp(t *testing.T) {
 		{"session/prompt", map[string]any{"sessionId": 42}, api.CodeInvalidParams},
 		{"session/prompt", map[string]any{"sessionId": "nope", "prompt": prompt("hi")}, api.CodeNotFound},
 		{"session/new", map[string]any{"cwd": "/", "mcpServers": []any{}}, api.CodeInvalidParams},
-		{"session/new", map[string]any{"cwd": "relative", "mcpServers": []any{}, "_meta": map[string]any{"agenthost": map[string]any{"agent": "scripted"}}}, api.CodeServerError},
+		{"session/new", map[string]any{"cwd": "relative", "mcpServers": []any{}, "_meta": map[string]any{"agenthost": map[string]any{"agent": "scripted"}}}, api.CodeInvalidParams},
 		{"_agenthost/subscribe", map[string]any{"sessionId": []int{1}}, api.CodeInvalidParams},
 		{"_agenthost/stop", map[string]any{"sessionId": "nope"}, api.CodeNotFound},
 	} {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
@@ -39,26 +39,14 @@ var (
 	_ acp.ExtensionMethodHandler = (*agent)(nil)
 )
 
-// apiError carries a host error to the client with its message.
-func apiError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var re *acp.RequestError
-	if errors.As(err, &re) {
-		return err
-	}
-	code := api.CodeServerError
-	switch {
-	case errors.Is(err, leasestore.ErrNotFound):
-		code = api.CodeNotFound
-	case errors.Is(err, host.ErrTurnRunning):
-		code = api.CodeTurnRunning
-	}
-	return &acp.RequestError{Code: code, Message: err.Error()}
-}
-
+// Initialize declares what the connection's agents support: prompt
+// blocks and MCP transports (the default agent's, or what every agent
+// supports; each agent's under _meta.agenthost.agents, see
+// api.InitializeMeta) and every agent's auth methods. Learning an agent's
+// capabilities starts its plugin once per host (host.Capabilities).
 func (a *agent) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.InitializeResponse, error) {
+	all := a.agentsCapabilities(ctx)
+	caps := declared(all, a.srv.DefaultAgent)
 	return acp.InitializeResponse{
 		ProtocolVersion: acp.ProtocolVersionNumber,
 		AgentCapabilities: acp.AgentCapabilities{
@@ -66,16 +54,34 @@ func (a *agent) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.In
 			SessionCapabilities: acp.SessionCapabilities{
 				List: &acp.SessionListCapabilities{}, Resume: &acp.SessionResumeCapabilities{}, Close: &acp.SessionCloseCapabilities{},
 			},
+			PromptCapabilities: promptCapabilities(caps),
+			McpCapabilities:    mcpCapabilities(caps),
 		},
 		AgentInfo:   &acp.Implementation{Name: "agenthost", Version: a.srv.Version},
-		AuthMethods: []acp.AuthMethod{},
+		AuthMethods: authMethods(all),
+		Meta:        agentsMeta(all),
 	}, nil
 }
 
-func (a *agent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+// Authenticate accepts any auth method initialize offers and tells the
+// plugin nothing: a terminal login happens in the user's terminal, with
+// the CLI's own command, and an API key reaches a plugin only through the
+// operator's opt-in (CredentialPolicy.Inherit), never through the API.
+// Either way the next session start, or the retried one, finds the
+// credentials where the CLI looks; a session that still lacks them fails
+// with -32000 again.
+func (a *agent) Authenticate(ctx context.Context, p acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	if !knownAuthMethod(a.agentsCapabilities(ctx), p.MethodId) {
+		return acp.AuthenticateResponse{}, errf("unknown auth method %q: initialize lists the methods", p.MethodId)
+	}
 	return acp.AuthenticateResponse{}, nil
 }
 
+// NewSession starts a session with the settings ACP carries: mcpServers
+// and the agent's options under _meta.agenthost.options. A setting the
+// agent does not declare (a transport, an option) is refused before any
+// plugin starts, and one the plugin refuses is refused too, both -32602
+// naming it.
 func (a *agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
 	meta, err := api.ReadNewSessionMeta(p.Meta)
 	if err != nil {
@@ -88,19 +94,42 @@ func (a *agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.Ne
 	if name == "" {
 		return acp.NewSessionResponse{}, errf("name the agent in _meta.agenthost.agent; configured agents: %q", a.srv.Host.Agents())
 	}
-	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: meta.SessionID, Agent: name, Workspace: p.Cwd, Options: meta.Options})
+	servers, err := a.checkedServers(ctx, name, meta.Options, p.McpServers)
+	if err != nil {
+		return acp.NewSessionResponse{}, apiError(err)
+	}
+	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: meta.SessionID, Agent: name, Workspace: p.Cwd, Options: meta.Options,
+		MCPServers: servers})
 	if err != nil {
 		return acp.NewSessionResponse{}, apiError(err)
 	}
 	if err := a.follow(s.ID(), 0); err != nil {
 		return acp.NewSessionResponse{}, apiError(err)
 	}
-	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID())}, nil
+	return acp.NewSessionResponse{SessionId: acp.SessionId(s.ID()), Modes: modesToACP(s.Modes()), ConfigOptions: configOptionsOrNil(s.ConfigOptions())}, nil
+}
+
+// checkedServers converts the request's MCP servers and refuses settings
+// the agent does not declare.
+func (a *agent) checkedServers(ctx context.Context, name string, options map[string]string, in []acp.McpServer) ([]pluginclient.MCPServer, error) {
+	servers, err := mcpServers(in)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := a.srv.Host.Capabilities(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := host.CheckSettings(caps, options, servers); err != nil {
+		return nil, err
+	}
+	return servers, nil
 }
 
 // resume makes sure the session runs in this host (starting or resuming it)
-// and returns it.
-func (a *agent) resume(ctx context.Context, id, cwd string) (*host.Session, error) {
+// and returns it. A resume passes the session's stored options, and its
+// stored MCP servers unless the request names some.
+func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) (*host.Session, error) {
 	if s, ok := a.srv.Host.Session(id); ok {
 		return s, nil
 	}
@@ -108,14 +137,20 @@ func (a *agent) resume(ctx context.Context, id, cwd string) (*host.Session, erro
 	if err != nil {
 		return nil, err
 	}
-	return a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd})
+	var servers []pluginclient.MCPServer
+	if len(in) > 0 {
+		if servers, err = a.checkedServers(ctx, rec.Agent, nil, in); err != nil {
+			return nil, err
+		}
+	}
+	return a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers})
 }
 
 // LoadSession replays the session's journal as session/update
 // notifications, then follows it.
 func (a *agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.resume(ctx, id, p.Cwd)
+	s, err := a.resume(ctx, id, p.Cwd, p.McpServers)
 	if err != nil {
 		return acp.LoadSessionResponse{}, apiError(err)
 	}
@@ -131,8 +166,10 @@ func (a *agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 		if err != nil {
 			return nil
 		}
-		if n, ok := notification(id, e.Seq, rec); ok {
-			return a.conn.SessionUpdate(ctx, n)
+		for _, n := range notifications(id, e.Seq, rec) {
+			if err := a.conn.SessionUpdate(ctx, n); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -142,14 +179,14 @@ func (a *agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.
 	if err := a.follow(s.ID(), last); err != nil {
 		return acp.LoadSessionResponse{}, apiError(err)
 	}
-	return acp.LoadSessionResponse{}, nil
+	return acp.LoadSessionResponse{Modes: modesToACP(s.Modes()), ConfigOptions: configOptionsOrNil(s.ConfigOptions())}, nil
 }
 
 var errReplayed = errors.New("replayed")
 
 func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.resume(ctx, id, p.Cwd)
+	s, err := a.resume(ctx, id, p.Cwd, p.McpServers)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, apiError(err)
 	}
@@ -157,7 +194,10 @@ func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (
 	if err != nil {
 		return acp.ResumeSessionResponse{}, apiError(err)
 	}
-	return acp.ResumeSessionResponse{}, apiError(a.follow(s.ID(), last))
+	if err := a.follow(s.ID(), last); err != nil {
+		return acp.ResumeSessionResponse{}, apiError(err)
+	}
+	return acp.ResumeSessionResponse{Modes: modesToACP(s.Modes()), ConfigOptions: configOptionsOrNil(s.ConfigOptions())}, nil
 }
 
 // Prompt runs a turn and answers with its stop reason once every update
@@ -170,7 +210,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		// (it died, or was stopped): the client expects its next prompt
 		// to go on with the conversation, as it would have had the
 		// plugin lived, so resume it here rather than refuse.
-		rs, err := a.resume(ctx, id, "")
+		rs, err := a.resume(ctx, id, "", nil)
 		if err != nil {
 			return acp.PromptResponse{}, apiError(fmt.Errorf("session %q's plugin is gone and resuming it failed: %w", id, err))
 		}
@@ -179,11 +219,9 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	if !ok {
 		return acp.PromptResponse{}, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 	}
-	var text strings.Builder
-	for _, b := range p.Prompt {
-		if b.Text != nil {
-			text.WriteString(b.Text.Text)
-		}
+	blocks, err := promptBlocks(p.Prompt)
+	if err != nil {
+		return acp.PromptResponse{}, apiError(err)
 	}
 	f := a.followerOf(id)
 	// The ACP library cancels a prompt's request context on session/cancel;
@@ -191,7 +229,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	// "cancelled", which is the answer the client expects. So wait on the
 	// connection's lifetime instead.
 	pctx := a.ctx
-	res, err := s.Prompt(pctx, text.String())
+	res, err := s.PromptContent(pctx, blocks)
 	if err != nil {
 		return acp.PromptResponse{}, apiError(err)
 	}
@@ -199,7 +237,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 		f.waitTurn(pctx, res.TurnID)
 	}
 	if res.StopReason == "failed" {
-		return acp.PromptResponse{}, &acp.RequestError{Code: api.CodeServerError, Message: "the turn failed: " + res.Error}
+		return acp.PromptResponse{}, &acp.RequestError{Code: turnFailureCode(res), Message: "the turn failed: " + res.Error}
 	}
 	return acp.PromptResponse{StopReason: acp.StopReason(res.StopReason)}, nil
 }
@@ -223,31 +261,82 @@ func (a *agent) CloseSession(ctx context.Context, p acp.CloseSessionRequest) (ac
 	return acp.CloseSessionResponse{}, nil
 }
 
+// ListSessions lists the sessions newest first, api.ListPageSize at a
+// time, with each one's title (the agent's, or the one the host derived
+// from its first prompt).
 func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
 	sessions, err := a.srv.Host.Store().List(ctx)
 	if err != nil && len(sessions) == 0 {
 		return acp.ListSessionsResponse{}, apiError(err)
 	}
-	out := acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}}
-	for _, s := range sessions {
-		if p.Cwd != nil && *p.Cwd != s.Workspace {
-			continue
+	var after *listCursor
+	if p.Cursor != nil {
+		c, err := decodeCursor(*p.Cursor)
+		if err != nil {
+			return acp.ListSessionsResponse{}, errf("%v", err)
 		}
+		after = &c
+	}
+	page, next := pageSessions(sessions, p.Cwd, after, api.ListPageSize)
+	out := acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}, NextCursor: next}
+	for _, s := range page {
 		updated := s.UpdatedAt.Format(time.RFC3339Nano)
-		title := s.Agent
 		out.Sessions = append(out.Sessions, acp.SessionInfo{
-			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: &title, UpdatedAt: &updated, Meta: listedMeta(s),
+			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: optString(s.Title), UpdatedAt: &updated, Meta: listedMeta(s),
 		})
 	}
 	return out, nil
 }
 
-func (a *agent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	return acp.SetSessionModeResponse{}, acp.NewMethodNotFound("session/set_mode")
+// running returns the session id runs in this host, or a not-found error
+// telling the client to load or resume it.
+func (a *agent) running(id string) (*host.Session, error) {
+	if s, ok := a.srv.Host.Session(id); ok {
+		return s, nil
+	}
+	return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 }
 
-func (a *agent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
-	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound("session/set_config_option")
+// SetSessionMode switches the session's mode, between turns or during
+// one; the mode is stored as the session's "mode" option, so every resume
+// keeps it, and the agent's current_mode_update reaches every follower.
+func (a *agent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	s, err := a.running(string(p.SessionId))
+	if err != nil {
+		return acp.SetSessionModeResponse{}, err
+	}
+	if err := s.SetMode(ctx, string(p.ModeId)); err != nil {
+		return acp.SetSessionModeResponse{}, settingError(err, "mode")
+	}
+	return acp.SetSessionModeResponse{}, nil
+}
+
+// SetSessionConfigOption sets one config option (its value becomes the
+// session option of the same name) and answers with all of them.
+func (a *agent) SetSessionConfigOption(ctx context.Context, p acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	if p.ValueId == nil {
+		return acp.SetSessionConfigOptionResponse{}, errf("only config options of type select are supported")
+	}
+	v := p.ValueId
+	s, err := a.running(string(v.SessionId))
+	if err != nil {
+		return acp.SetSessionConfigOptionResponse{}, err
+	}
+	opts, err := s.SetConfigOption(ctx, string(v.ConfigId), string(v.Value))
+	if err != nil {
+		return acp.SetSessionConfigOptionResponse{}, settingError(err, string(v.ConfigId))
+	}
+	return acp.SetSessionConfigOptionResponse{ConfigOptions: configOptionsToACP(opts)}, nil
+}
+
+// settingError is apiError for a refused mode or config option: the
+// plugin's invalid-argument refusal names the setting too.
+func settingError(err error, setting string) error {
+	var inv *pluginclient.InvalidOptionError
+	if !errors.As(err, &inv) && errors.Is(err, pluginclient.ErrInvalidArgument) {
+		return &acp.RequestError{Code: api.CodeInvalidParams, Message: err.Error(), Data: api.ErrorData{Error: err.Error(), Setting: setting}}
+	}
+	return apiError(err)
 }
 
 // HandleExtensionMethod serves the _agenthost/ methods.

@@ -1,6 +1,12 @@
 package localapi
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/leasestore"
@@ -62,4 +68,74 @@ func listedMeta(s leasestore.Session) map[string]any {
 // updateMeta is _meta.agenthost of a session/update notification.
 func updateMeta(seq uint64, turnID string) map[string]any {
 	return map[string]any{api.MetaKey: api.UpdateMeta{Seq: seq, TurnID: turnID}}
+}
+
+// listCursor is where a session/list page ended: the last session's
+// creation time and id, in the list's order (newest first, then by id).
+// It travels as opaque base64 JSON.
+type listCursor struct {
+	CreatedAt time.Time `json:"c"`
+	ID        string    `json:"i"`
+}
+
+func (c listCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (listCursor, error) {
+	var c listCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		return listCursor{}, fmt.Errorf("cursor %q is not one session/list gave", s)
+	}
+	return c, nil
+}
+
+// listedBefore reports whether a comes before b in the list.
+func listedBefore(a, b leasestore.Session) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
+	}
+	return a.ID < b.ID
+}
+
+// pageSessions returns the page of sessions (of workspace cwd, when set)
+// after the cursor, at most size, and the cursor of the next page when
+// more follow.
+func pageSessions(all []leasestore.Session, cwd *string, after *listCursor, size int) ([]leasestore.Session, *string) {
+	var sel []leasestore.Session
+	for _, s := range all {
+		if cwd != nil && *cwd != s.Workspace {
+			continue
+		}
+		if after != nil && !listedBefore(leasestore.Session{CreatedAt: after.CreatedAt, ID: after.ID}, s) {
+			continue
+		}
+		sel = append(sel, s)
+	}
+	slices.SortFunc(sel, func(a, b leasestore.Session) int {
+		switch {
+		case listedBefore(a, b):
+			return -1
+		case listedBefore(b, a):
+			return 1
+		}
+		return 0
+	})
+	if len(sel) <= size {
+		return sel, nil
+	}
+	last := sel[size-1]
+	next := listCursor{CreatedAt: last.CreatedAt, ID: last.ID}.encode()
+	return sel[:size], &next
+}
+
+// turnFailureCode is the code of a failed turn: auth required when the
+// agent's provider refused for want of credentials.
+func turnFailureCode(r host.TurnResult) int {
+	if r.AuthRequired {
+		return api.CodeAuthRequired
+	}
+	return api.CodeTurnFailed
 }

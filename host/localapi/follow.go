@@ -67,7 +67,7 @@ func (f *follower) run(ctx context.Context, from uint64) {
 		if err != nil {
 			return nil // nothing a client could be told
 		}
-		if n, ok := notification(f.id, e.Seq, rec); ok {
+		for _, n := range notifications(f.id, e.Seq, rec) {
 			if err := f.a.conn.SessionUpdate(ctx, n); err != nil {
 				return err
 			}
@@ -150,28 +150,28 @@ func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 	}()
 }
 
-// notification renders the record of journal entry seq as a session/update
-// notification: agent updates in their ACP shape, prompts as user message
-// chunks. Host lifecycle entries and agenthost-specific updates have no ACP
-// form.
-func notification(id string, seq uint64, rec journal.Record) (acp.SessionNotification, bool) {
-	n := acp.SessionNotification{SessionId: acp.SessionId(id)}
+// notifications render the record of journal entry seq as session/update
+// notifications: an agent update in its ACP shape, a prompt as one
+// user_message_chunk per block, every block as it was sent. Host lifecycle
+// entries and agenthost-specific updates have no ACP form.
+func notifications(id string, seq uint64, rec journal.Record) []acp.SessionNotification {
 	switch r := rec.(type) {
 	case *journal.Update:
 		u, ok := journal.ACP(r.Update)
 		if !ok {
-			return n, false
+			return nil
 		}
-		n.Update = u
-		n.Meta = updateMeta(seq, r.TurnID)
-		return n, true
+		return []acp.SessionNotification{{SessionId: acp.SessionId(id), Update: u, Meta: updateMeta(seq, r.TurnID)}}
 	case *journal.Prompt:
-		if len(r.Prompt) == 0 {
-			return n, false
+		var out []acp.SessionNotification
+		for _, b := range r.Prompt {
+			u, ok := journal.ACP(&journal.Chunk{Kind: journal.KindUserMessageChunk, Content: b})
+			if !ok {
+				continue
+			}
+			out = append(out, acp.SessionNotification{SessionId: acp.SessionId(id), Update: u, Meta: updateMeta(seq, r.TurnID)})
 		}
-		n.Update = acp.UpdateUserMessageText(r.Prompt[0].Text())
-		n.Meta = updateMeta(seq, r.TurnID)
-		return n, true
+		return out
 	}
-	return n, false
+	return nil
 }

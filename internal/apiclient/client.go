@@ -195,7 +195,7 @@ func (c *Client) answer(m *Message) {
 	} else if result, err := c.opts.OnRequest(m.Method, m.Params); err != nil {
 		var e *Error
 		if !errors.As(err, &e) {
-			e = &Error{Code: api.CodeServerError, Message: err.Error()}
+			e = &Error{Code: api.CodeInternalError, Message: err.Error()}
 		}
 		reply["error"] = e
 	} else {

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -88,6 +89,7 @@ func Run(t *testing.T, open Factory) {
 		{"StateSurvivesRestart", testRestart},
 		{"FailedJournalCloseIsRetriedByTheNextClose", testCloseRetry},
 		{"TimesComeFromTheStoreClock", testClock},
+		{"SettingsSurviveRestart", testSettings},
 	}
 	for _, tc := range reopening {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1145,5 +1147,49 @@ func testClock(t *testing.T, open func(now func() time.Time) leasestore.Store) {
 		}
 		apply(t, ctx, s, "s", leasestore.Release{Fence: sess.Lease.Fence})
 		must(t, s.Close(ctx))
+	}
+}
+
+// testSettings: the MCP servers a session is created with and what
+// RecordSettings records (options, servers, title, allowed scopes, agent
+// state) are in the record after a restart; a stale fence records nothing,
+// and the lease survives a refused record as it was.
+func testSettings(t *testing.T, open func(now func() time.Time) leasestore.Store) {
+	ctx := ctxFor(t)
+	const id = "settings"
+	s := open(nil)
+	servers := []leasestore.MCPServer{{Name: "fs", Transport: "stdio", Command: "/bin/fs", Args: []string{"--root", "/w"},
+		Env: []leasestore.NameValue{{Name: "K", Value: "V"}}}}
+	created, err := s.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted", Workspace: "/work",
+		Options: map[string]string{"model": "asked"}, MCPServers: servers})
+	must(t, err)
+	if !reflect.DeepEqual(created.MCPServers, servers) {
+		t.Errorf("created with servers %+v, want %+v", created.MCPServers, servers)
+	}
+	sess := Live(t, ctx, s, id)
+	fence := sess.Lease.Fence
+	_, err = s.Apply(ctx, id, leasestore.RecordSettings{Fence: fence - 1, Title: "stale"})
+	wantErr(t, err, leasestore.ErrStaleFence)
+	remote := append(slices.Clone(servers), leasestore.MCPServer{Name: "web", Transport: "http", URL: "http://127.0.0.1:1/mcp",
+		Headers: []leasestore.NameValue{{Name: "Authorization", Value: "x"}}})
+	apply(t, ctx, s, id, leasestore.RecordSettings{Fence: fence, Options: map[string]string{"model": "acked", "mode": "plan"},
+		SetMCPServers: true, MCPServers: remote, AgentState: []byte(`{"currentModeId":"plan"}`)})
+	apply(t, ctx, s, id, leasestore.RecordSettings{Fence: fence, Title: "Fix the tests", AllowScope: "edit"})
+	apply(t, ctx, s, id, leasestore.RecordSettings{Fence: fence, AllowScope: "Bash(ls)"})
+	must(t, s.Close(ctx))
+
+	got := mustGet(t, ctx, open(nil), id)
+	if want := map[string]string{"model": "acked", "mode": "plan"}; !reflect.DeepEqual(got.Options, want) {
+		t.Errorf("options after restart %v, want %v", got.Options, want)
+	}
+	if !reflect.DeepEqual(got.MCPServers, remote) {
+		t.Errorf("servers after restart %+v, want %+v", got.MCPServers, remote)
+	}
+	if got.Title != "Fix the tests" || !reflect.DeepEqual(got.AllowedScopes, []string{"edit", "Bash(ls)"}) ||
+		string(got.AgentState) != `{"currentModeId":"plan"}` {
+		t.Errorf("after restart: title %q, scopes %q, agent state %s", got.Title, got.AllowedScopes, got.AgentState)
+	}
+	if got.Lease.Fence != fence || got.Lease.Claim != leasestore.ClaimLive {
+		t.Errorf("lease after restart %+v", got.Lease)
 	}
 }
