@@ -93,7 +93,7 @@ var (
 func Capabilities() sdk.Capabilities {
 	return sdk.Capabilities{
 		Image: true, EmbeddedContext: true, ResourceLink: true,
-		MCPStdio: true, MCPHTTP: true,
+		MCPStdio: true, MCPHTTP: true, Modes: true, ConfigOptions: true,
 		AuthMethods: []sdk.AuthMethod{
 			{ID: "chatgpt", Name: "Log in with ChatGPT", TerminalCommand: []string{"codex", "login"},
 				Description: "Run `codex login` as the user agenthost runs as; codex keeps the login in $CODEX_HOME/auth.json."},
@@ -246,7 +246,7 @@ func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, work
 
 	st := newSettings(o, res)
 	a.mu.Lock()
-	a.settings, a.models = st, models
+	a.settings, a.models, a.opts = st, models, o
 	info := sdk.SessionInfo{Handle: res.Thread.ID, Options: a.acknowledged(), Modes: a.modeState(), ConfigOptions: a.configOptions()}
 	a.mu.Unlock()
 	return info, res.Thread.ID, nil

@@ -248,7 +248,7 @@ func (a *agent) setMode(modeID string) error {
 
 // SetConfigOption sets the mode, the model or the reasoning effort from
 // the next turn on. A model whose efforts do not include the current one
-// goes back to its default effort.
+// gets its default effort.
 func (a *agent) SetConfigOption(ctx context.Context, id, value string) ([]sdk.ConfigOption, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -270,7 +270,8 @@ func (a *agent) SetConfigOption(ctx context.Context, id, value string) ([]sdk.Co
 		}
 		a.settings.model = value
 		if m != nil && a.settings.effort != "" && !m.supports(a.settings.effort) {
-			a.settings.effort = ""
+			// Sent explicitly: codex would keep the thread's effort.
+			a.settings.effort = m.DefaultReasoningEffort
 		}
 	case OptEffort:
 		m := a.model(a.settings.model)

@@ -162,7 +162,7 @@ func TestSettings(t *testing.T) {
 	}
 
 	// The model and effort change from the next turn on; a model without
-	// the effort goes back to its default.
+	// the effort gets its default, sent (codex would keep the thread's).
 	if _, err := a.SetConfigOption(t.Context(), "effort", "high"); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestSettings(t *testing.T) {
 		t.Errorf("turn/start %+v", p)
 	}
 	opts, err := a.SetConfigOption(t.Context(), "model", "m2")
-	if err != nil || a.settings.effort != "" || opts[2].CurrentValue != "medium" {
+	if err != nil || a.settings.effort != "medium" || opts[2].CurrentValue != "medium" || a.settings.turnStart("th", nil, nil).Effort != "medium" {
 		t.Errorf("after model m2: effort %q, options %+v, %v", a.settings.effort, opts, err)
 	}
 	var ioe *sdk.InvalidOptionError

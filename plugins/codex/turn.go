@@ -422,6 +422,9 @@ func (t *turnRun) itemCompleted(it threadItem) {
 			}
 		}
 		return
+	case "contextCompaction":
+		_ = t.turn.Message("Conversation compacted.")
+		return
 	}
 	call, ok := toolCall(it)
 	if !ok {
@@ -439,9 +442,6 @@ func (t *turnRun) itemCompleted(it threadItem) {
 		t.turn.ToolCall(call)
 	}
 	t.turn.ToolCallUpdate(toolUpdate(it))
-	if it.Type == "contextCompaction" {
-		_ = t.turn.Message("Conversation compacted.")
-	}
 }
 
 func reasoningText(it threadItem) string {
