@@ -82,13 +82,17 @@ type SessionUpdateParams struct {
 // agenthost's _meta of each session.
 type ListSessionsResult struct {
 	Sessions []ListedSession `json:"sessions"`
+	// NextCursor asks for the next page (params {"cursor": …}); nil on
+	// the last page. See ListPageSize.
+	NextCursor *string `json:"nextCursor,omitempty"`
 }
 
 // ListedSession is one session of a session/list result.
 type ListedSession struct {
 	SessionID string `json:"sessionId"`
 	Cwd       string `json:"cwd"`
-	// Title is the session's agent.
+	// Title is the session's title: the agent's, or the first line of its
+	// first prompt; nil before it has one.
 	Title *string `json:"title,omitempty"`
 	// UpdatedAt is when the record last changed (RFC 3339).
 	UpdatedAt *string                 `json:"updatedAt,omitempty"`

@@ -114,6 +114,12 @@ type Config struct {
 	// ReprobeInterval is how often latched sessions are probed again.
 	// Default: 30s.
 	ReprobeInterval time.Duration
+	// PermissionTimeout is how long a plugin's permission request waits
+	// for an answer, asked of every client that follows the session and of
+	// the next one that does when none follows: then the host answers it
+	// "cancelled" and logs it. Default: DefaultPermissionTimeout (10
+	// minutes).
+	PermissionTimeout time.Duration
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
 	// Now is the wall clock for the times in the death evidence the host
@@ -144,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReprobeInterval <= 0 {
 		c.ReprobeInterval = 30 * time.Second
+	}
+	if c.PermissionTimeout <= 0 {
+		c.PermissionTimeout = DefaultPermissionTimeout
 	}
 	// Set here, not only where a plugin is started: readopted plugins and
 	// the reapers read it too, and zero there meant an immediate SIGKILL.

@@ -41,13 +41,9 @@ func promptEntry(turnID string, blocks []pluginclient.ContentBlock) leasestore.E
 }
 
 // titleEntry is the session_info_update the host journals for a title it
-// derived: an update of no turn and no plugin seq, in ACP's shape.
+// derived: an update of no turn and no plugin seq.
 func titleEntry(title string) leasestore.EntryInput {
-	b := mustJSON(struct {
-		SessionUpdate journal.UpdateKind `json:"sessionUpdate"`
-		Title         string             `json:"title"`
-	}{kindSessionInfo, title})
-	return hostEntry(&journal.Update{Update: &journal.Other{Kind: kindSessionInfo, JSON: b}})
+	return hostEntry(&journal.Update{Update: &journal.SessionInfo{Title: title}})
 }
 
 // notDispatchedEntry ends a turn whose journaled prompt never reached the

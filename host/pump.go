@@ -213,6 +213,8 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 	// are skipped: each is journaled exactly once.
 	var entries []leasestore.EntryInput
 	first := s.journaled() + 1
+	// A permission request is pending before anyone can read it.
+	granted := s.notePermissions(batch, first)
 	for _, u := range batch {
 		if u.Seq >= first {
 			e, err := recordEntry(u.Record)
@@ -234,12 +236,14 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 	if err := s.proc.att.Acknowledge(ctx, last); err != nil && ctx.Err() == nil {
 		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
 	}
+	s.notePermissionsResolved(batch, first)
+	s.answerGranted(ctx, granted)
 	for _, u := range batch {
 		if u.Seq < first {
 			continue
 		}
 		if ts := u.Stop(); ts != nil {
-			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error})
+			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error, AuthRequired: ts.AuthRequired})
 		} else {
 			s.noteTurn(u.TurnID)
 			if su := u.SessionUpdate(); su != nil {

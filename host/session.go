@@ -42,6 +42,11 @@ type Session struct {
 	state      sessionState
 	settingsMu sync.Mutex
 
+	// perms are the permission requests the plugin waits on, by id, and
+	// their ids in arrival order (see permission.go).
+	perms     map[string]*pendingPermission
+	permOrder []string
+
 	fromSeq uint64 // first plugin update to ask for
 	// violation is the protocol breach the session was stopped for; it
 	// becomes Err once the plugin is gone.
@@ -61,7 +66,7 @@ var ErrDetached = errors.New("host detached from the session; its plugin keeps r
 func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pluginProc, journal leasestore.Journal, fromSeq uint64) *Session {
 	return &Session{
 		h: h, id: id, agent: agent, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
-		waiters: map[string]chan TurnResult{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
+		waiters: map[string]chan TurnResult{}, perms: map[string]*pendingPermission{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
@@ -121,6 +126,7 @@ func (s *Session) watch() {
 		detached = true
 	}
 	<-s.pumpDone
+	s.stopPermissions()
 	ctx := context.Background()
 	if err := s.journal.Close(ctx); err != nil {
 		s.h.report(JournalScope, fmt.Errorf("close the journal of session %q: %w", s.id, err))

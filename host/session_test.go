@@ -100,7 +100,7 @@ func TestSessionLifecycleWithLeases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r := rec.(*journal.Update); r.PluginSeq == 0 && r.Update.UpdateKind() == "session_info_update" {
+			if r := rec.(*journal.Update); r.PluginSeq == 0 && r.Update.UpdateKind() == journal.KindSessionInfoUpdate {
 				continue // the title the host derived from the prompt
 			}
 			kinds = append(kinds, "update")

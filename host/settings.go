@@ -296,53 +296,33 @@ func (s *Session) changeSettings(ctx context.Context, change func(*sessionState)
 
 // noteAgentUpdate keeps what a session-level update of the agent says
 // about the session's settings: its mode (current_mode_update), its config
-// options (config_option_update) and its title (session_info_update). It
-// reads the update in its ACP shape, as the journal keeps it. The pump
-// calls it once the update is journaled; a failure to store is reported,
-// and the next change stores the state again.
+// options (config_option_update) and its title (session_info_update). The
+// pump calls it once the update is journaled; a failure to store is
+// reported, and the next change stores the state again.
 func (s *Session) noteAgentUpdate(ctx context.Context, u journal.SessionUpdate) {
-	kind := u.UpdateKind()
-	switch kind {
-	case kindCurrentMode, kindConfigOptions, kindSessionInfo:
-	default:
-		return
-	}
-	b, err := json.Marshal(u)
-	if err != nil {
-		return
-	}
-	var x struct {
-		CurrentModeID string         `json:"currentModeId"`
-		ConfigOptions []storedOption `json:"configOptions"`
-		Title         *string        `json:"title"`
-	}
-	if json.Unmarshal(b, &x) != nil {
-		return
-	}
-	switch kind {
-	case kindCurrentMode:
-		if x.CurrentModeID != "" {
-			err = s.noteMode(ctx, x.CurrentModeID)
+	var err error
+	switch u := u.(type) {
+	case *journal.CurrentMode:
+		if u.ModeID != "" {
+			err = s.noteMode(ctx, u.ModeID)
 		}
-	case kindConfigOptions:
-		_, opts := decodeAgentState(mustJSON(agentState{ConfigOptions: x.ConfigOptions}))
+	case *journal.ConfigOptions:
+		opts := make([]pluginclient.ConfigOption, 0, len(u.Options))
+		for _, o := range u.Options {
+			co := pluginclient.ConfigOption{ID: o.ID, Name: o.Name, Description: o.Description, Category: o.Category, CurrentValue: o.CurrentValue}
+			for _, v := range o.Values {
+				co.Values = append(co.Values, pluginclient.ConfigValue(v))
+			}
+			opts = append(opts, co)
+		}
 		err = s.noteConfigOptions(ctx, opts, "", "")
-	case kindSessionInfo:
-		if x.Title != nil {
-			err = s.noteTitle(ctx, *x.Title)
-		}
+	case *journal.SessionInfo:
+		err = s.noteTitle(ctx, u.Title)
 	}
 	if err != nil {
 		s.h.report(JournalScope, err)
 	}
 }
-
-// The ACP kinds of the session-level updates whose content the host keeps.
-const (
-	kindCurrentMode   journal.UpdateKind = "current_mode_update"
-	kindConfigOptions journal.UpdateKind = "config_option_update"
-	kindSessionInfo   journal.UpdateKind = "session_info_update"
-)
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

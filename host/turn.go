@@ -171,12 +171,6 @@ func (s *Session) Cancel(ctx context.Context) error {
 	return s.proc.att.Cancel(ctx)
 }
 
-// AnswerPermission answers a permission request: optionID selects an
-// option; empty cancels the request.
-func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID string) error {
-	return s.proc.att.AnswerPermission(ctx, requestID, pluginclient.Answer(optionID))
-}
-
 // finishTurn hands a turn's end to the Prompt waiting for it, if any. The
 // pump calls it once the turn's stop is journaled.
 func (s *Session) finishTurn(r TurnResult) {

@@ -2,6 +2,7 @@ package localapi
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -21,6 +22,8 @@ type follower struct {
 
 	mu    sync.Mutex
 	ended map[string]chan struct{} // turn id -> closed once its stop was sent
+	asked map[string]bool          // permission requests asked of this client
+	wg    sync.WaitGroup           // the questions being asked
 }
 
 // follow starts following session id after seq `after`, once per session
@@ -32,7 +35,7 @@ func (a *agent) follow(id string, after uint64) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
-	f := &follower{a: a, id: id, cancel: cancel, done: make(chan struct{}), ended: map[string]chan struct{}{}}
+	f := &follower{a: a, id: id, cancel: cancel, done: make(chan struct{}), ended: map[string]chan struct{}{}, asked: map[string]bool{}}
 	a.followers[id] = f
 	go f.run(ctx, after+1)
 	return nil
@@ -62,6 +65,14 @@ func (f *follower) stop() {
 
 func (f *follower) run(ctx context.Context, from uint64) {
 	defer close(f.done)
+	defer f.wg.Wait()
+	// The requests the plugin waits on that arrived before this client
+	// followed (none followed, or another did): asked now.
+	if s, ok := f.a.srv.Host.Session(f.id); ok {
+		for _, q := range s.PendingPermissions() {
+			f.ask(ctx, q)
+		}
+	}
 	_ = f.a.srv.Host.Store().Tail(ctx, f.id, from, func(e leasestore.Entry) error {
 		rec, err := journal.Decode(e)
 		if err != nil {
@@ -116,38 +127,54 @@ func (f *follower) waitTurn(ctx context.Context, turnID string) {
 	}
 }
 
-// ask forwards a plugin's permission request to the client and sends the
-// answer back to the plugin.
+// ask forwards a plugin's permission request to the client, with the
+// whole tool call and every option, and sends the answer back to the
+// plugin; only a request the plugin still waits on, and only once per
+// client. A client that goes away without answering leaves the request
+// pending, for the next client that follows the session.
 func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 	s, ok := f.a.srv.Host.Session(f.id)
-	if !ok {
+	if !ok || !s.PermissionPending(q.RequestID) {
 		return
 	}
-	req := acp.RequestPermissionRequest{SessionId: acp.SessionId(f.id), ToolCall: acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(q.ToolCall.ToolCallID)}}
-	if q.ToolCall.Title != "" {
-		title := q.ToolCall.Title
-		req.ToolCall.Title = &title
+	f.mu.Lock()
+	if f.asked[q.RequestID] {
+		f.mu.Unlock()
+		return
 	}
-	if q.ToolCall.Kind != "" {
-		kind := acp.ToolKind(q.ToolCall.Kind)
-		req.ToolCall.Kind = &kind
-	}
-	if len(q.ToolCall.RawInput) > 0 {
-		req.ToolCall.RawInput = q.ToolCall.RawInput
-	}
+	f.asked[q.RequestID] = true
+	f.mu.Unlock()
+	req := acp.RequestPermissionRequest{SessionId: acp.SessionId(f.id), ToolCall: permissionToolCall(q.ToolCall), Options: []acp.PermissionOption{}}
 	for _, o := range q.Options {
 		req.Options = append(req.Options, acp.PermissionOption{OptionId: o.OptionId, Name: o.Name, Kind: o.Kind})
 	}
 	// Ask without holding up the journal: the plugin's turn waits, not
 	// the stream of updates.
-	go func() {
+	f.wg.Go(func() {
 		resp, err := f.a.conn.RequestPermission(ctx, req)
+		if ctx.Err() != nil {
+			return // the client left (or stopped following): still pending
+		}
 		option := ""
 		if err == nil && resp.Outcome.Selected != nil {
 			option = string(resp.Outcome.Selected.OptionId)
 		}
-		_ = s.AnswerPermission(context.WithoutCancel(ctx), q.RequestID, option)
-	}()
+		if err := s.AnswerPermission(context.WithoutCancel(ctx), q.RequestID, option); err != nil {
+			f.a.srv.log().Debug("answer a permission request", "session", f.id, "request", q.RequestID, "error", err)
+		}
+	})
+}
+
+// permissionToolCall is the tool call a permission request asks about, in
+// full (kind, title, status, rawInput, content with diffs, locations), as
+// the journal's tool_call renders it.
+func permissionToolCall(tc journal.ToolCall) acp.ToolCallUpdate {
+	out := acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(tc.ToolCallID)}
+	b, err := json.Marshal(&tc)
+	if err != nil || json.Unmarshal(b, &out) != nil {
+		return acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(tc.ToolCallID)}
+	}
+	return out
 }
 
 // notifications render the record of journal entry seq as session/update

@@ -78,7 +78,8 @@ func (a *App) sessionsListCommand() *cobra.Command {
 		Long: `List every session recorded in the state directory, newest first: its agent,
 its state (running in this host, or the lease's claim: live, released,
 reserved, conflicted, with a stage when latched), its fence, when it last
-changed, and its workspace.`,
+changed, its workspace and its title (the agent's, or the first line of its
+first prompt). --json prints the first page of the session/list result.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -88,6 +89,13 @@ changed, and its workspace.`,
 				return err
 			}
 			defer c.Close()
+			for list.NextCursor != nil {
+				var page api.ListSessionsResult
+				if err := c.Call(ctx, api.MethodSessionList, map[string]any{"cursor": *list.NextCursor}, &page); err != nil {
+					return err
+				}
+				list.Sessions, list.NextCursor = append(list.Sessions, page.Sessions...), page.NextCursor
+			}
 			var st api.StatusResult
 			_ = c.Call(ctx, api.MethodStatus, nil, &st)
 			if len(list.Sessions) == 0 {
@@ -98,7 +106,7 @@ changed, and its workspace.`,
 				return strings.Compare(deref(y.UpdatedAt), deref(x.UpdatedAt))
 			})
 			tw := tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tFENCE\tUPDATED\tWORKSPACE")
+			fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tFENCE\tUPDATED\tWORKSPACE\tTITLE")
 			for _, s := range list.Sessions {
 				ah := s.Meta.Agenthost
 				state := string(ah.Claim)
@@ -114,7 +122,7 @@ changed, and its workspace.`,
 						updated = ago(t)
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", displayID(s.SessionID), ah.Agent, state, ah.Fence, updated, s.Cwd)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", displayID(s.SessionID), ah.Agent, state, ah.Fence, updated, s.Cwd, deref(s.Title))
 			}
 			return tw.Flush()
 		},

@@ -1,0 +1,246 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// Permission requests. The plugin's turn waits for each answer; the
+// Session owns the requests it has not seen answered (pending): the pump
+// registers one before the request is journaled, so that whoever reads
+// the journal finds it pending, and forgets it once a permission_resolved
+// update is journaled or an answer is accepted. A client asks the user
+// only about pending requests (PermissionPending), so a request resolved
+// long ago is never asked again when a journal is replayed, and one that
+// arrived while no client followed the session is asked of the next that
+// does (PendingPermissions). A request still pending after
+// Config.PermissionTimeout is answered "cancelled" by the host, and
+// logged, so a turn never waits forever for a user who is gone.
+//
+// A request with an always-scope (claude: "edit", "Bash(git)"; codex:
+// "exec:git", "patch") is answered by the host itself, with its
+// allow_always option (allow_once when it offers none), once a client
+// chose an allow_always option for that scope before: the scope is
+// stored with the session (leasestore.Session.AllowedScopes), so the grant
+// survives resumes and restarts.
+
+// DefaultPermissionTimeout is Config.PermissionTimeout's default.
+const DefaultPermissionTimeout = 10 * time.Minute
+
+// pendingPermission is one request the plugin waits on.
+type pendingPermission struct {
+	req   *journal.PermissionRequest
+	timer *time.Timer
+}
+
+// PermissionPending reports whether the plugin still waits for an answer
+// to the request.
+func (s *Session) PermissionPending(requestID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.perms[requestID]
+	return ok
+}
+
+// PendingPermissions returns the requests the plugin waits on, oldest
+// first.
+func (s *Session) PendingPermissions() []*journal.PermissionRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*journal.PermissionRequest, 0, len(s.permOrder))
+	for _, id := range s.permOrder {
+		if p, ok := s.perms[id]; ok {
+			out = append(out, p.req)
+		}
+	}
+	return out
+}
+
+// AnswerPermission answers a permission request: optionID selects an
+// option; empty cancels the request. Selecting an allow_always option of a
+// request with an always-scope grants the scope for the session: it is
+// stored, and later requests of the scope are answered without asking.
+func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID string) error {
+	s.mu.Lock()
+	var req *journal.PermissionRequest
+	if p, ok := s.perms[requestID]; ok {
+		req = p.req
+	}
+	s.mu.Unlock()
+	if err := s.proc.att.AnswerPermission(ctx, requestID, pluginclient.Answer(optionID)); err != nil {
+		return err
+	}
+	s.forgetPermission(requestID)
+	if req == nil || req.AlwaysScope == "" || optionID == "" {
+		return nil
+	}
+	for _, o := range req.Options {
+		if string(o.OptionId) == optionID && o.Kind == acp.PermissionOptionKindAllowAlways {
+			return s.grantScope(ctx, req.AlwaysScope)
+		}
+	}
+	return nil
+}
+
+// grantScope stores scope as answered "allow always".
+func (s *Session) grantScope(ctx context.Context, scope string) error {
+	s.settingsMu.Lock()
+	defer s.settingsMu.Unlock()
+	s.mu.Lock()
+	if slices.Contains(s.state.allowed, scope) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.state.allowed = append(s.state.allowed, scope)
+	s.mu.Unlock()
+	if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, leasestore.RecordSettings{Fence: s.fence, AllowScope: scope}); err != nil {
+		return fmt.Errorf("session %q: store the permission scope %q allowed always: %w", s.id, scope, err)
+	}
+	s.h.log.Info("permission scope allowed always", "session", s.id, "scope", scope)
+	return nil
+}
+
+// autoAnswer is the option the host answers req with itself: its
+// allow_always option (else allow_once) when its scope was granted; ""
+// when a client must be asked.
+func (s *Session) autoAnswer(req *journal.PermissionRequest) string {
+	if req.AlwaysScope == "" {
+		return ""
+	}
+	s.mu.Lock()
+	granted := slices.Contains(s.state.allowed, req.AlwaysScope)
+	s.mu.Unlock()
+	if !granted {
+		return ""
+	}
+	once := ""
+	for _, o := range req.Options {
+		switch o.Kind {
+		case acp.PermissionOptionKindAllowAlways:
+			return string(o.OptionId)
+		case acp.PermissionOptionKindAllowOnce:
+			if once == "" {
+				once = string(o.OptionId)
+			}
+		}
+	}
+	return once
+}
+
+// grantedAnswer is a request the host answers itself, and the option.
+type grantedAnswer struct {
+	req    *journal.PermissionRequest
+	option string
+}
+
+// notePermissions registers the batch's new permission requests as
+// pending before the batch is journaled, and returns those the host
+// answers itself. The pump answers them once the batch is journaled.
+func (s *Session) notePermissions(batch []*pluginclient.Update, first uint64) []grantedAnswer {
+	var auto []grantedAnswer
+	for _, u := range batch {
+		if u.Seq < first {
+			continue
+		}
+		req, ok := u.SessionUpdate().(*journal.PermissionRequest)
+		if !ok {
+			continue
+		}
+		if opt := s.autoAnswer(req); opt != "" {
+			auto = append(auto, grantedAnswer{req: req, option: opt})
+			continue
+		}
+		s.addPermission(req)
+	}
+	return auto
+}
+
+func (s *Session) addPermission(req *journal.PermissionRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.perms[req.RequestID]; ok {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	id := req.RequestID
+	timeout := s.h.cfg.PermissionTimeout
+	p := &pendingPermission{req: req}
+	p.timer = time.AfterFunc(timeout, func() { s.expirePermission(id, timeout) })
+	s.perms[id] = p
+	s.permOrder = append(s.permOrder, id)
+}
+
+// forgetPermission drops a request that was answered.
+func (s *Session) forgetPermission(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.perms[id]; ok {
+		p.timer.Stop()
+		delete(s.perms, id)
+		s.permOrder = slices.DeleteFunc(s.permOrder, func(x string) bool { return x == id })
+	}
+}
+
+// stopPermissions forgets every pending request of a session that ended.
+func (s *Session) stopPermissions() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, p := range s.perms {
+		p.timer.Stop()
+		delete(s.perms, id)
+	}
+	s.permOrder = nil
+}
+
+// expirePermission answers a request nobody answered in time: cancelled.
+func (s *Session) expirePermission(id string, after time.Duration) {
+	if !s.PermissionPending(id) {
+		return
+	}
+	s.h.log.Warn("a permission request was not answered in time; the host answers it cancelled", "session", s.id, "request", id, "timeout", after)
+	ctx, cancel := context.WithTimeout(context.Background(), s.h.cfg.StopTimeout)
+	defer cancel()
+	if err := s.proc.att.AnswerPermission(ctx, id, pluginclient.Answer("")); err != nil {
+		s.h.log.Warn("answer a permission request that timed out", "session", s.id, "request", id, "error", err)
+	}
+	s.forgetPermission(id)
+}
+
+// answerGranted answers, as the pump found them, the requests whose scope
+// the session allows always. One the plugin does not take the answer for
+// is left to a client, pending.
+func (s *Session) answerGranted(ctx context.Context, auto []grantedAnswer) {
+	for _, g := range auto {
+		id := g.req.RequestID
+		actx, cancel := context.WithTimeout(ctx, s.h.cfg.StopTimeout)
+		err := s.proc.att.AnswerPermission(actx, id, pluginclient.Answer(g.option))
+		cancel()
+		if err != nil {
+			s.h.log.Warn("answer a permission request of a scope allowed always; asking a client instead", "session", s.id, "request", id, "error", err)
+			s.addPermission(g.req)
+			continue
+		}
+		s.h.log.Debug("answered a permission request of a scope allowed always", "session", s.id, "request", id, "option", g.option)
+	}
+}
+
+// notePermissionsResolved forgets the requests the batch reports answered.
+func (s *Session) notePermissionsResolved(batch []*pluginclient.Update, first uint64) {
+	for _, u := range batch {
+		if r, ok := u.SessionUpdate().(*journal.PermissionResolved); ok && u.Seq >= first {
+			s.forgetPermission(r.RequestID)
+		}
+	}
+}
