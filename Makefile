@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis
+.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis acp-sdk acpx test-acp-sdk
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -35,11 +35,17 @@ build: ## Build every package, and bin/agenthost.
 
 # Where the pinned CLIs are installed (make clis), the tests that drive
 # them run too: the realclis build tag and the variables that name them.
-test: lint clis ## Run lint, then every test with the race detector (the fault-injection suite and, where npm is, the real CLIs included).
+# The official ACP TypeScript SDK's client test runs where make acp-sdk
+# installed it (npm); without, it skips and says so.
+test: lint clis acp-sdk ## Run lint, then every test with the race detector (the fault-injection suite and, where npm is, the real CLIs and the ACP TypeScript SDK client included).
 	@if [[ -e "$(CLI_STAMP)" ]]; then \
 		echo "go test: with the pinned claude $(CLAUDE_CLI_VERSION) and codex $(CODEX_CLI_VERSION) from $(CLI_CACHE)"; \
 		export AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex; \
 		tags="-tags realclis"; \
+	fi; \
+	if [[ -e "$(ACP_SDK_STAMP)" ]]; then \
+		echo "go test: with the pinned ACP TypeScript SDK $(ACP_SDK_VERSION) from $(ACP_SDK_CACHE)"; \
+		export AGENTHOST_ACP_SDK=$(ACP_SDK_CACHE); \
 	fi; \
 	go test -race -count=1 -timeout 9m $${tags:-} ./...
 
@@ -116,6 +122,19 @@ check-tidy: ## Fail if go.mod or go.sum (or the tools module's) are not tidy.
 clean: ## Remove build output (bin/).
 	rm -rf bin/
 
+# npm_pinned installs npm packages $(3), pinned, into the cache folder
+# $(1) (never globally) and touches the stamp $(2), which names the pins,
+# so a changed pin reinstalls; without npm it prints $(4) and succeeds, so
+# the tests that need the packages skip.
+define npm_pinned
+if [[ -e "$(2)" ]]; then exit 0; fi; \
+if ! command -v npm >/dev/null; then echo "$(4)"; exit 0; fi; \
+echo "installing $(3) into $(1)"; \
+rm -rf "$(1)"; mkdir -p "$(1)"; \
+npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(1)" $(3); \
+touch "$(2)"
+endef
+
 # The real agent CLIs, pinned, installed into a cache folder (never
 # globally) for the tests that drive them offline against a scripted model
 # server. The stamp names both versions, so a changed pin reinstalls;
@@ -126,18 +145,41 @@ CODEX_CLI_VERSION := 0.171.0
 CLI_STAMP = $(CLI_CACHE)/.installed-claude-$(CLAUDE_CLI_VERSION)-codex-$(CODEX_CLI_VERSION)
 
 clis: ## Install the pinned claude and codex CLIs with npm into .cache/clis (without npm, say so: their tests skip).
-	@if [[ -e "$(CLI_STAMP)" ]]; then exit 0; fi; \
-	if ! command -v npm >/dev/null; then \
-		echo "npm not found: the tests of the real claude and codex CLIs will skip (install Node.js and npm to run them)"; exit 0; \
-	fi; \
-	echo "installing claude $(CLAUDE_CLI_VERSION) and codex $(CODEX_CLI_VERSION) into $(CLI_CACHE)"; \
-	rm -rf "$(CLI_CACHE)"; mkdir -p "$(CLI_CACHE)"; \
-	npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(CLI_CACHE)" \
-		@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION); \
-	touch "$(CLI_STAMP)"
+	@$(call npm_pinned,$(CLI_CACHE),$(CLI_STAMP),@anthropic-ai/claude-code@$(CLAUDE_CLI_VERSION) @openai/codex@$(CODEX_CLI_VERSION),npm not found: the tests of the real claude and codex CLIs will skip (install Node.js and npm to run them))
 
 test-real-clis: clis ## Run only the tests of the real claude and codex CLIs, verbosely.
 	@[[ -e "$(CLI_STAMP)" ]] || { echo "the pinned CLIs are not installed: make clis needs npm"; exit 1; }
 	AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude \
 	AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex \
 		go test -race -tags realclis -count=1 -v ./internal/realcli ./plugins/...
+
+# The official ACP TypeScript SDK, pinned (with the zod it needs), for the
+# test that drives agenthost acp with it as the client
+# (examples/acp-ts-client); installed like the CLIs, never globally.
+ACP_SDK_CACHE ?= $(CURDIR)/.cache/acp-sdk
+ACP_SDK_VERSION := 2.4.0
+ACP_SDK_ZOD_VERSION := 4.6.7
+ACP_SDK_STAMP = $(ACP_SDK_CACHE)/.installed-sdk-$(ACP_SDK_VERSION)-zod-$(ACP_SDK_ZOD_VERSION)
+
+acp-sdk: ## Install the pinned ACP TypeScript SDK with npm into .cache/acp-sdk (without npm, say so: its client test skips).
+	@$(call npm_pinned,$(ACP_SDK_CACHE),$(ACP_SDK_STAMP),@agentclientprotocol/sdk@$(ACP_SDK_VERSION) zod@$(ACP_SDK_ZOD_VERSION),npm not found: the ACP TypeScript SDK client test will skip (install Node.js and npm to run it))
+
+test-acp-sdk: acp-sdk ## Run only the ACP TypeScript SDK client test, verbosely.
+	@[[ -e "$(ACP_SDK_STAMP)" ]] || { echo "the ACP TypeScript SDK is not installed: make acp-sdk needs npm"; exit 1; }
+	AGENTHOST_ACP_SDK=$(ACP_SDK_CACHE) go test -race -count=1 -v ./examples/acp-ts-client
+
+# acpx, a headless ACP client, pinned, for trying agenthost acp by hand
+# (the README's "Try it with an ACP client"); no test needs it.
+ACPX_CACHE ?= $(CURDIR)/.cache/acpx
+ACPX_VERSION := 0.19.1
+ACPX_STAMP = $(ACPX_CACHE)/.installed-acpx-$(ACPX_VERSION)
+
+acpx: ## Install the pinned acpx ACP client with npm into .cache/acpx, to try agenthost acp by hand.
+	@if [[ ! -e "$(ACPX_STAMP)" ]]; then \
+		command -v npm >/dev/null || { echo "make acpx needs npm: install Node.js and npm, then run it again"; exit 1; }; \
+		echo "installing acpx $(ACPX_VERSION) into $(ACPX_CACHE)"; \
+		rm -rf "$(ACPX_CACHE)"; mkdir -p "$(ACPX_CACHE)"; \
+		npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$(ACPX_CACHE)" acpx@$(ACPX_VERSION); \
+		touch "$(ACPX_STAMP)"; \
+	fi; \
+	echo "acpx $(ACPX_VERSION): $(ACPX_CACHE)/node_modules/.bin/acpx"

@@ -16,6 +16,12 @@ var builtins = map[string]sdk.Factory{
 	"scripted": scripted.New,
 }
 
+// builtinOptions are the built-in plugins' Serve options: the capabilities
+// each declares to the host.
+var builtinOptions = map[string][]sdk.ServeOption{
+	"scripted": {sdk.WithCapabilities(scripted.Capabilities())},
+}
+
 // credentials are the host's credential policies for the built-in agents:
 // each plugin names its provider's variables, which the host strips from
 // the plugin's environment unless the session allows credentials.

@@ -22,6 +22,6 @@ func main() {
 // run executes the command line args and returns the process exit code:
 // 0 on success, 1 on failure, 2 for a usage error.
 func run(args []string, stdout, stderr io.Writer) int {
-	app := &cli.App{Builtins: builtins, Credentials: credentials, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}
+	app := &cli.App{Builtins: builtins, BuiltinOptions: builtinOptions, Credentials: credentials, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}
 	return app.Main(args)
 }

@@ -150,11 +150,19 @@ async function main() {
   });
   console.log(`connected to ${socketPath}: ${init.agentInfo.name} ${init.agentInfo.version}, protocol ${init.protocolVersion}`);
 
-  // Session updates carry the journal seq in _meta.agenthost.seq.
+  // Session updates carry the journal seq in _meta.agenthost.seq, and a
+  // turn's its turnId. Updates of no turn (the agent's slash commands, a
+  // title) come whenever the agent reports them: they are listed at the
+  // end, not among the turn's.
+  const sessionLevel = [];
   const onUpdate = (method, params) => {
     if (method !== 'session/update') return;
     const seq = params._meta?.agenthost?.seq ?? 0;
     lastSeen = Math.max(lastSeen, seq);
+    if (!params._meta?.agenthost?.turnId) {
+      sessionLevel.push(params.update.sessionUpdate);
+      return;
+    }
     console.log(`  update seq=${seq} ${describe(params.update)}`);
   };
   client.on(onUpdate);
@@ -201,7 +209,9 @@ async function main() {
     if (method !== '_agenthost/journal') return;
     entries.push(params);
     if (params.kind === 'stop') stops.push(params);
-    if (mode === 'catch-up') {
+    if (mode === 'catch-up' && params.kind === 'update' && !params.payload.turnId) {
+      console.log(`  entry seq=${params.seq} (of no turn) ${describe(params.payload.update)}`);
+    } else if (mode === 'catch-up') {
       const what = params.kind === 'update' ? describe(params.payload.update) : params.kind === 'stop' ? `stop ${params.payload.stopReason}` : params.kind;
       console.log(`  entry seq=${params.seq} ${what}`);
     } else if (mode === 'stops' && params.kind === 'stop') {
@@ -249,6 +259,7 @@ async function main() {
   res = await client.call('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'count 2' }] });
   console.log(`  stop ${res.stopReason}`);
   await client.close();
+  console.log(`updates of no turn: ${[...new Set(sessionLevel)].join(', ') || 'none'}`);
   console.log('done');
 }
 

@@ -39,6 +39,9 @@ type App struct {
 	// Builtins are the plugins this binary serves itself, by agent name
 	// (agenthost __plugin NAME).
 	Builtins map[string]sdk.Factory
+	// BuiltinOptions are the Serve options of built-in plugins, by agent
+	// name: what each declares (sdk.WithCapabilities) before any session.
+	BuiltinOptions map[string][]sdk.ServeOption
 	// Credentials are the built-in agents' credential policies, by agent
 	// name: the variables stripped from a plugin's environment unless its
 	// session allows credentials, or passed from the host's own when the
@@ -342,7 +345,7 @@ func (a *App) pluginCommand() *cobra.Command {
 			if !ok {
 				return fmt.Errorf("no built-in plugin %q; the built-ins are %s", args[0], strings.Join(a.builtinNames(), ", "))
 			}
-			return sdk.Serve(args[0], factory)
+			return sdk.Serve(args[0], factory, a.BuiltinOptions[args[0]]...)
 		},
 	}
 }

@@ -19,9 +19,16 @@ const (
 	opTool
 	opAsk
 	opUsage
+	opAuth
+	opEdit
+	opMCP
+	opSettings
+	opTitle
+	opExitPlan
 )
 
-var opNames = [...]string{opEcho: "echo", opCount: "count", opSleep: "sleep", opFail: "fail", opTool: "tool", opAsk: "ask", opUsage: "usage"}
+var opNames = [...]string{opEcho: "echo", opCount: "count", opSleep: "sleep", opFail: "fail", opTool: "tool", opAsk: "ask",
+	opUsage: "usage", opAuth: "auth", opEdit: "edit", opMCP: "mcp", opSettings: "settings", opTitle: "title", opExitPlan: "exitplan"}
 
 func (o op) String() string { return opNames[o] }
 
@@ -33,8 +40,11 @@ type command struct {
 	// d is the interval between count's chunks, or how long sleep holds
 	// the turn.
 	d time.Duration
-	// text is the reply of an echo, or the message of a fail.
+	// text is the reply of an echo, the message of a fail, the title of
+	// title, or what edit writes.
 	text string
+	// path is the file edit writes.
+	path string
 	// used and size are the context tokens and the context window usage
 	// reports.
 	used, size int64
@@ -45,14 +55,18 @@ const (
 	usageCount = `count N [INTERVAL], with N a whole number and INTERVAL a Go duration, e.g. "count 3 100ms"`
 	usageSleep = `sleep DURATION, with DURATION a Go duration, e.g. "sleep 2s"`
 	usageFail  = `fail MESSAGE, e.g. "fail out of tokens"`
-	usageTool  = `tool, with no arguments`
-	usageAsk   = `ask, with no arguments`
 	usageUsage = `usage USED SIZE, with USED and SIZE whole numbers of tokens, e.g. "usage 53000 200000"`
+	usageEdit  = `edit PATH TEXT, with PATH a file in the workspace, e.g. "edit notes.txt hello"`
+	usageTitle = `title TEXT, e.g. "title Fix the flaky test"`
 )
+
+// bare are the commands that take no arguments.
+var bare = map[string]op{"tool": opTool, "ask": opAsk, "auth": opAuth, "mcp": opMCP, "settings": opSettings, "exitplan": opExitPlan}
 
 // parse reads the command in a prompt's text. Text whose first word is not
 // a keyword is an echo; a keyword with malformed arguments is an error that
-// says what was expected.
+// says what was expected. A keyword may be written as a slash command
+// ("/count 3"), as a client offers the agent's available commands.
 func parse(text string) (command, error) {
 	text = strings.TrimSpace(text)
 	keyword, rest := text, ""
@@ -60,6 +74,15 @@ func parse(text string) (command, error) {
 		keyword, rest = text[:i], strings.TrimSpace(text[i:])
 	}
 	args := strings.Fields(rest)
+	if k, ok := strings.CutPrefix(keyword, "/"); ok && isKeyword(k) {
+		keyword = k
+	}
+	if o, ok := bare[keyword]; ok {
+		if rest != "" {
+			return command{}, malformed(text, keyword+", with no arguments")
+		}
+		return command{op: o}, nil
+	}
 
 	switch keyword {
 	case "count":
@@ -91,16 +114,16 @@ func parse(text string) (command, error) {
 			return command{}, malformed(text, usageFail)
 		}
 		return command{op: opFail, text: rest}, nil
-	case "tool":
-		if rest != "" {
-			return command{}, malformed(text, usageTool)
+	case "edit":
+		if len(args) < 2 {
+			return command{}, malformed(text, usageEdit)
 		}
-		return command{op: opTool}, nil
-	case "ask":
-		if rest != "" {
-			return command{}, malformed(text, usageAsk)
+		return command{op: opEdit, path: args[0], text: strings.TrimSpace(strings.TrimPrefix(rest, args[0]))}, nil
+	case "title":
+		if rest == "" {
+			return command{}, malformed(text, usageTitle)
 		}
-		return command{op: opAsk}, nil
+		return command{op: opTitle, text: rest}, nil
 	case "usage":
 		if len(args) != 2 {
 			return command{}, malformed(text, usageUsage)
@@ -113,6 +136,16 @@ func parse(text string) (command, error) {
 		return command{op: opUsage, used: used, size: size}, nil
 	}
 	return command{op: opEcho, text: text}, nil
+}
+
+// isKeyword reports whether word starts a command.
+func isKeyword(word string) bool {
+	switch word {
+	case "count", "sleep", "fail", "usage", "edit", "title":
+		return true
+	}
+	_, ok := bare[word]
+	return ok
 }
 
 func malformed(text, usage string) error {

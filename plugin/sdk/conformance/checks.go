@@ -322,9 +322,17 @@ func staleFenceRefused(e *env) error {
 			bad = append(bad, fmt.Sprintf("%s failed with %v", what, err))
 		}
 	}
-	// The stream fence 1 opened must end now.
-	if u, err := old.next(staleStreamBound); err == nil {
-		bad = append(bad, fmt.Sprintf("the Updates stream opened at fence 1 delivered seq %d after fence 2 attached", u.Seq))
+	// The stream fence 1 opened must end now. Updates the plugin produced
+	// before fence 2 attached (up to its LastSeq: an agent reporting
+	// commands as a session opens has some) may still be in flight.
+	var u *pluginclient.Update
+	for err = nil; err == nil; {
+		if u, err = old.next(staleStreamBound); err == nil && u.Seq > resp.LastSeq {
+			break
+		}
+	}
+	if err == nil {
+		bad = append(bad, fmt.Sprintf("the Updates stream opened at fence 1 delivered seq %d, produced after fence 2 attached (at seq %d)", u.Seq, resp.LastSeq))
 	} else if errors.Is(err, errTimeout) {
 		bad = append(bad, fmt.Sprintf("the Updates stream opened at fence 1 stayed open %s after fence 2 attached", staleStreamBound))
 	} else {

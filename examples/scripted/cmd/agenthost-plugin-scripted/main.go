@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	if err := sdk.Serve("scripted", scripted.New); err != nil {
+	if err := sdk.Serve("scripted", scripted.New, sdk.WithCapabilities(scripted.Capabilities())); err != nil {
 		fmt.Fprintln(os.Stderr, "agenthost-plugin-scripted:", err)
 		os.Exit(1)
 	}

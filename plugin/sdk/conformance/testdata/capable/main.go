@@ -17,12 +17,10 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugin/sdk/conformance/testdata/streamlang"
 )
 
 var modes = []sdk.Mode{{ID: "ask", Name: "Ask"}, {ID: "code", Name: "Code", Description: "edits without asking"}}
@@ -125,27 +123,7 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 			return "", err
 		}
 	}
-	words := strings.Fields(req.Text())
-	switch {
-	case len(words) == 2 && words[0] == "stream":
-		n, err := strconv.Atoi(words[1])
-		if err != nil {
-			return "", fmt.Errorf("capable: stream N: %v", err)
-		}
-		for i := 1; i <= n; i++ {
-			select {
-			case <-ctx.Done():
-				return sdk.StopCancelled, nil
-			case <-time.After(10 * time.Millisecond):
-			}
-			turn.Message(strconv.Itoa(i))
-		}
-		return sdk.StopEndTurn, nil
-	case len(words) == 1 && words[0] == "hold":
-		<-ctx.Done()
-		return sdk.StopCancelled, nil
-	}
-	return "", fmt.Errorf("capable: unknown prompt %q", req.Text())
+	return streamlang.Run(ctx, "capable", req.Text(), turn)
 }
 
 func main() {
