@@ -38,7 +38,7 @@ func TestClaudeSettingsSurviveHostKillAndPluginDeath(t *testing.T) {
 	r.script(modelserver.Text("One."), modelserver.Text("Two."),
 		modelserver.Tool("mcp__echosrv__echo", echo), modelserver.Text("Three."))
 	opts := map[string]string{claude.OptModel: "sonnet", claude.OptMode: "acceptEdits"}
-	res := cl.newSessionWith(r, opts, echoServer("echosrv"))
+	res := cl.newCodexSessionWith(r, opts, []acp.McpServer{stdioMCP("echosrv", mcpEchoBin)})
 	id := string(res.SessionId)
 	if res.Modes == nil || res.Modes.CurrentModeId != "acceptEdits" {
 		t.Errorf("session/new's modes %+v, want acceptEdits current", res.Modes)
@@ -61,7 +61,7 @@ func TestClaudeSettingsSurviveHostKillAndPluginDeath(t *testing.T) {
 			t.Errorf("%s: model request %d asks for %q, names the MCP tool %v; want claude-sonnet-5-5 with mcp__echosrv__echo",
 				when, n, req.Model, strings.Contains(string(req.Body), "mcp__echosrv__echo"))
 		}
-		st := cl.stored(id)
+		st := cl.storedSession(id)
 		if st.Options[claude.OptModel] != "sonnet" || st.Options[claude.OptMode] != "acceptEdits" {
 			t.Errorf("%s: the stored options %v, want model sonnet and mode acceptEdits", when, st.Options)
 		}
@@ -117,9 +117,7 @@ func TestClaudeSetMode(t *testing.T) {
 	if n := len(cl.permissionRequests()); n != 1 {
 		t.Fatalf("%d permission requests in the default mode, want 1", n)
 	}
-	if err := cl.setMode(id, "acceptEdits"); err != nil {
-		t.Fatal(err)
-	}
+	cl.setMode(id, "acceptEdits")
 	waitUntil(t, 10*time.Second, "current_mode_update acceptEdits", func() bool {
 		m := kindOf[*journal.CurrentMode](cl)
 		return len(m) > 0 && m[len(m)-1].ModeID == "acceptEdits"
@@ -131,11 +129,12 @@ func TestClaudeSetMode(t *testing.T) {
 	if b, err := os.ReadFile(second); err != nil || string(b) != "2" {
 		t.Errorf("the Write in acceptEdits: %q %v", b, err)
 	}
-	if st := cl.stored(id); st.Options[claude.OptMode] != "acceptEdits" {
+	if st := cl.storedSession(id); st.Options[claude.OptMode] != "acceptEdits" {
 		t.Errorf("stored options %v, want mode acceptEdits", st.Options)
 	}
 	var aerr *apiclient.Error
-	if err := cl.setMode(id, "yolo"); !errors.As(err, &aerr) || aerr.Code != api.CodeInvalidParams {
+	err := cl.c.Call(ctxFor(t, 30*time.Second), acp.AgentMethodSessionSetMode, map[string]any{"sessionId": id, "modeId": "yolo"}, nil)
+	if !errors.As(err, &aerr) || aerr.Code != api.CodeInvalidParams {
 		t.Errorf("set_mode yolo: %v, want invalid params", err)
 	}
 }
@@ -146,7 +145,7 @@ func TestClaudeSetConfigOption(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
 	r.script(modelserver.Text("One."), modelserver.Text("Two."))
-	res := cl.newSessionWith(r, nil)
+	res := cl.newCodexSessionWith(r, nil, nil)
 	id := string(res.SessionId)
 	var ids []string
 	for _, o := range res.ConfigOptions {
@@ -158,12 +157,8 @@ func TestClaudeSetConfigOption(t *testing.T) {
 		t.Errorf("session/new's config options %v, want mode, model, effort", ids)
 	}
 	cl.mustPrompt(id, "first", "end_turn")
-	if _, err := cl.setConfigOption(id, "model", "sonnet"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.setConfigOption(id, "effort", "high"); err != nil {
-		t.Fatal(err)
-	}
+	cl.setConfig(id, "model", "sonnet")
+	cl.setConfig(id, "effort", "high")
 	cl.mustPrompt(id, "second", "end_turn")
 	effort := func(req modelserver.Request) string {
 		var b struct {
@@ -178,7 +173,7 @@ func TestClaudeSetConfigOption(t *testing.T) {
 		t.Errorf("requests asked for %s (effort %s) then %s (effort %s); want the second claude-sonnet-5-5 at high",
 			first.Model, effort(first), second.Model, effort(second))
 	}
-	if st := cl.stored(id); st.Options[claude.OptModel] != "sonnet" || st.Options[claude.OptEffort] != "high" {
+	if st := cl.storedSession(id); st.Options[claude.OptModel] != "sonnet" || st.Options[claude.OptEffort] != "high" {
 		t.Errorf("stored options %v", st.Options)
 	}
 	if n := len(kindOf[*journal.ConfigOptions](cl)); n < 2 {
@@ -194,9 +189,9 @@ func TestClaudeImagePrompt(t *testing.T) {
 	r.script(modelserver.Text("A red pixel."))
 	id := cl.newSession(r, nil)
 	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
-	cl.promptBlocks(id, "end_turn", acp.TextBlock("what is this?"), acp.ImageBlock(png, "image/png"),
-		acp.ContentBlock{Resource: &acp.ContentBlockResource{Type: "resource", Resource: acp.EmbeddedResourceResource{
-			TextResourceContents: &acp.TextResourceContents{Uri: "file:///notes.txt", Text: "the pixel is red"}}}})
+	cl.promptBlocks(id, "end_turn", map[string]any{"type": "text", "text": "what is this?"},
+		map[string]any{"type": "image", "mimeType": "image/png", "data": png},
+		map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///notes.txt", "text": "the pixel is red"}})
 	body := string(r.nextRequest(1).Body)
 	if !strings.Contains(body, `"type":"image"`) || !strings.Contains(body, png) {
 		t.Errorf("the model request carries no image block with the data")
@@ -212,7 +207,9 @@ func TestClaudeImagePrompt(t *testing.T) {
 func TestClaudeEditDiffAllowAlways(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
-	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowAlways }
+	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		return acp.PermissionOptionKindAllowAlways
+	}
 	target := filepath.Join(r.workspace, "hello.txt")
 	if err := os.WriteFile(target, []byte("line one\nhello old world\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -296,7 +293,7 @@ func TestClaudeClearSurvivesRestart(t *testing.T) {
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "remember the word zebra", "end_turn")
 	cl.mustPrompt(id, "/clear", "end_turn")
-	handles := cl.stored(id).Handles
+	handles := cl.storedSession(id).Handles
 	if len(handles) < 2 || handles[len(handles)-1].Origin != "created" || handles[len(handles)-1].Handle == handles[0].Handle {
 		t.Errorf("after /clear the handle chain is %+v, want a new created link", handles)
 	}
@@ -325,7 +322,9 @@ func TestClaudeClearSurvivesRestart(t *testing.T) {
 func TestClaudePlanExit(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
-	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowAlways }
+	cl.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		return acp.PermissionOptionKindAllowAlways
+	}
 	r.script(modelserver.Tool("ExitPlanMode", `{"plan":"1. write hello.txt"}`), modelserver.Text("Coding now."))
 	id := cl.newSession(r, map[string]string{claude.OptMode: "plan"})
 	cl.mustPrompt(id, "plan it", "end_turn")
@@ -345,7 +344,7 @@ func TestClaudePlanExit(t *testing.T) {
 	if len(modes) == 0 || modes[len(modes)-1].ModeID != "acceptEdits" {
 		t.Errorf("current_mode_update after leaving plan mode: %+v, want acceptEdits", modes)
 	}
-	if st := cl.stored(id); st.Options[claude.OptMode] != "acceptEdits" {
+	if st := cl.storedSession(id); st.Options[claude.OptMode] != "acceptEdits" {
 		t.Errorf("stored options %v, want mode acceptEdits", st.Options)
 	}
 }

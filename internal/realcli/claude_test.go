@@ -1,6 +1,7 @@
 package realcli_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/agentconfig"
+	"github.com/agenthost/agenthost/internal/apiclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/claude"
@@ -264,6 +266,12 @@ func TestClaudeModelFailures(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("the turn failed with %q, want it to say %q", err, w)
 				}
+			}
+			// Only the provider refusing credentials is ACP's "auth
+			// required".
+			var aerr *apiclient.Error
+			if !errors.As(err, &aerr) || (aerr.Code == api.CodeAuthRequired) != (tt.status == 401) {
+				t.Errorf("the turn failed with %v; want code %d only for 401", err, api.CodeAuthRequired)
 			}
 			if n := len(r.srv.ModelRequests()); n < 2 {
 				t.Errorf("the CLI asked the model %d times, want its retry too", n)

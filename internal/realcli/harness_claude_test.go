@@ -297,65 +297,8 @@ func startClaude(t *testing.T) (*rig, *server, *client) {
 	return r, s, r.dial(s)
 }
 
-// mcpEcho is the built mcpecho server (testdata/mcpecho).
-var mcpEcho string
-
-// echoServer is the ACP stdio MCP server entry of mcpecho, as a client
-// passes it in session/new.
-func echoServer(name string) acp.McpServer {
-	return acp.McpServer{Stdio: &acp.McpServerStdio{Name: name, Command: mcpEcho, Args: []string{}, Env: []acp.EnvVariable{}}}
-}
-
-// newSessionWith starts a session of the rig's agent with options and
-// MCP servers, returning session/new's whole result.
-func (c *client) newSessionWith(r *rig, options map[string]string, servers ...acp.McpServer) acp.NewSessionResponse {
-	c.t.Helper()
-	if servers == nil {
-		servers = []acp.McpServer{}
-	}
-	var res acp.NewSessionResponse
-	meta := map[string]any{api.MetaKey: api.NewSessionMeta{Agent: r.cli.name, Options: options}}
-	if err := c.c.Call(ctxFor(c.t, 60*time.Second), api.MethodSessionNew, acp.NewSessionRequest{Cwd: r.workspace, McpServers: servers, Meta: meta}, &res); err != nil {
-		c.t.Fatalf("session/new: %v", err)
-	}
-	return res
-}
-
-// promptBlocks runs a turn of any content blocks that must end with want.
-func (c *client) promptBlocks(id string, want acp.StopReason, blocks ...acp.ContentBlock) {
-	c.t.Helper()
-	var res acp.PromptResponse
-	err := c.c.Call(ctxFor(c.t, 90*time.Second), api.MethodSessionPrompt, acp.PromptRequest{SessionId: acp.SessionId(id), Prompt: blocks}, &res)
-	if err != nil || res.StopReason != want {
-		c.t.Fatalf("prompt: stop reason %q, error %v; want %q", res.StopReason, err, want)
-	}
-}
-
-// setMode calls session/set_mode.
-func (c *client) setMode(id, mode string) error {
-	return c.c.Call(ctxFor(c.t, 30*time.Second), acp.AgentMethodSessionSetMode, acp.SetSessionModeRequest{SessionId: acp.SessionId(id), ModeId: acp.SessionModeId(mode)}, nil)
-}
-
-// setConfigOption calls session/set_config_option and returns the config
-// options it answers with.
-func (c *client) setConfigOption(id, option, value string) ([]acp.SessionConfigOption, error) {
-	var res struct {
-		ConfigOptions []acp.SessionConfigOption `json:"configOptions"`
-	}
-	err := c.c.Call(ctxFor(c.t, 30*time.Second), acp.AgentMethodSessionSetConfigOption,
-		map[string]any{"sessionId": id, "configId": option, "value": value}, &res)
-	return res.ConfigOptions, err
-}
-
-// stored returns the session as the host stores it (_agenthost/session).
-func (c *client) stored(id string) api.Session {
-	c.t.Helper()
-	var res api.SessionResult
-	if err := c.c.Call(ctxFor(c.t, 10*time.Second), api.MethodSession, api.Params{SessionID: id}, &res); err != nil {
-		c.t.Fatalf("%s %s: %v", api.MethodSession, id, err)
-	}
-	return res.Session
-}
+// mcpEchoBin is the built MCP server of the tests (testdata/mcpecho).
+var mcpEchoBin string
 
 // cmdline is a live process's argv.
 func cmdline(t *testing.T, pid int) []string {
