@@ -244,6 +244,18 @@ func TestClaudeEditDiffAllowAlways(t *testing.T) {
 	if b, _ := os.ReadFile(target); string(b) != "line one\nhello newer world\n" {
 		t.Errorf("the file holds %q after both edits", b)
 	}
+	// The tool call itself shows the diff of its input.
+	var calls []string
+	for _, x := range kindOf[*journal.ToolCall](cl) {
+		for _, c := range x.Content {
+			if c.Diff != nil && c.Diff.OldText != nil {
+				calls = append(calls, *c.Diff.OldText+" -> "+c.Diff.NewText)
+			}
+		}
+	}
+	if !slices.Equal(calls, []string{"old -> new", "new -> newer"}) {
+		t.Errorf("the tool calls' diffs %q, want old -> new and new -> newer", calls)
+	}
 	// The results' diffs: the structured patch's hunk, with its context.
 	var got []string
 	for _, u := range cl.sessionUpdates() {

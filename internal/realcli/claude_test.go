@@ -446,6 +446,9 @@ func TestClaudeNoCredentialsFailsAtStart(t *testing.T) {
 		}
 	}
 	t.Logf("session/new failed in %s: %v", took, err)
+	if aerr := (*apiclient.Error)(nil); !errors.As(err, &aerr) || aerr.Code != api.CodeAuthRequired {
+		t.Errorf("session/new failed with %v, want ACP's auth required (%d)", err, api.CodeAuthRequired)
+	}
 	if took > 10*time.Second {
 		t.Errorf("session/new took %s to fail", took)
 	}
