@@ -19,7 +19,9 @@ var builtins = map[string]sdk.Factory{
 // builtinOptions are the built-in plugins' Serve options: the capabilities
 // each declares to the host.
 var builtinOptions = map[string][]sdk.ServeOption{
+	"codex":    {sdk.WithCapabilities(codex.Capabilities())},
 	"scripted": {sdk.WithCapabilities(scripted.Capabilities())},
+	"claude":   {sdk.WithCapabilities(claude.Capabilities())},
 }
 
 // credentials are the host's credential policies for the built-in agents:

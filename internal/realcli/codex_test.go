@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -219,21 +218,7 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 	r.script(modelserver.Text("The secret word is marmalade."), codexExec("echo marmalade > word.txt"), modelserver.Text("You asked about marmalade."))
 	c.mustPrompt(id, "remember the word marmalade", "end_turn")
 
-	pids := r.processes()
-	if len(pids) < 2 {
-		t.Fatalf("the rig's processes: %v; want the plugin and its app-server", pids)
-	}
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.processes()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes %v outlived SIGKILL", r.processes())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-
+	r.killSessionProcesses()
 	c.waitNotRunning(t, id)
 	c.resumeSession(t, r, id)
 	c.mustPrompt(id, "what was the word?", "end_turn")

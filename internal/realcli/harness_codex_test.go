@@ -3,9 +3,13 @@ package realcli_test
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/codex"
@@ -117,6 +121,9 @@ func assertJournaledOnce(t *testing.T, es []entry, killed time.Time, answer stri
 	var ups []journal.SessionUpdate
 	afterKill := 0
 	for _, u := range updates(es) {
+		if u.PluginSeq == 0 {
+			continue // the host's own (the title it takes from the first prompt)
+		}
 		seqs = append(seqs, u.PluginSeq)
 		ups = append(ups, u.Update)
 		if time.Unix(0, u.PluginTime).After(killed) {
@@ -160,4 +167,108 @@ func hasMessage(req modelserver.Request, role, text string) bool {
 		}
 	}
 	return false
+}
+
+// mcpEcho returns the real-CLI tests' MCP server (testdata/mcpecho),
+// which TestMain builds once.
+func mcpEcho(t *testing.T) string {
+	t.Helper()
+	return mcpEchoBin
+}
+
+// newCodexSessionWith opens a codex session with options and MCP servers
+// and returns the session/new result.
+func (c *client) newCodexSessionWith(r *rig, options map[string]string, mcp []acp.McpServer) acp.NewSessionResponse {
+	c.t.Helper()
+	if mcp == nil {
+		mcp = []acp.McpServer{}
+	}
+	var res acp.NewSessionResponse
+	meta := map[string]any{api.MetaKey: api.NewSessionMeta{Agent: r.cli.name, Options: options}}
+	if err := c.c.Call(ctxFor(c.t, 60*time.Second), api.MethodSessionNew, acp.NewSessionRequest{Cwd: r.workspace, McpServers: mcp, Meta: meta}, &res); err != nil {
+		c.t.Fatalf("session/new: %v", err)
+	}
+	return res
+}
+
+// stdioMCP is an ACP stdio MCP server entry.
+func stdioMCP(name, command string) acp.McpServer {
+	return acp.McpServer{Stdio: &acp.McpServerStdio{Name: name, Command: command, Args: []string{}, Env: []acp.EnvVariable{}}}
+}
+
+// promptBlocks runs a turn of raw ACP content blocks, which must end with
+// want.
+func (c *client) promptBlocks(id string, want acp.StopReason, blocks ...map[string]any) {
+	c.t.Helper()
+	var res acp.PromptResponse
+	err := c.c.Call(ctxFor(c.t, 90*time.Second), api.MethodSessionPrompt, map[string]any{"sessionId": id, "prompt": blocks}, &res)
+	if err != nil || res.StopReason != want {
+		c.t.Fatalf("prompt: stop reason %q, error %v; want %q", res.StopReason, err, want)
+	}
+}
+
+// setMode and setConfig call session/set_mode and
+// session/set_config_option.
+func (c *client) setMode(id, mode string) {
+	c.t.Helper()
+	if err := c.c.Call(ctxFor(c.t, 30*time.Second), acp.AgentMethodSessionSetMode, map[string]any{"sessionId": id, "modeId": mode}, nil); err != nil {
+		c.t.Fatalf("session/set_mode %s: %v", mode, err)
+	}
+}
+
+func (c *client) setConfig(id, option, value string) []acp.SessionConfigOption {
+	c.t.Helper()
+	var res acp.SetSessionConfigOptionResponse
+	err := c.c.Call(ctxFor(c.t, 30*time.Second), acp.AgentMethodSessionSetConfigOption, map[string]any{"sessionId": id, "configId": option, "value": value}, &res)
+	if err != nil {
+		c.t.Fatalf("session/set_config_option %s=%s: %v", option, value, err)
+	}
+	return res.ConfigOptions
+}
+
+// storedSession is the session as the host stores it.
+func (c *client) storedSession(id string) api.Session {
+	c.t.Helper()
+	var res api.SessionResult
+	if err := c.c.Call(ctxFor(c.t, 10*time.Second), api.MethodSession, api.Params{SessionID: id}, &res); err != nil {
+		c.t.Fatalf("%s %s: %v", api.MethodSession, id, err)
+	}
+	return res.Session
+}
+
+// killSessionProcesses SIGKILLs the rig's plugin and CLI and waits until
+// they are gone.
+func (r *rig) killSessionProcesses() {
+	r.t.Helper()
+	pids := r.processes()
+	if len(pids) < 2 {
+		r.t.Fatalf("the rig's processes: %v; want the plugin and its app-server", pids)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	waitUntil(r.t, 10*time.Second, "the plugin and its CLI gone after SIGKILL", func() bool { return len(r.processes()) == 0 })
+}
+
+// sandboxMode is the sandbox codex reports to the model provider in a
+// request's turn metadata ("read-only", "workspace-write",
+// "danger-full-access"), which shows the approval preset the turn ran in.
+func sandboxMode(req modelserver.Request) string {
+	_, rest, ok := strings.Cut(string(req.Body), `\"sandbox_mode\":\"`)
+	if !ok {
+		return ""
+	}
+	mode, _, _ := strings.Cut(rest, `\"`)
+	return mode
+}
+
+// toolCalls are the tool calls the client saw.
+func (c *client) toolCalls() []*journal.ToolCall {
+	var out []*journal.ToolCall
+	for _, u := range c.received() {
+		if tc, ok := u.Update.(*journal.ToolCall); ok {
+			out = append(out, tc)
+		}
+	}
+	return out
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,9 +29,20 @@ const retireTimeout = 3 * time.Second
 // replaced, resuming the conversation, at the next turn.
 type agent struct {
 	log hclog.Logger
+	// rep reports what changes outside a turn: the slash commands at
+	// session open, a mode the CLI switched to between turns.
+	rep *sdk.Reporter
 
-	mu        sync.Mutex
-	cfg       config
+	mu  sync.Mutex
+	cfg config
+	// bypass is whether the session may use bypassPermissions (see
+	// bypassAllowed).
+	bypass bool
+	// models are the models the CLI said it supports (its initialize
+	// response), for the model and effort config options.
+	models []cliModel
+	// rejected are the scopes the user answered "reject always" for.
+	rejected  map[string]bool
 	opened    bool
 	workspace string
 	path      string // the claude binary
@@ -46,15 +59,42 @@ type agent struct {
 }
 
 var (
-	_ sdk.Agent     = (*agent)(nil)
-	_ sdk.Closer    = (*agent)(nil)
-	_ sdk.Describer = (*agent)(nil)
+	_ sdk.Agent              = (*agent)(nil)
+	_ sdk.Closer             = (*agent)(nil)
+	_ sdk.Describer          = (*agent)(nil)
+	_ sdk.ModeSetter         = (*agent)(nil)
+	_ sdk.ConfigOptionSetter = (*agent)(nil)
 )
 
 // New is the plugin's sdk.Factory. It starts nothing: the CLI is found,
 // checked and started when the host opens the session.
 func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-	return &agent{log: env.Log()}, nil
+	return &agent{log: env.Log(), rep: env.Reporter, rejected: map[string]bool{}}, nil
+}
+
+// authMethods are the ways to authenticate Claude Code: its own login,
+// or an API key the operator lets through.
+var authMethods = []sdk.AuthMethod{
+	{ID: "claude-login", Name: "Log in to Claude Code",
+		Description:     "Run `claude` in a terminal and type /login; the login is kept in ~/.claude and every session uses it.",
+		TerminalCommand: []string{"claude", "/login"}},
+	{ID: "anthropic-api-key", Name: "Anthropic API key",
+		Description: "The operator sets ANTHROPIC_API_KEY in agenthost's environment and gives the claude agent \"credentials\": \"inherit\" in agenthost.json.",
+		EnvVars:     []string{"ANTHROPIC_API_KEY"}},
+}
+
+// Capabilities is what the claude agent supports, for
+// sdk.WithCapabilities: images, embedded text resources and PDFs,
+// resource links, MCP servers of every transport Claude Code's
+// --mcp-config takes, the two ways to log in, and its session options.
+func Capabilities() sdk.Capabilities {
+	return sdk.Capabilities{
+		Image: true, EmbeddedContext: true, ResourceLink: true,
+		MCPStdio: true, MCPHTTP: true, MCPSSE: true,
+		Modes: true, ConfigOptions: true,
+		AuthMethods: slices.Clone(authMethods),
+		Options:     slices.Clone(optionSpecs),
+	}
 }
 
 // AgentVersion implements sdk.Describer: the Claude Code version, once a
@@ -68,7 +108,7 @@ func (a *agent) AgentVersion() string {
 // NewSession starts a CLI on a new conversation with a pre-assigned
 // session id (--session-id), which is the session's handle.
 func (a *agent) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.SessionInfo, error) {
-	return a.open(ctx, req.Workspace, req.Options, "")
+	return a.open(ctx, req.Workspace, req.Options, req.MCPServers, "")
 }
 
 // ResumeSession starts a CLI on the conversation req.Handle (--resume). An
@@ -77,19 +117,24 @@ func (a *agent) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest)
 	if req.Handle == "" {
 		return sdk.SessionInfo{}, errors.New("claude: resume needs the Claude session id")
 	}
-	return a.open(ctx, req.Workspace, req.Options, req.Handle)
+	return a.open(ctx, req.Workspace, req.Options, req.MCPServers, req.Handle)
 }
 
 // open runs the readiness checks (options, workspace, binary, version,
 // credentials) and starts the CLI: on a new conversation when resume is
 // empty, otherwise on the conversation it names.
-func (a *agent) open(ctx context.Context, workspace string, opts map[string]string, resume string) (sdk.SessionInfo, error) {
-	cfg, unknown, err := parseOptions(opts)
+func (a *agent) open(ctx context.Context, workspace string, opts map[string]string, servers []sdk.MCPServer, resume string) (sdk.SessionInfo, error) {
+	cfg, err := parseOptions(opts)
 	if err != nil {
 		return sdk.SessionInfo{}, err
 	}
-	if len(unknown) > 0 {
-		a.log.Warn("ignoring session options the claude plugin does not know", "options", unknown)
+	if cfg.mcpConfig, err = mcpConfig(servers); err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	env := withVars(cliEnv(os.Environ(), workspace, cfg.allowCredentials), cfg.env)
+	bypass := bypassAllowed(env)
+	if cfg.mode == modeBypass && !bypass {
+		return sdk.SessionInfo{}, invalid(OptMode, "claude refuses bypassPermissions to root (unless the CLI's environment has IS_SANDBOX=1, e.g. the option env.IS_SANDBOX=1 in a sandbox)")
 	}
 	if err := checkWorkspace(workspace); err != nil {
 		return sdk.SessionInfo{}, err
@@ -98,7 +143,6 @@ func (a *agent) open(ctx context.Context, workspace string, opts map[string]stri
 	if err != nil {
 		return sdk.SessionInfo{}, err
 	}
-	env := cliEnv(os.Environ(), workspace, cfg.allowCredentials)
 	v, err := checkVersion(ctx, path, env)
 	if err != nil {
 		return sdk.SessionInfo{}, err
@@ -121,7 +165,7 @@ func (a *agent) open(ctx context.Context, workspace string, opts map[string]stri
 		a.mu.Unlock()
 		return sdk.SessionInfo{}, errors.New("claude: this agent is closed or already has a session")
 	}
-	a.cfg, a.workspace, a.path, a.env, a.version, a.handle = cfg, workspace, path, env, v.String(), st.id
+	a.cfg, a.workspace, a.path, a.env, a.version, a.handle, a.bypass = cfg, workspace, path, env, v.String(), st.id, bypass
 	a.mu.Unlock()
 	a.log.Info("opening claude session", "path", path, "version", v.String(), "session_id", st.id, "resume", st.resume)
 
@@ -136,12 +180,28 @@ func (a *agent) open(ctx context.Context, workspace string, opts map[string]stri
 		// A resumed conversation has a transcript already.
 		a.persisted = st.resume
 	}
+	info := sdk.SessionInfo{Handle: st.id, Options: maps.Clone(a.cfg.raw),
+		Modes:         &sdk.ModeState{CurrentModeID: orDefault(a.cfg.mode, "default"), Available: modesFor(a.bypass)},
+		ConfigOptions: a.configOptionsLocked()}
 	a.mu.Unlock()
 	if closed {
 		stopRetired(c)
 		return sdk.SessionInfo{}, errors.New("claude: the agent was closed while the session opened")
 	}
-	return sdk.SessionInfo{Handle: st.id, Options: cfg.raw}, nil
+	a.rep.Commands(c.commands)
+	return info, nil
+}
+
+// withVars returns env with the NAME=VALUE pairs of extra set, replacing
+// a variable env had.
+func withVars(env, extra []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		out = slices.DeleteFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+		out = append(out, kv)
+	}
+	return out
 }
 
 func checkWorkspace(dir string) error {
@@ -161,15 +221,22 @@ func checkWorkspace(dir string) error {
 // launch starts a CLI for st and completes the initialize handshake.
 func (a *agent) launch(ctx context.Context, st start) (*cli, error) {
 	a.mu.Lock()
-	cfg, path, env, dir := a.cfg, a.path, a.env, a.workspace
+	cfg, path, env, dir, bypass := a.cfg, a.path, a.env, a.workspace, a.bypass
 	a.mu.Unlock()
-	c, err := startCLI(ctx, a.log.Named("claude"), path, cfg.cliArgs(st), env, dir, st, cfg.maxLineBytes, cfg.grace())
+	c, err := startCLI(ctx, a.log.Named("claude"), path, cfg.cliArgs(st, bypass), env, dir, st, cfg.maxLineBytes, cfg.grace())
 	if err != nil {
 		return nil, fmt.Errorf("claude: could not start %s: %v", path, err)
 	}
-	if err := c.initialize(ctx); err != nil {
+	info, err := c.initialize(ctx)
+	if err != nil {
 		stopRetired(c)
 		return nil, err
+	}
+	c.commands = info.commands()
+	if len(info.Models) > 0 {
+		a.mu.Lock()
+		a.models = info.Models
+		a.mu.Unlock()
 	}
 	return c, nil
 }
@@ -236,7 +303,7 @@ func stopRetired(c *cli) {
 // noteSession records the session id the CLI reports (system/init,
 // result). A new id is reported to the host as a handle change: older CLIs
 // mint one on every resume.
-func (a *agent) noteSession(id string, turn *sdk.Turn, resumed bool) {
+func (a *agent) noteSession(id string, turn *sdk.Turn, resumed bool, origin string) {
 	if id == "" {
 		return
 	}
@@ -247,9 +314,11 @@ func (a *agent) noteSession(id string, turn *sdk.Turn, resumed bool) {
 	a.handle = id
 	a.mu.Unlock()
 	if changed {
-		origin := "created"
-		if resumed {
-			origin = "resumed"
+		if origin == "" {
+			origin = "created"
+			if resumed {
+				origin = "resumed"
+			}
 		}
 		a.log.Info("claude reports a new session id", "old", old, "new", id, "origin", origin)
 		turn.HandleChanged(id, origin)
@@ -265,6 +334,12 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 	content, err := promptContent(req.Prompt)
 	if err != nil {
 		return "", err
+	}
+	a.mu.Lock()
+	idle := a.proc
+	a.mu.Unlock()
+	if idle != nil {
+		a.drainIdle(idle)
 	}
 	line := userLine{Type: "user", Message: userMessage{Role: "user", Content: content}, SessionID: "default"}
 	// A CLI can die between turns unseen: the plugin learns of it only

@@ -2,7 +2,6 @@ package claude
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -150,7 +149,7 @@ func checkCredentials(allow bool) error {
 		msg += fmt.Sprintf("; %s is set, but provider credentials are removed from claude's environment unless the session option %s=true",
 			strings.Join(present, ", "), OptAllowCredentials)
 	}
-	return errors.New(msg + fmt.Sprintf(" (a login kept in the macOS keychain is invisible to this check: set %s=true)", OptSkipAuthCheck))
+	return authRequired(fmt.Errorf("%s (a login kept in the macOS keychain is invisible to this check: set %s=true)", msg, OptSkipAuthCheck))
 }
 
 func orDefault(s, def string) string {

@@ -42,8 +42,9 @@ func TestArgvAndEnvironment(t *testing.T) {
 	f := newFixture(t)
 	h := f.start(t, "ANTHROPIC_API_KEY=sk-ant-test", "AWS_SECRET_ACCESS_KEY=aws-secret", "CLAUDECODE=1", "KEEP_ME=yes")
 	handle := f.open(t, h, map[string]string{
-		OptModel: "sonnet", OptPermissionMode: "acceptEdits", OptAllowedTools: "Read,Bash(git log:*)",
-		OptAppendSystemPrompt: "-be brief", "some_future_option": "x",
+		OptModel: "sonnet", OptMode: "acceptEdits", OptEffort: "high", OptAllowedTools: "Read,Bash(git log:*)",
+		OptAddDirs: f.dir + ":" + f.home, OptEnvPrefix + "EXTRA_VAR": "extra",
+		OptAppendSystemPrompt: "-be brief",
 	})
 	if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
 		t.Fatalf("turn: %v", stop)
@@ -53,8 +54,8 @@ func TestArgvAndEnvironment(t *testing.T) {
 		t.Fatalf("want one CLI started, got %d", len(inv))
 	}
 	want := []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--model=sonnet", "--permission-mode=acceptEdits",
-		"--allowedTools=Read,Bash(git log:*)", "--append-system-prompt=-be brief", "--session-id=" + handle}
+		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--model=sonnet", "--permission-mode=acceptEdits", "--effort=high",
+		"--allowedTools=Read,Bash(git log:*)", "--add-dir=" + f.dir, "--add-dir=" + f.home, "--append-system-prompt=-be brief", "--session-id=" + handle}
 	if !slices.Equal(inv[0].Args, want) {
 		t.Errorf("argv:\n got %q\nwant %q", inv[0].Args, want)
 	}
@@ -67,7 +68,7 @@ func TestArgvAndEnvironment(t *testing.T) {
 			t.Errorf("the CLI's environment holds %s…; it must be stripped without allow_credentials", gone)
 		}
 	}
-	for _, kept := range []string{"KEEP_ME=yes", "PWD=" + f.workspace, "HOME=" + f.home, markerVar + "=" + marker} {
+	for _, kept := range []string{"KEEP_ME=yes", "EXTRA_VAR=extra", "PWD=" + f.workspace, "HOME=" + f.home, markerVar + "=" + marker} {
 		if !slices.Contains(inv[0].Env, kept) {
 			t.Errorf("the CLI's environment lacks %s", kept)
 		}
@@ -282,7 +283,7 @@ func TestPermissions(t *testing.T) {
 		for _, o := range req.Options {
 			opts = append(opts, string(o.OptionId)+"/"+string(o.Kind))
 		}
-		if want := []string{"allow/allow_once", "allow_always/allow_always", "reject/reject_once"}; !slices.Equal(opts, want) {
+		if want := []string{"allow/allow_once", "allow_always/allow_always", "reject/reject_once", "reject_always/reject_always"}; !slices.Equal(opts, want) {
 			t.Errorf("options = %v, want %v", opts, want)
 		}
 		if call == nil || req.ToolCall.ToolCallID != call.ToolCallID || req.ToolCall.Title != "Bash ls" {
@@ -460,11 +461,21 @@ func TestOpenErrors(t *testing.T) {
 		{name: "binary does not run", opts: map[string]string{OptCLIPath: "broken"},
 			want: []string{"/broken does not run (`claude --version`: exit status 7, output \"boom\"); reinstall Claude Code (npm install -g @anthropic-ai/claude-code)"}},
 		{name: "bad option", opts: map[string]string{OptStopGrace: "forever"},
-			want: []string{`claude: session option stop_grace="forever" is invalid`}},
+			want: []string{`session option stop_grace: "forever" is invalid`}},
+		{name: "unknown option", opts: map[string]string{"some_future_option": "x"},
+			want: []string{"session option some_future_option: the claude agent has no such option (it takes model, mode, effort"}},
+		{name: "renamed option", opts: map[string]string{"permission_mode": "plan"},
+			want: []string{`session option permission_mode: the option is now called "mode"`}},
+		{name: "credential through env", opts: map[string]string{OptEnvPrefix + "ANTHROPIC_API_KEY": "k"},
+			want: []string{"session option env.ANTHROPIC_API_KEY:", "carries a provider credential"}},
+		{name: "bad effort", opts: map[string]string{OptEffort: "huge"},
+			want: []string{`session option effort: "huge" is invalid: want one of low, medium, high, xhigh, max, or default`}},
+		{name: "relative add_dirs", opts: map[string]string{OptAddDirs: "rel/dir"},
+			want: []string{`session option add_dirs: "rel/dir" is invalid: "rel/dir" is not an absolute path`}},
 		{name: "session id not a UUID", opts: map[string]string{OptSessionID: "nope"},
 			want: []string{"claude exited at startup (exit status 1; its stderr ended with: Error: Invalid session ID. Must be a valid UUID.)"}},
-		{name: "bad permission mode", opts: map[string]string{OptPermissionMode: "bogus"},
-			want: []string{"error: option '--permission-mode <mode>' argument 'bogus' is invalid"}},
+		{name: "bad mode", opts: map[string]string{OptMode: "bogus"},
+			want: []string{`session option mode: "bogus" is invalid: want one of default, acceptEdits, plan, bypassPermissions`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
 )
 
@@ -36,11 +37,25 @@ type message struct {
 	Model             string `json:"model"`
 	ClaudeCodeVersion string `json:"claude_code_version"`
 	APIKeySource      string `json:"apiKeySource"`
-	PermissionMode    string `json:"permissionMode"`
+	// PermissionMode is the session's mode, in system/init and in the
+	// system/status line the CLI prints whenever the mode changes (a
+	// set_permission_mode, the agent leaving plan mode).
+	PermissionMode string `json:"permissionMode"`
+	// Title is system/session_title_changed's.
+	Title string `json:"title"`
+	// NewConversationID and Trigger are a conversation_reset's: /clear
+	// starts a new conversation, whose session id the lines after it
+	// carry.
+	NewConversationID string `json:"new_conversation_id"`
+	Trigger           string `json:"trigger"`
 
 	// assistant and user.
 	Message         *apiMessage `json:"message"`
 	ParentToolUseID string      `json:"parent_tool_use_id"`
+	// ToolUseResult is a tool result line's structured result: Edit's
+	// structuredPatch and originalFile, Write's type and content, Bash's
+	// stdout and stderr, an MCP tool's content blocks.
+	ToolUseResult json.RawMessage `json:"tool_use_result"`
 	// Error is set on a synthetic assistant message that reports a failed
 	// API call, e.g. "authentication_failed".
 	Error             string `json:"error"`
@@ -307,6 +322,8 @@ type cli struct {
 	// source is where the CLI found its API key (system/init's
 	// apiKeySource), for an authentication failure's advice.
 	source string
+	// commands are the slash commands the CLI reported at initialize.
+	commands []sdk.Command
 }
 
 // startCLI starts path with args in dir as a cliproc child: pipes of its
@@ -499,7 +516,7 @@ func (c *cli) forget(id string) {
 // its answer. A CLI that cannot open the conversation (an unknown --resume
 // id, a --session-id already in use) answers with an error result or exits
 // instead; the error then carries the CLI's own message.
-func (c *cli) initialize(ctx context.Context) error {
+func (c *cli) initialize(ctx context.Context) (initInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
 	id, ch, err := c.request("initialize", map[string]any{"hooks": nil})
@@ -509,37 +526,74 @@ func (c *cli) initialize(ctx context.Context) error {
 		// the exit and its stderr, whichever happened first.
 		note := c.exitNote()
 		if c.hasExited() {
-			return fmt.Errorf("claude exited at startup (%s)", note)
+			return initInfo{}, fmt.Errorf("claude exited at startup (%s)", note)
 		}
-		return fmt.Errorf("claude did not take the initialize request: %v (%s)", err, note)
+		return initInfo{}, fmt.Errorf("claude did not take the initialize request: %v (%s)", err, note)
 	}
 	defer c.forget(id)
 	for {
 		select {
 		case resp := <-ch:
 			if resp.Subtype == "error" {
-				return fmt.Errorf("claude refused the initialize request: %s", resp.Error)
+				return initInfo{}, fmt.Errorf("claude refused the initialize request: %s", resp.Error)
 			}
-			return nil
+			var info initInfo
+			if err := json.Unmarshal(resp.Response, &info); err != nil && !isTypeError(err) {
+				c.log.Warn("could not read claude's initialize response", "error", err)
+			}
+			return info, nil
 		case ev, ok := <-c.events:
 			switch {
 			case !ok:
-				return fmt.Errorf("claude exited at startup (%s)", c.exitNote())
+				return initInfo{}, fmt.Errorf("claude exited at startup (%s)", c.exitNote())
 			case ev.err != nil:
-				return ev.err
+				return initInfo{}, ev.err
 			case ev.msg.Type == "result" && ev.msg.IsError:
-				return c.startError(ev.msg)
+				return initInfo{}, c.startError(ev.msg)
 			case ev.msg.Type == "control_request":
 				_ = c.write(successResponse(ev.msg.RequestID, permissionDeny{Behavior: "deny", Message: "no turn is running"}))
 			}
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("claude did not answer the initialize request within %s", initTimeout)
+				return initInfo{}, fmt.Errorf("claude did not answer the initialize request within %s", initTimeout)
 			}
-			return ctx.Err()
+			return initInfo{}, ctx.Err()
 		}
 	}
 }
+
+// controlTimeout bounds a control request the plugin waits for
+// (set_permission_mode, set_model, apply_flag_settings).
+const controlTimeout = 30 * time.Second
+
+// call sends a control request and waits for its answer; an error
+// answer is a *controlError with the CLI's words. The reader routes the
+// answer, so call works whether or not a turn is reading events.
+func (c *cli) call(ctx context.Context, subtype string, fields map[string]any) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	id, ch, err := c.request(subtype, fields)
+	if err != nil {
+		return nil, err
+	}
+	defer c.forget(id)
+	select {
+	case resp := <-ch:
+		if resp.Subtype == "error" {
+			return nil, &controlError{subtype: subtype, msg: resp.Error}
+		}
+		return resp.Response, nil
+	case <-c.proc.Done():
+		return nil, fmt.Errorf("claude exited before it answered %s", subtype)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("claude did not answer %s: %w", subtype, ctx.Err())
+	}
+}
+
+// controlError is the CLI's error answer to a control request.
+type controlError struct{ subtype, msg string }
+
+func (e *controlError) Error() string { return fmt.Sprintf("claude refused %s: %s", e.subtype, e.msg) }
 
 // startError turns the error result a CLI prints instead of starting into
 // an error with the CLI's own words.

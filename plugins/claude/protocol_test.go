@@ -128,11 +128,23 @@ func FuzzDecodeLine(f *testing.F) {
 			_ = b.resultText()
 			_ = toolTitle(b.Name, b.Input)
 			_, _ = todoPlan(b.Name, b.Input)
+			_ = toolInfoOf(b.Name, b.Input)
+			_ = alwaysScope(b.Name, b.Input)
+			for _, name := range []string{"Edit", "MultiEdit", "Write"} {
+				_, _ = toolResultUpdate(name, m.ToolUseResult)
+			}
 		}
 		_ = resultText(m)
 		var req controlRequest
 		_ = json.Unmarshal(m.Request, &req)
-		_ = hasSuggestions(req.PermissionSuggestions)
+		_ = alwaysRules(req.PermissionSuggestions)
+		_ = toolInfoOf(req.ToolName, req.Input)
+		if m.Response != nil {
+			var info initInfo
+			_ = json.Unmarshal(m.Response.Response, &info)
+			_ = info.commands()
+			_ = configOptions(modesFor(true), info.Models, "", "", "")
+		}
 		// A line that decodes is a JSON object whose "type" we read.
 		var probe struct {
 			Type json.RawMessage `json:"type"`
@@ -162,13 +174,18 @@ func TestCLIEnv(t *testing.T) {
 }
 
 func TestCLIArgs(t *testing.T) {
-	c, _, err := parseOptions(map[string]string{OptSystemPrompt: "", OptMaxTurns: "3", OptDisallowedTools: "Bash"})
+	c, err := parseOptions(map[string]string{OptSystemPrompt: "", OptMaxTurns: "3", OptDisallowedTools: "Bash"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := c.cliArgs(start{id: "-x", resume: true})
+	if c.mcpConfig, err = mcpConfig([]sdk.MCPServer{{Name: "e", Transport: "stdio", Command: "/bin/e"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := c.cliArgs(start{id: "-x", resume: true}, true)
 	want := []string{"-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--disallowedTools=Bash", "--max-turns=3", "--system-prompt=", "--resume=-x"}
+		"--include-partial-messages", "--permission-prompt-tool", "stdio", "--allow-dangerously-skip-permissions",
+		"--disallowedTools=Bash", `--mcp-config={"mcpServers":{"e":{"args":[],"command":"/bin/e","env":{},"type":"stdio"}}}`,
+		"--max-turns=3", "--system-prompt=", "--resume=-x"}
 	if !slices.Equal(got, want) {
 		t.Errorf("argv %q, want %q", got, want)
 	}
@@ -190,7 +207,7 @@ func TestPromptContent(t *testing.T) {
 	}
 	b, _ := json.Marshal(got)
 	want := `[{"text":"look","type":"text"},{"source":{"data":"aGk=","media_type":"image/png","type":"base64"},"type":"image"},` +
-		`{"text":"\u003ccontext ref=\"file:///a.go\"\u003e\npackage a\n\u003c/context\u003e","type":"text"},{"text":"[b.go](file:///b.go)","type":"text"}]`
+		`{"text":"\u003ccontext ref=\"file:///a.go\"\u003e\npackage a\n\u003c/context\u003e","type":"text"},{"text":"[@b.go](file:///b.go)","type":"text"}]`
 	if string(b) != want {
 		t.Errorf("content:\n got %s\nwant %s", b, want)
 	}

@@ -1,10 +1,12 @@
 package claude
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,11 +24,16 @@ import (
 // in well under a second.
 const interruptGrace = 1500 * time.Millisecond
 
-// Permission options offered for a can_use_tool request.
+// Permission options offered for a can_use_tool request. "Reject
+// always" is remembered by the plugin for the session's scope (the CLI
+// has no deny rule an answer can add); "allow always" by the host, which
+// answers later requests of the scope itself, and by the CLI where it
+// suggests rules.
 const (
-	optAllow       = "allow"
-	optAllowAlways = "allow_always"
-	optReject      = "reject"
+	optAllow        = "allow"
+	optAllowAlways  = "allow_always"
+	optReject       = "reject"
+	optRejectAlways = "reject_always"
 )
 
 // authError is the error of a turn the provider refused to authenticate:
@@ -37,14 +44,24 @@ const (
 func authError(said, source string) error {
 	said = orDefault(said, "no reason given")
 	if source != "" && source != "none" {
-		return fmt.Errorf("claude: authentication failed: the provider rejected the credential claude read from %s (%s): "+
+		return authRequired(fmt.Errorf("claude: authentication failed: the provider rejected the credential claude read from %s (%s): "+
 			"set a valid one where %s comes from (agenthost passes it only to an agent whose agenthost.json entry says \"credentials\": \"inherit\", or a session with %s=true), or log in with `claude auth login`",
-			source, said, source, OptAllowCredentials)
+			source, said, source, OptAllowCredentials))
 	}
-	return fmt.Errorf("claude: authentication failed (%s): claude has no usable credential: log in with `claude auth login`, "+
+	return authRequired(fmt.Errorf("claude: authentication failed (%s): claude has no usable credential: log in with `claude auth login`, "+
 		"or set ANTHROPIC_API_KEY and pass it to the agent with \"credentials\": \"inherit\" in its agenthost.json entry (or the session option %s=true)",
-		said, OptAllowCredentials)
+		said, OptAllowCredentials))
 }
+
+// authRequired marks err, which says what to do, as the provider's
+// refusal of credentials: errors.Is(err, sdk.ErrAuthRequired), so the
+// host answers "auth required", with err's own words.
+func authRequired(err error) error { return &authRequiredError{err} }
+
+type authRequiredError struct{ err error }
+
+func (e *authRequiredError) Error() string   { return e.err.Error() }
+func (e *authRequiredError) Unwrap() []error { return []error{e.err, sdk.ErrAuthRequired} }
 
 // turnRun maps one turn's stdout messages to SDK updates and answers the
 // CLI's permission requests, until the result line.
@@ -77,6 +94,18 @@ type turnRun struct {
 	// agent, from its stream events: the result's usage sums every call
 	// of the turn, so only the last one says what the context holds.
 	lastCall *usage
+	// tools are the turn's tool calls by id: the tool's name and input,
+	// for the permission request and the result that follow.
+	tools map[string]toolUse
+	// reset is set by a conversation_reset (/clear): the session id the
+	// CLI reports next is a new conversation's.
+	reset bool
+}
+
+// toolUse is a tool call the model made.
+type toolUse struct {
+	name  string
+	input json.RawMessage
 }
 
 // streamedText is what the deltas of one API message reported ahead of
@@ -87,6 +116,7 @@ type streamedText struct{ text, thinking string }
 type pendingPerm struct {
 	cancel context.CancelFunc
 	req    controlRequest
+	scope  string // the request's AlwaysScope
 }
 
 type permAnswer struct {
@@ -178,15 +208,26 @@ func (r *turnRun) streamEnded() (sdk.StopReason, error) {
 func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, err error, end bool) {
 	switch m.Type {
 	case "system":
-		if m.Subtype == "init" {
+		switch m.Subtype {
+		case "init":
 			r.log.Debug("claude session", "session_id", m.SessionID, "model", m.Model, "version", m.ClaudeCodeVersion,
 				"permission_mode", m.PermissionMode, "api_key_source", m.APIKeySource)
 			r.c.setKeySource(m.APIKeySource)
 			r.model = m.Model
-			r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
-		} else {
+			r.noteSession(m.SessionID)
+			r.a.noteMode(m.PermissionMode, r.turn.Emit)
+		case "status":
+			r.a.noteMode(m.PermissionMode, r.turn.Emit)
+		case "session_title_changed":
+			if m.Title != "" {
+				_ = r.turn.Emit(sdk.Update{SessionInfo: &sdk.SessionInfoUpdate{Title: m.Title}})
+			}
+		default:
 			r.log.Debug("claude system message", "subtype", m.Subtype)
 		}
+	case "conversation_reset":
+		r.log.Info("claude started a new conversation", "trigger", m.Trigger)
+		r.reset = true
 	case "stream_event":
 		r.streamEvent(m)
 	case "assistant":
@@ -206,6 +247,16 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 		return stop, err, true
 	}
 	return "", nil, false
+}
+
+// noteSession records the session id the CLI reports: after a
+// conversation reset it is a new conversation's.
+func (r *turnRun) noteSession(id string) {
+	origin := ""
+	if r.reset {
+		origin = "created"
+	}
+	r.a.noteSession(id, r.turn, r.c.start.resume, origin)
 }
 
 // streamEvent reports a text or thinking delta of the model's stream as
@@ -314,9 +365,15 @@ func (r *turnRun) assistant(m *message) {
 				r.turn.Thought(t)
 			}
 		case "tool_use", "server_tool_use", "mcp_tool_use":
+			if r.tools == nil {
+				r.tools = map[string]toolUse{}
+			}
+			r.tools[b.ID] = toolUse{name: b.Name, input: b.Input}
+			info := toolInfoOf(b.Name, b.Input)
 			r.turn.ToolCall(sdk.ToolCall{
-				ToolCallID: b.ID, Title: toolTitle(b.Name, b.Input), Kind: toolKind(b.Name),
+				ToolCallID: b.ID, Title: info.title, Kind: info.kind,
 				Status: "pending", RawInputJSON: rawJSON(b.Input),
+				Content: info.content, Locations: info.locations,
 			})
 			if plan, ok := todoPlan(b.Name, b.Input); ok {
 				r.turn.Plan(plan)
@@ -326,19 +383,44 @@ func (r *turnRun) assistant(m *message) {
 }
 
 // user reports tool results; other user messages (the interrupt marker,
-// replays) are the CLI's bookkeeping.
+// replays) are the CLI's bookkeeping. A result line's tool_use_result is
+// the tool's structured result: the update's rawOutput, and for the
+// file-editing tools the diffs and lines of what changed. A Bash
+// command's output arrives only here, whole: 2.1.332 prints nothing
+// while a command runs.
 func (r *turnRun) user(m *message) {
+	var results []contentBlock
 	for _, b := range m.Message.blocks() {
-		if b.Type != "tool_result" {
-			continue
+		if b.Type == "tool_result" {
+			results = append(results, b)
 		}
+	}
+	for _, b := range results {
 		status := "completed"
 		if b.IsError {
 			status = "failed"
 		}
 		u := sdk.ToolCallUpdate{ToolCallID: b.ToolUseID, Status: status}
-		if t := b.resultText(); t != "" {
-			u.Content = []sdk.ContentBlock{sdk.TextBlock(t)}
+		structured := len(results) == 1 && len(bytes.TrimSpace(m.ToolUseResult)) > 0 && !b.IsError
+		if structured {
+			u.RawOutputJSON = string(m.ToolUseResult)
+		} else if t := b.resultText(); t != "" {
+			out, _ := json.Marshal(t)
+			u.RawOutputJSON = string(out)
+		}
+		diffs, locs := []sdk.ToolCallContent(nil), []sdk.Location(nil)
+		if structured {
+			diffs, locs = toolResultUpdate(r.tools[b.ToolUseID].name, m.ToolUseResult)
+		}
+		switch {
+		case len(diffs) > 0:
+			u.ToolContent, u.Locations = diffs, locs
+		case r.tools[b.ToolUseID].name == "ExitPlanMode" && !b.IsError:
+			u.Title = "Exited Plan Mode"
+		default:
+			if t := b.resultText(); t != "" {
+				u.Content = []sdk.ContentBlock{sdk.TextBlock(t)}
+			}
 		}
 		r.turn.ToolCallUpdate(u)
 	}
@@ -347,7 +429,7 @@ func (r *turnRun) user(m *message) {
 // result ends the turn. is_error is always checked: an API or
 // authentication failure arrives as subtype "success" with is_error true.
 func (r *turnRun) result(m *message) (sdk.StopReason, error) {
-	r.a.noteSession(m.SessionID, r.turn, r.c.start.resume)
+	r.noteSession(m.SessionID)
 	if u := m.Usage; u != nil || m.TotalCostUSD != 0 {
 		var su sdk.Usage
 		if u != nil {
@@ -411,7 +493,11 @@ func isAuthText(s string) bool {
 
 // askPermission asks the user about a can_use_tool request, in the
 // background: the turn keeps reading while the user decides, so the CLI
-// can withdraw the request and a cancel still interrupts.
+// can withdraw the request and a cancel still interrupts. The request
+// carries the whole tool call (title, kind, input, locations, the diff of
+// an edit) and the four answers, with the scope an "allow always" covers;
+// a scope the user rejected always is refused without asking. Leaving
+// plan mode (ExitPlanMode) offers the modes to go on in instead.
 func (r *turnRun) askPermission(ctx context.Context, m *message) {
 	var req controlRequest
 	if err := json.Unmarshal(m.Request, &req); err != nil && !isTypeError(err) {
@@ -421,22 +507,37 @@ func (r *turnRun) askPermission(ctx context.Context, m *message) {
 		r.respond(m.RequestID, permissionDeny{Behavior: "deny", Message: "The turn was cancelled.", Interrupt: true})
 		return
 	}
-	title := req.Title
-	if title == "" {
-		title = toolTitle(req.ToolName, req.Input)
+	// ExitPlanMode's request carries no plan; the tool call does.
+	input := req.Input
+	if tu, ok := r.tools[req.ToolUseID]; ok && req.ToolName == "ExitPlanMode" {
+		input = tu.input
 	}
-	opts := []sdk.PermissionOption{{OptionID: optAllow, Name: "Allow", Kind: "allow_once"}}
-	if hasSuggestions(req.PermissionSuggestions) {
-		opts = append(opts, sdk.PermissionOption{OptionID: optAllowAlways, Name: "Always allow", Kind: "allow_always"})
+	info := toolInfoOf(req.ToolName, input)
+	if req.Title != "" {
+		info.title = req.Title
 	}
-	opts = append(opts, sdk.PermissionOption{OptionID: optReject, Name: "Reject", Kind: "reject_once"})
 	preq := sdk.PermissionRequest{
-		ToolCall: sdk.ToolCall{ToolCallID: req.ToolUseID, Title: title, Kind: toolKind(req.ToolName),
-			Status: "pending", RawInputJSON: rawJSON(req.Input)},
-		Options: opts,
+		ToolCall: sdk.ToolCall{ToolCallID: req.ToolUseID, Title: info.title, Kind: info.kind,
+			Status: "pending", RawInputJSON: rawJSON(input), Content: info.content, Locations: info.locations},
+	}
+	if req.ToolName == "ExitPlanMode" {
+		preq.Options = r.a.planExitOptions()
+	} else {
+		preq.AlwaysScope = alwaysScope(req.ToolName, req.Input)
+		if r.a.rejectedAlways(preq.AlwaysScope) {
+			r.log.Debug("refusing a tool call the user rejected always", "scope", preq.AlwaysScope)
+			r.respond(m.RequestID, permissionDeny{Behavior: "deny", Message: "The user denied tool calls of " + preq.AlwaysScope + " for this session."})
+			return
+		}
+		preq.Options = []sdk.PermissionOption{
+			{OptionID: optAllow, Name: "Allow", Kind: "allow_once"},
+			{OptionID: optAllowAlways, Name: "Always allow " + preq.AlwaysScope, Kind: "allow_always"},
+			{OptionID: optReject, Name: "Reject", Kind: "reject_once"},
+			{OptionID: optRejectAlways, Name: "Always reject " + preq.AlwaysScope, Kind: "reject_always"},
+		}
 	}
 	pctx, cancel := context.WithCancel(ctx)
-	r.perms[m.RequestID] = &pendingPerm{cancel: cancel, req: req}
+	r.perms[m.RequestID] = &pendingPerm{cancel: cancel, req: req, scope: preq.AlwaysScope}
 	r.outstanding++
 	id := m.RequestID
 	go func() {
@@ -445,9 +546,30 @@ func (r *turnRun) askPermission(ctx context.Context, m *message) {
 	}()
 }
 
-func hasSuggestions(raw json.RawMessage) bool {
-	var s []json.RawMessage
-	return json.Unmarshal(raw, &s) == nil && len(s) > 0
+// alwaysRules are the rules of the CLI's permission suggestions an
+// "allow always" passes back, so the CLI stops asking too. A suggestion
+// to switch mode (the CLI suggests acceptEdits for an edit) is left out:
+// the host remembers the edit scope, and a mode change nobody chose
+// would surprise the user.
+func alwaysRules(raw json.RawMessage) json.RawMessage {
+	var all []json.RawMessage
+	if json.Unmarshal(raw, &all) != nil {
+		return nil
+	}
+	var keep []json.RawMessage
+	for _, s := range all {
+		var t struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(s, &t) == nil && t.Type != "setMode" {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(keep)
+	return b
 }
 
 // answer sends the user's decision back as the control response, unless
@@ -459,19 +581,31 @@ func (r *turnRun) answer(a permAnswer) {
 	}
 	delete(r.perms, a.id)
 	p.cancel()
+	allow := permissionAllow{Behavior: "allow", UpdatedInput: p.req.Input}
+	if len(allow.UpdatedInput) == 0 {
+		allow.UpdatedInput = json.RawMessage("{}")
+	}
 	var resp any
 	switch {
 	case a.out.Cancelled():
 		resp = permissionDeny{Behavior: "deny", Message: "The user cancelled this tool call.", Interrupt: true}
-	case a.out.OptionID == optAllow || a.out.OptionID == optAllowAlways:
-		allow := permissionAllow{Behavior: "allow", UpdatedInput: p.req.Input}
-		if len(allow.UpdatedInput) == 0 {
-			allow.UpdatedInput = json.RawMessage("{}")
+	case p.req.ToolName == "ExitPlanMode":
+		// The option ids are modes; "plan" keeps planning.
+		if a.out.OptionID == "plan" || !slices.ContainsFunc(r.a.modes(), func(m sdk.Mode) bool { return m.ID == a.out.OptionID }) {
+			resp = permissionDeny{Behavior: "deny", Message: "The user wants to keep planning."}
+			break
 		}
-		if a.out.OptionID == optAllowAlways && hasSuggestions(p.req.PermissionSuggestions) {
-			allow.UpdatedPermissions = p.req.PermissionSuggestions
-		}
+		set, _ := json.Marshal([]map[string]string{{"type": "setMode", "mode": a.out.OptionID, "destination": "session"}})
+		allow.UpdatedPermissions = set
 		resp = allow
+	case a.out.OptionID == optAllow:
+		resp = allow
+	case a.out.OptionID == optAllowAlways:
+		allow.UpdatedPermissions = alwaysRules(p.req.PermissionSuggestions)
+		resp = allow
+	case a.out.OptionID == optRejectAlways:
+		r.a.rejectAlways(p.scope)
+		resp = permissionDeny{Behavior: "deny", Message: "The user denied this tool call, and every call of " + p.scope + " for this session."}
 	default:
 		resp = permissionDeny{Behavior: "deny", Message: "The user denied this tool call."}
 	}
@@ -483,93 +617,6 @@ func (r *turnRun) respond(id string, resp any) {
 	if err := r.c.write(successResponse(id, resp)); err != nil && !errors.Is(err, context.Canceled) {
 		r.log.Warn("could not answer claude's permission request", "request_id", id, "error", err)
 	}
-}
-
-// toolKind maps a Claude Code tool to its ACP tool kind.
-func toolKind(name string) string {
-	switch name {
-	case "Bash", "BashOutput", "KillShell", "KillBash", "Monitor":
-		return "execute"
-	case "Read", "NotebookRead":
-		return "read"
-	case "Edit", "MultiEdit", "Write", "NotebookEdit":
-		return "edit"
-	case "Glob", "Grep", "LS", "ToolSearch":
-		return "search"
-	case "WebFetch", "WebSearch":
-		return "fetch"
-	case "Task", "Agent", "TodoWrite", "EnterPlanMode", "ExitPlanMode":
-		return "think"
-	}
-	return "other"
-}
-
-// toolSubjects name, per tool, the input field that says what a call is
-// about.
-var toolSubjects = map[string]string{
-	"Bash": "command", "Read": "file_path", "Edit": "file_path", "MultiEdit": "file_path",
-	"Write": "file_path", "NotebookEdit": "notebook_path", "Grep": "pattern", "Glob": "pattern",
-	"WebFetch": "url", "WebSearch": "query", "Task": "description", "Agent": "description",
-}
-
-// toolTitle is a short human title for a tool call: the tool's name and
-// what it is about ("Bash ls -la", "Read /etc/hosts").
-func toolTitle(name string, input json.RawMessage) string {
-	if name == "" {
-		name = "tool"
-	}
-	key, ok := toolSubjects[name]
-	if !ok {
-		return name
-	}
-	var in map[string]any
-	if json.Unmarshal(input, &in) != nil {
-		return name
-	}
-	s, _ := in[key].(string)
-	s = strings.Join(strings.Fields(s), " ")
-	if s == "" {
-		return name
-	}
-	if r := []rune(s); len(r) > 100 {
-		s = string(r[:100]) + "…"
-	}
-	return name + " " + s
-}
-
-// rawJSON returns input as a JSON string, "{}" when empty.
-func rawJSON(input json.RawMessage) string {
-	if len(strings.TrimSpace(string(input))) == 0 {
-		return "{}"
-	}
-	return string(input)
-}
-
-// todoPlan reads a TodoWrite call's todos as a plan; ok is false for
-// another tool or a malformed input.
-func todoPlan(name string, input json.RawMessage) ([]sdk.PlanEntry, bool) {
-	if name != "TodoWrite" {
-		return nil, false
-	}
-	var in struct {
-		Todos []struct {
-			Content  string `json:"content"`
-			Status   string `json:"status"`
-			Priority string `json:"priority"`
-		} `json:"todos"`
-	}
-	if err := json.Unmarshal(input, &in); err != nil && !isTypeError(err) {
-		return nil, false
-	}
-	plan := make([]sdk.PlanEntry, 0, len(in.Todos))
-	for _, t := range in.Todos {
-		p := t.Priority
-		if p == "" {
-			p = "medium"
-		}
-		plan = append(plan, sdk.PlanEntry{Content: t.Content, Priority: p, Status: t.Status})
-	}
-	return plan, true
 }
 
 // promptContent turns a prompt into the content of a user line: a string
@@ -600,55 +647,51 @@ func promptContent(blocks []sdk.ContentBlock) (any, error) {
 	return out, nil
 }
 
-// anthropicBlock converts one ACP content block.
+// anthropicBlock converts one ACP content block into what the CLI's
+// stream-json takes: an image block (base64, or a URL), a document block
+// for a PDF, text for the rest. An embedded text resource is wrapped so
+// the model sees where it came from and what it holds (as Zed's adapter
+// does), a resource link becomes a markdown link the agent may follow.
+// A block the CLI cannot take is an error, never dropped.
 func anthropicBlock(b sdk.ContentBlock) (map[string]any, error) {
 	text := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
-	var acp struct {
-		Data     string `json:"data"`
-		MimeType string `json:"mimeType"`
-		URI      string `json:"uri"`
-		Name     string `json:"name"`
-		Resource struct {
-			URI      string `json:"uri"`
-			Text     string `json:"text"`
-			Blob     string `json:"blob"`
-			MimeType string `json:"mimeType"`
-		} `json:"resource"`
-	}
-	if b.Type != "text" && b.Type != "" {
-		if err := json.Unmarshal([]byte(b.JSON), &acp); err != nil {
-			return nil, fmt.Errorf("claude: prompt content block of type %q has malformed JSON: %v", b.Type, err)
-		}
-	}
-	image := func(data, mime, uri string) (map[string]any, error) {
-		switch {
-		case data != "":
-			return map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": mime, "data": data}}, nil
-		case uri != "":
-			return map[string]any{"type": "image", "source": map[string]any{"type": "url", "url": uri}}, nil
-		}
-		return nil, fmt.Errorf("claude: prompt image block has neither data nor uri")
+	base64Source := func(mime, data string) map[string]any {
+		return map[string]any{"type": "base64", "media_type": mime, "data": data}
 	}
 	switch b.Type {
-	case "text", "":
+	case sdk.BlockText, "":
 		return text(b.Text), nil
-	case "image":
-		return image(acp.Data, acp.MimeType, acp.URI)
-	case "resource_link":
-		name := acp.Name
-		if name == "" {
-			name = acp.URI
-		}
-		return text(fmt.Sprintf("[%s](%s)", name, acp.URI)), nil
-	case "resource":
-		r := acp.Resource
+	case sdk.BlockImage:
+		img, err := b.Image()
 		switch {
-		case r.Text != "":
-			return text(fmt.Sprintf("<context ref=%q>\n%s\n</context>", r.URI, r.Text)), nil
-		case r.Blob != "" && strings.HasPrefix(r.MimeType, "image/"):
-			return image(r.Blob, r.MimeType, "")
+		case err != nil:
+			return nil, fmt.Errorf("claude: %w", err)
+		case img.Data != "":
+			return map[string]any{"type": "image", "source": base64Source(img.MimeType, img.Data)}, nil
+		case strings.HasPrefix(img.URI, "http://") || strings.HasPrefix(img.URI, "https://"):
+			return map[string]any{"type": "image", "source": map[string]any{"type": "url", "url": img.URI}}, nil
 		}
-		return nil, fmt.Errorf("claude: cannot send embedded resource %q of type %q (only text and images)", r.URI, r.MimeType)
+		return nil, fmt.Errorf("claude: a prompt image has neither data nor an http(s) uri")
+	case sdk.BlockResourceLink:
+		l, err := b.ResourceLink()
+		if err != nil {
+			return nil, fmt.Errorf("claude: %w", err)
+		}
+		return text(fmt.Sprintf("[@%s](%s)", orDefault(l.Name, l.URI), l.URI)), nil
+	case sdk.BlockResource:
+		r, err := b.Resource()
+		if err != nil {
+			return nil, fmt.Errorf("claude: %w", err)
+		}
+		switch {
+		case r.Blob == "":
+			return text(fmt.Sprintf("<context ref=%q>\n%s\n</context>", r.URI, r.Text)), nil
+		case strings.HasPrefix(r.MimeType, "image/"):
+			return map[string]any{"type": "image", "source": base64Source(r.MimeType, r.Blob)}, nil
+		case r.MimeType == "application/pdf":
+			return map[string]any{"type": "document", "source": base64Source(r.MimeType, r.Blob)}, nil
+		}
+		return nil, fmt.Errorf("claude: cannot send the embedded resource %s of type %q: claude takes text, images and PDFs", r.URI, r.MimeType)
 	}
-	return nil, fmt.Errorf("claude: cannot send a prompt content block of type %q (supported: text, image, resource, resource_link)", b.Type)
+	return nil, fmt.Errorf("claude: cannot send a prompt content block of type %q (claude takes text, image, resource and resource_link)", b.Type)
 }

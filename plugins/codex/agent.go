@@ -45,31 +45,64 @@ type agent struct {
 	log hclog.Logger
 	env []string // the plugin's environment, which the CLI's derives from
 
+	reporter *sdk.Reporter // session-level updates; nil in tests built by hand
+
 	mu         sync.Mutex
 	proc       *cliproc.Process
 	conn       *conn
 	readerDone chan struct{}
 	threadID   string
+	workspace  string
+	mcp        map[string]any // the MCP servers as codex config, for /new
 	version    string
 	opts       options
 	// resumable: the thread has been saved by codex (it was resumed, or a
 	// turn of it has started), so its handle can be reported as such.
 	resumable bool
 	closed    bool
+	// settings are the session's model, effort and approval preset as
+	// they are now; turn/start carries them, so a change applies from
+	// the next turn.
+	settings settings
+	// models are what model/list answered at the session's opening.
+	models []modelInfo
+	// ownNames are thread names the plugin set itself (to save a thread
+	// /new started), not titles to report.
+	ownNames map[string]bool
 }
 
 // New is the plugin's sdk.Factory. It only records the environment: the
 // CLI is found, checked and started when the session opens, so that its
 // errors are the session's readiness failure.
 func New(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-	return &agent{log: env.Log(), env: os.Environ()}, nil
+	return &agent{log: env.Log(), env: os.Environ(), reporter: env.Reporter, ownNames: map[string]bool{}}, nil
 }
 
 var (
-	_ sdk.Agent     = (*agent)(nil)
-	_ sdk.Closer    = (*agent)(nil)
-	_ sdk.Describer = (*agent)(nil)
+	_ sdk.Agent              = (*agent)(nil)
+	_ sdk.Closer             = (*agent)(nil)
+	_ sdk.Describer          = (*agent)(nil)
+	_ sdk.ModeSetter         = (*agent)(nil)
+	_ sdk.ConfigOptionSetter = (*agent)(nil)
 )
+
+// Capabilities are what the plugin declares to the host: image,
+// embedded-context and resource-link prompts, stdio and streamable-HTTP
+// MCP servers (codex has no SSE transport), codex's two ways to
+// authenticate, and its session options.
+func Capabilities() sdk.Capabilities {
+	return sdk.Capabilities{
+		Image: true, EmbeddedContext: true, ResourceLink: true,
+		MCPStdio: true, MCPHTTP: true, Modes: true, ConfigOptions: true,
+		AuthMethods: []sdk.AuthMethod{
+			{ID: "chatgpt", Name: "Log in with ChatGPT", TerminalCommand: []string{"codex", "login"},
+				Description: "Run `codex login` as the user agenthost runs as; codex keeps the login in $CODEX_HOME/auth.json."},
+			{ID: "api-key", Name: "OpenAI API key", EnvVars: []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
+				Description: "Set OPENAI_API_KEY (or CODEX_API_KEY) in agenthost's environment and opt codex into it with \"credentials\": \"inherit\" on its agenthost.json entry: agenthost withholds provider keys otherwise."},
+		},
+		Options: OptionSpecs(),
+	}
+}
 
 // NewSession starts the app-server in the workspace and a thread in it.
 // The thread id is the handle. Codex saves a thread only once its first
@@ -77,16 +110,16 @@ var (
 // "created") at that moment, and until then a resume of it fails with a
 // message saying the conversation was never saved.
 func (a *agent) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.SessionInfo, error) {
-	return a.open(ctx, req.Workspace, req.Options, "")
+	return a.open(ctx, req.Workspace, req.Options, req.MCPServers, "")
 }
 
 // ResumeSession starts the app-server and resumes the thread req.Handle
 // with thread/resume; the reply must name that same thread.
 func (a *agent) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
-	return a.open(ctx, req.Workspace, req.Options, req.Handle)
+	return a.open(ctx, req.Workspace, req.Options, req.MCPServers, req.Handle)
 }
 
-func (a *agent) open(ctx context.Context, workspace string, in map[string]string, resume string) (sdk.SessionInfo, error) {
+func (a *agent) open(ctx context.Context, workspace string, in map[string]string, servers []sdk.MCPServer, resume string) (sdk.SessionInfo, error) {
 	a.mu.Lock()
 	busy := a.conn != nil || a.closed
 	a.mu.Unlock()
@@ -97,7 +130,13 @@ func (a *agent) open(ctx context.Context, workspace string, in map[string]string
 	if err != nil {
 		return sdk.SessionInfo{}, fmt.Errorf("codex: %w", err)
 	}
+	mcp, err := mcpConfig(servers)
+	if err != nil {
+		return sdk.SessionInfo{}, fmt.Errorf("codex: %w", err)
+	}
 	cliEnv, stripped := childEnv(a.env, o.allowCredentials)
+	// The session's own variables come last, so they win.
+	cliEnv = append(cliEnv, o.env...)
 	fromEnv, _ := lookupEnv(a.env, EnvCodexPath)
 	pathVar, _ := lookupEnv(a.env, "PATH")
 	home, _ := lookupEnv(a.env, "HOME")
@@ -137,7 +176,7 @@ func (a *agent) open(ctx context.Context, workspace string, in map[string]string
 
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	info, threadID, err := a.handshake(hctx, c, p, workspace, o, resume)
+	info, threadID, err := a.handshake(hctx, c, p, workspace, o, mcp, resume)
 	if err != nil {
 		_ = p.Kill()
 		<-readerDone
@@ -151,13 +190,15 @@ func (a *agent) open(ctx context.Context, workspace string, in map[string]string
 	}
 	a.proc, a.conn, a.readerDone = p, c, readerDone
 	a.threadID, a.version, a.opts = threadID, version, o
+	a.workspace, a.mcp = workspace, mcp
 	a.resumable = resume != ""
+	a.reportCommands()
 	return info, nil
 }
 
-// handshake runs initialize, initialized and thread/start (or
-// thread/resume), returning the session info and the thread id.
-func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, workspace string, o options, resume string) (sdk.SessionInfo, string, error) {
+// handshake runs initialize, initialized, model/list and thread/start
+// (or thread/resume), returning the session info and the thread id.
+func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, workspace string, o options, mcp map[string]any, resume string) (sdk.SessionInfo, string, error) {
 	title := clientName
 	var init initializeResult
 	err := c.call(ctx, "initialize", initializeParams{
@@ -171,13 +212,16 @@ func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, work
 		return sdk.SessionInfo{}, "", a.startupError("initialized", err, p)
 	}
 	a.log.Debug("codex initialized", "user_agent", init.UserAgent, "codex_home", init.CodexHome)
+	models, err := listModels(ctx, c)
+	if err != nil {
+		// The models only fill the config option's choices: a codex that
+		// cannot list them still runs.
+		a.log.Warn("codex could not list its models", "error", err)
+	}
 
 	var res threadResult
 	if resume == "" {
-		err = c.call(ctx, "thread/start", threadStartParams{
-			Model: o.model, Cwd: workspace, ApprovalPolicy: o.approvalPolicy, Sandbox: o.sandbox,
-			Config: o.config, Ephemeral: o.ephemeral,
-		}, &res)
+		err = c.call(ctx, "thread/start", a.threadStartParams(workspace, o, mcp), &res)
 		if err != nil {
 			return sdk.SessionInfo{}, "", a.startupError("thread/start", err, p)
 		}
@@ -185,9 +229,10 @@ func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, work
 			return sdk.SessionInfo{}, "", errors.New("codex: thread/start answered without a thread id")
 		}
 	} else {
+		sp := a.threadStartParams(workspace, o, mcp)
 		err = c.call(ctx, "thread/resume", threadResumeParams{
-			ThreadID: resume, Model: o.model, Cwd: workspace, ApprovalPolicy: o.approvalPolicy, Sandbox: o.sandbox,
-			Config: o.config, ExcludeTurns: true,
+			ThreadID: resume, Model: sp.Model, Cwd: workspace, ApprovalPolicy: sp.ApprovalPolicy, Sandbox: sp.Sandbox,
+			Config: sp.Config, BaseInstructions: sp.BaseInstructions, DeveloperInstructions: sp.DeveloperInstructions, ExcludeTurns: true,
 		}, &res)
 		if err != nil {
 			return sdk.SessionInfo{}, "", resumeError(resume, init.CodexHome, err, a.startupError("thread/resume", err, p))
@@ -198,16 +243,35 @@ func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, work
 		}
 	}
 	a.log.Info("codex thread open", "thread", res.Thread.ID, "resumed", resume != "", "model", res.Model, "provider", res.ModelProvider)
-	opts := map[string]string{}
-	for _, k := range []string{OptModel, OptApprovalPolicy, OptSandbox, OptEphemeral} {
-		if v := optionValue(o, k); v != "" {
-			opts[k] = v
-		}
+
+	st := newSettings(o, res)
+	a.mu.Lock()
+	a.settings, a.models, a.opts = st, models, o
+	info := sdk.SessionInfo{Handle: res.Thread.ID, Options: a.acknowledged(), Modes: a.modeState(), ConfigOptions: a.configOptions()}
+	a.mu.Unlock()
+	return info, res.Thread.ID, nil
+}
+
+// threadStartParams are thread/start's parameters for the session's
+// options and MCP servers (thread/resume takes the same settings).
+func (a *agent) threadStartParams(workspace string, o options, mcp map[string]any) threadStartParams {
+	approval, sandbox := o.policy()
+	cfg := map[string]any{}
+	maps.Copy(cfg, o.config)
+	if o.effort != "" {
+		cfg["model_reasoning_effort"] = o.effort
 	}
-	if res.Model != "" {
-		opts[OptModel] = res.Model
+	if len(o.addDirs) > 0 {
+		cfg["sandbox_workspace_write.writable_roots"] = o.addDirs
 	}
-	return sdk.SessionInfo{Handle: res.Thread.ID, Options: maps.Clone(opts)}, res.Thread.ID, nil
+	maps.Copy(cfg, mcp)
+	if len(cfg) == 0 {
+		cfg = nil
+	}
+	return threadStartParams{
+		Model: o.model, Cwd: workspace, ApprovalPolicy: approval, Sandbox: sandbox, Config: cfg, Ephemeral: o.ephemeral,
+		BaseInstructions: o.systemPrompt, DeveloperInstructions: o.appendSystemPrompt,
+	}
 }
 
 // resumeError says why thread/resume failed in terms a user can act on.
@@ -301,6 +365,8 @@ func (a *agent) idle(m *message) {
 		a.log.Warn("skipped an undecodable line from codex", "error", m.Error.Message)
 	case m.Error != nil:
 		a.log.Warn("codex reported an error", "error", m.Error.Error())
+	case m.Method == "thread/name/updated":
+		a.nameUpdated(m)
 	case m.Method == "configWarning" || m.Method == "warning" || m.Method == "deprecationNotice":
 		a.log.Warn("codex "+m.Method, "params", cliproc.Clip(string(m.Params), 1000))
 	default:
@@ -312,7 +378,7 @@ func (a *agent) idle(m *message) {
 // to updates until turn/completed. Cancelling ctx sends turn/interrupt.
 func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Turn) (sdk.StopReason, error) {
 	a.mu.Lock()
-	c, threadID, opts := a.conn, a.threadID, a.opts
+	c, threadID, opts, st := a.conn, a.threadID, a.opts, a.settings
 	a.mu.Unlock()
 	if c == nil {
 		return "", errors.New("codex: no session is open")
@@ -320,15 +386,19 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 	if err := c.Err(); err != nil {
 		return "", fmt.Errorf("codex: cannot start the turn: %w", err)
 	}
+	t := &turnRun{
+		a: a, c: c, turn: turn, threadID: threadID, opts: opts,
+		streamed: map[string]bool{}, started: map[string]threadItem{}, diffs: map[string]itemDiff{},
+		approvals: map[string]context.CancelCauseFunc{},
+	}
+	if cmd, ok := slashCommand(req.Prompt); ok {
+		return a.runCommand(ctx, t, cmd)
+	}
 	input, err := toInput(req.Prompt)
 	if err != nil {
 		return "", err
 	}
-	t := &turnRun{
-		a: a, c: c, turn: turn, threadID: threadID, opts: opts,
-		streamed: map[string]bool{}, started: map[string]threadItem{}, approvals: map[string]context.CancelCauseFunc{},
-	}
-	return t.run(ctx, input)
+	return t.run(ctx, "turn/start", st.turnStart(threadID, input, opts.addDirs))
 }
 
 // Close stops the app-server under cliproc's rule: stdin EOF, then

@@ -146,6 +146,18 @@ func run(t *testing.T, p *sdktest.Harness, text, reason string) ([]sdktest.Updat
 	return ups, st
 }
 
+// finalUpdates are the tool call updates of ups that set a status (not
+// a command's output as it runs).
+func finalUpdates(ups []sdktest.Update) []sdktest.Update {
+	var out []sdktest.Update
+	for _, u := range kinds(ups, "tool_call_update") {
+		if u.SessionUpdate().(*journal.ToolCallUpdate).Status != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 // noHandleChange fails the test if ups report the handle (again).
 func noHandleChange(t *testing.T, ups []sdktest.Update, who string) {
 	t.Helper()
@@ -291,7 +303,7 @@ func TestReadinessFailures(t *testing.T) {
 		{"credential withheld", false, nil, []string{"OPENAI_API_KEY=sk-test"},
 			[]string{"OPENAI_API_KEY is set but withheld from codex by the credential policy", "allow_credentials=true"}},
 		{"bad option", true, map[string]string{"approval_policy": "sometimes"}, nil,
-			[]string{`approval_policy="sometimes" is invalid`, "on-request"}},
+			[]string{`approval_policy: "sometimes" is invalid`, "on-request"}},
 		// Whether the initialize write or the exit comes first, the error
 		// quotes how the app-server ended.
 		{"app-server exits at startup", true, nil, []string{"FAKECODEX_FAIL_START=Error loading config.toml: bad key"},
@@ -432,7 +444,7 @@ func TestApprovals(t *testing.T) {
 		if msg := sdktest.Messages(rest); msg != tt.reply {
 			t.Errorf("%s answered %s: the fake replied %q, want %q", tt.prompt, tt.answer, msg, tt.reply)
 		}
-		upd := kinds(rest, "tool_call_update")
+		upd := finalUpdates(rest)
 		if len(upd) != 1 || upd[0].SessionUpdate().(*journal.ToolCallUpdate).Status != tt.toolStatus {
 			t.Errorf("%s answered %s: tool call updates %s, want status %s", tt.prompt, tt.answer, sdktest.Describe(upd), tt.toolStatus)
 		}

@@ -1,6 +1,7 @@
 package codex
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -160,24 +161,40 @@ func TestChildEnvAndAuth(t *testing.T) {
 
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(map[string]string{
-		"approval_policy": "untrusted", "sandbox": "read-only", "config": `{"model_reasoning_effort":"high"}`,
-		"ephemeral": "true", "allow_credentials": "1", "max_message_bytes": "4096", "model_retry_timeout": "2m", "unknown": "x",
+		"approval_policy": "untrusted", "sandbox": "read-only", "config": `{"model_verbosity":"low"}`,
+		"ephemeral": "true", "allow_credentials": "1", "max_message_bytes": "4096", "model_retry_timeout": "2m",
+		"mode": "auto", "effort": "high", "system_prompt": "be brief", "append_system_prompt": "and kind",
+		"add_dirs": "/data:/srv/x/", "env.FOO": "bar",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.approvalPolicy != "untrusted" || o.sandbox != "read-only" || o.config["model_reasoning_effort"] != "high" || !o.ephemeral ||
-		!o.allowCredentials || o.skipAuthCheck || o.maxMessageBytes != 4096 || o.modelRetryTimeout != 2*time.Minute {
+	if o.approvalPolicy != "untrusted" || o.sandbox != "read-only" || o.config["model_verbosity"] != "low" || !o.ephemeral ||
+		!o.allowCredentials || o.skipAuthCheck || o.maxMessageBytes != 4096 || o.modelRetryTimeout != 2*time.Minute ||
+		o.effort != "high" || o.systemPrompt != "be brief" || o.appendSystemPrompt != "and kind" ||
+		!slices.Equal(o.addDirs, []string{"/data", "/srv/x"}) || !slices.Equal(o.env, []string{"FOO=bar"}) {
 		t.Errorf("options %+v", o)
+	}
+	// The mode wins over approval_policy and sandbox.
+	if a, s := o.policy(); a != "on-request" || s != "workspace-write" {
+		t.Errorf("policy %s, %s; want auto's", a, s)
 	}
 	if o, _ := parseOptions(nil); o.maxMessageBytes != DefaultMaxMessageBytes {
 		t.Errorf("default cap %d", o.maxMessageBytes)
 	}
-	_, err = parseOptions(map[string]string{"sandbox": "workspaceWrite", "config": "[1]", "ephemeral": "yes please", "max_message_bytes": "10", "model_retry_timeout": "soon"})
-	for _, w := range []string{`sandbox="workspaceWrite"`, "config=", "ephemeral=", "max_message_bytes=", "model_retry_timeout="} {
+	_, err = parseOptions(map[string]string{"sandbox": "workspaceWrite", "config": "[1]", "ephemeral": "yes please", "max_message_bytes": "10",
+		"model_retry_timeout": "soon", "mode": "yolo", "effort": "extreme", "add_dirs": "rel/dir", "env.": "x", "unknown": "x"})
+	for _, w := range []string{`sandbox: "workspaceWrite"`, "config: ", "ephemeral: ", "max_message_bytes: ", "model_retry_timeout: ",
+		`mode: "yolo"`, `effort: "extreme"`, "add_dirs: ", "env.: ", "unknown: the codex plugin has no such option"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("error %v lacks %q", err, w)
 		}
+	}
+	// Each is an InvalidOptionError naming its option; the first in name
+	// order is what errors.As finds.
+	var ioe *sdk.InvalidOptionError
+	if !errors.As(err, &ioe) || ioe.Option != "add_dirs" {
+		t.Errorf("errors.As: %+v", ioe)
 	}
 }
 
@@ -187,12 +204,13 @@ func TestToInput(t *testing.T) {
 		{Type: "image", JSON: `{"type":"image","data":"AAA","mimeType":"image/png"}`},
 		{Type: "image", JSON: `{"type":"image","uri":"file:///tmp/a.png"}`},
 		{Type: "resource_link", JSON: `{"type":"resource_link","uri":"file:///w/main.go","name":"main.go"}`},
+		{Type: "resource", JSON: `{"type":"resource","resource":{"uri":"file:///w/notes.md","text":"RESOURCE TEXT"}}`},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := marshal(in)
-	want := `[{"text":"look","text_elements":[],"type":"text"},{"type":"image","url":"data:image/png;base64,AAA"},{"path":"/tmp/a.png","type":"localImage"},{"text":"file:///w/main.go","text_elements":[],"type":"text"}]`
+	want := `[{"text":"look","text_elements":[],"type":"text"},{"type":"image","url":"data:image/png;base64,AAA"},{"path":"/tmp/a.png","type":"localImage"},{"text":"[@main.go](file:///w/main.go)","text_elements":[],"type":"text"},{"text":"\u003cresource uri=\"file:///w/notes.md\"\u003e\nRESOURCE TEXT\n\u003c/resource\u003e","text_elements":[],"type":"text"}]`
 	if got != want {
 		t.Errorf("input\n%s\nwant\n%s", got, want)
 	}

@@ -1,13 +1,14 @@
 package codex
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
 // credentialVars are the provider credential variables stripped from the
@@ -130,5 +131,5 @@ func checkAuth(env, stripped []string) error {
 		}
 		msg += fmt.Sprintf("; %s %s set but withheld from codex by the credential policy: set the session option %s=true to pass it", strings.Join(held, ", "), verb, OptAllowCredentials)
 	}
-	return errors.New(msg + fmt.Sprintf(" (or set %s=true if codex is configured another way)", OptSkipAuthCheck))
+	return fmt.Errorf("%s (or set %s=true if codex is configured another way): %w", msg, OptSkipAuthCheck, sdk.ErrAuthRequired)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
 // A failed turn's error is codex's message, led by what it means when
@@ -72,7 +74,7 @@ func (a *agent) turnFailure(e *turnError) error {
 	info := decodeErrorInfo(e.CodexErrorInfo)
 	switch {
 	case info.kind == "unauthorized" || info.status == 401 || info.status == 403:
-		return fmt.Errorf("codex: authentication failed: the model provider refused codex's credentials (%s); %s", msg, a.credentialAdvice())
+		return fmt.Errorf("codex: authentication failed: the model provider refused codex's credentials (%s); %s: %w", msg, a.credentialAdvice(), sdk.ErrAuthRequired)
 	case info.kind == "serverOverloaded" || info.status == 529 || info.status == 503:
 		return fmt.Errorf("codex: the model provider is overloaded and still was after codex's retries: %s", msg)
 	case info.kind == "rateLimitExceeded" || info.kind == "usageLimitExceeded" || info.status == 429:

@@ -49,6 +49,10 @@ type threadStartParams struct {
 	Sandbox        string         `json:"sandbox,omitempty"`
 	Config         map[string]any `json:"config,omitempty"`
 	Ephemeral      bool           `json:"ephemeral,omitempty"`
+	// BaseInstructions replace codex's; DeveloperInstructions are a
+	// developer message at the head of the conversation.
+	BaseInstructions      string `json:"baseInstructions,omitempty"`
+	DeveloperInstructions string `json:"developerInstructions,omitempty"`
 }
 
 type threadResumeParams struct {
@@ -59,6 +63,9 @@ type threadResumeParams struct {
 	Sandbox        string         `json:"sandbox,omitempty"`
 	Config         map[string]any `json:"config,omitempty"`
 	ExcludeTurns   bool           `json:"excludeTurns"`
+
+	BaseInstructions      string `json:"baseInstructions,omitempty"`
+	DeveloperInstructions string `json:"developerInstructions,omitempty"`
 }
 
 type thread struct {
@@ -73,15 +80,27 @@ type threadResult struct {
 	Model          string          `json:"model"`
 	ModelProvider  string          `json:"modelProvider"`
 	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
+	// Sandbox is a SandboxPolicy: {"type":"readOnly",…}.
+	Sandbox         json.RawMessage `json:"sandbox"`
+	ReasoningEffort *string         `json:"reasoningEffort"`
 }
 
 // userInput is one UserInput: {type:"text",text,text_elements:[]},
 // {type:"image",url} or {type:"localImage",path}.
 type userInput map[string]any
 
+// turnStartParams is turn/start's; its model, effort, approval policy
+// and sandbox policy become the thread's defaults from this turn on.
 type turnStartParams struct {
-	ThreadID string      `json:"threadId"`
-	Input    []userInput `json:"input"`
+	ThreadID       string      `json:"threadId"`
+	Input          []userInput `json:"input"`
+	Model          string      `json:"model,omitempty"`
+	Effort         string      `json:"effort,omitempty"`
+	ApprovalPolicy string      `json:"approvalPolicy,omitempty"`
+	// SandboxPolicy is tagged: {"type":"readOnly"},
+	// {"type":"workspaceWrite","writableRoots":[…]},
+	// {"type":"dangerFullAccess"}.
+	SandboxPolicy any `json:"sandboxPolicy,omitempty"`
 }
 
 type turnInterruptParams struct {

@@ -35,6 +35,10 @@ type turnRun struct {
 	// read it from their goroutines.
 	mu      sync.Mutex
 	started map[string]threadItem
+	// diffs are each fileChange item's diffs, computed when it was
+	// announced (from the files as they were), for its approval and its
+	// end.
+	diffs map[string]itemDiff
 
 	approvalCtx context.Context
 	approvals   map[string]context.CancelCauseFunc // by JSON-RPC request id
@@ -51,7 +55,10 @@ type outcome struct {
 	err    error
 }
 
-func (t *turnRun) run(ctx context.Context, input []userInput) (sdk.StopReason, error) {
+// run sends method (turn/start, or a command starting a turn such as
+// thread/compact/start) and maps the turn until it ends. A method whose
+// answer names no turn leaves the turn to be learnt from turn/started.
+func (t *turnRun) run(ctx context.Context, method string, params any) (sdk.StopReason, error) {
 	c := t.c
 	c.openSink()
 	defer c.closeSink()
@@ -63,9 +70,9 @@ func (t *turnRun) run(ctx context.Context, input []userInput) (sdk.StopReason, e
 		t.wg.Wait()
 	}()
 
-	startCh, err := c.start("turn/start", turnStartParams{ThreadID: t.threadID, Input: input})
+	startCh, err := c.start(method, params)
 	if err != nil {
-		return "", fmt.Errorf("codex: turn/start: %w", err)
+		return "", fmt.Errorf("codex: %s: %w", method, err)
 	}
 	var (
 		ctxDone     = ctx.Done()
@@ -134,11 +141,13 @@ func (t *turnRun) run(ctx context.Context, input []userInput) (sdk.StopReason, e
 				}
 				var re *rpcError
 				if errors.As(err, &re) {
-					return "", fmt.Errorf("codex refused the turn: %s", re.Error())
+					return "", fmt.Errorf("codex refused the turn (%s): %s", method, re.Error())
 				}
-				return "", fmt.Errorf("codex: turn/start: %w", err)
+				return "", fmt.Errorf("codex: %s: %w", method, err)
 			}
-			t.turnID = res.Turn.ID
+			if res.Turn.ID != "" {
+				t.turnID = res.Turn.ID
+			}
 			wake = c.wake
 			if cancelled {
 				interrupt()
@@ -220,6 +229,13 @@ func (t *turnRun) handle(m *message) (outcome, bool) {
 	if ids.ThreadID != "" && ids.ThreadID != t.threadID {
 		return outcome{}, false
 	}
+	if t.turnID == "" && m.Method == "turn/started" {
+		// A command's turn (compaction): its id arrives here first.
+		var n turnNotification
+		if t.decode(m, &n) {
+			t.turnID = n.Turn.ID
+		}
+	}
 	if ids.TurnID != "" && ids.TurnID != t.turnID {
 		return outcome{}, false
 	}
@@ -261,8 +277,18 @@ func (t *turnRun) handle(m *message) (outcome, bool) {
 			t.progress()
 			t.itemCompleted(n.Item)
 		}
-	case "item/commandExecution/outputDelta", "item/fileChange/outputDelta", "item/mcpToolCall/progress", "turn/diff/updated":
+	case "item/commandExecution/outputDelta":
+		var n deltaNotification
+		if t.decode(m, &n) {
+			t.progress()
+			if n.Delta != "" {
+				t.turn.ToolCallUpdate(sdk.ToolCallUpdate{ToolCallID: n.ItemID, OutputDelta: n.Delta})
+			}
+		}
+	case "item/fileChange/outputDelta", "item/mcpToolCall/progress", "turn/diff/updated":
 		t.progress()
+	case "thread/name/updated":
+		t.a.nameUpdated(m)
 	case "turn/plan/updated":
 		var n planNotification
 		if t.decode(m, &n) {
@@ -369,8 +395,15 @@ func (t *turnRun) itemStarted(it threadItem) {
 	if !ok {
 		return
 	}
+	if it.Type == "fileChange" {
+		// The files are as they were: codex writes them after this.
+		call.Content, call.Locations = fileDiffs(it.Changes, false)
+	}
 	t.mu.Lock()
 	t.started[it.ID] = it
+	if it.Type == "fileChange" {
+		t.diffs[it.ID] = itemDiff{call.Content, call.Locations}
+	}
 	t.mu.Unlock()
 	t.turn.ToolCall(call)
 }
@@ -389,6 +422,9 @@ func (t *turnRun) itemCompleted(it threadItem) {
 			}
 		}
 		return
+	case "contextCompaction":
+		_ = t.turn.Message("Conversation compacted.")
+		return
 	}
 	call, ok := toolCall(it)
 	if !ok {
@@ -397,8 +433,12 @@ func (t *turnRun) itemCompleted(it threadItem) {
 	t.mu.Lock()
 	_, seen := t.started[it.ID]
 	delete(t.started, it.ID)
+	delete(t.diffs, it.ID)
 	t.mu.Unlock()
 	if !seen {
+		if it.Type == "fileChange" {
+			call.Content, call.Locations = fileDiffs(it.Changes, it.Status == "completed")
+		}
 		t.turn.ToolCall(call)
 	}
 	t.turn.ToolCallUpdate(toolUpdate(it))
@@ -456,15 +496,7 @@ func toolUpdate(it threadItem) sdk.ToolCallUpdate {
 		}
 		u.RawOutputJSON = marshal(map[string]any{"status": it.Status, "exitCode": it.ExitCode, "durationMs": it.DurationMs})
 	case "fileChange":
-		var diffs []string
-		for _, ch := range it.Changes {
-			if ch.Diff != "" {
-				diffs = append(diffs, ch.Diff)
-			}
-		}
-		if len(diffs) > 0 {
-			u.Content = []sdk.ContentBlock{sdk.TextBlock(strings.Join(diffs, "\n"))}
-		}
+		// The diffs went with the tool call.
 		u.RawOutputJSON = marshal(map[string]any{"status": it.Status})
 	case "mcpToolCall", "dynamicToolCall":
 		u.RawOutputJSON = marshal(map[string]any{"status": it.Status, "result": json.RawMessage(rawOrNull(it.Result)), "error": json.RawMessage(rawOrNull(it.Error))})
@@ -589,6 +621,10 @@ var errWithdrawn = errors.New("codex withdrew the request")
 // approvalOptions are the answers a codex approval offers the user; their
 // ids are codex's decisions. Codex's fourth decision, "cancel" (deny and
 // interrupt the turn), is the answer to a cancelled request.
+//
+// Codex has no "reject always": its decisions are per request (accept,
+// decline, cancel) or for the session (acceptForSession), so no
+// reject_always option is offered.
 var approvalOptions = []sdk.PermissionOption{
 	{OptionID: "accept", Name: "Allow", Kind: "allow_once"},
 	{OptionID: "acceptForSession", Name: "Allow for this session", Kind: "allow_always"},
@@ -627,10 +663,12 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 	var legacy legacyApprovalParams
 	_ = json.Unmarshal(m.Params, &p)
 	call := sdk.ToolCall{ToolCallID: p.ItemID, Status: "pending"}
+	scope := ""
 	switch m.Method {
 	case "item/commandExecution/requestApproval":
 		call.Kind, call.Title = "execute", commandTitle(deref(p.Command))
 		call.RawInputJSON = marshal(CommandInput{Command: deref(p.Command), Cwd: deref(p.Cwd), Reason: deref(p.Reason)})
+		scope = commandScope(call.Title)
 	case "item/fileChange/requestApproval":
 		// The request names only the item: what it would write is in the
 		// fileChange item codex announced just before.
@@ -639,8 +677,10 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 		if it, ok := t.startedItem(p.ItemID); ok {
 			call.Title = "edit " + paths(it.Changes)
 			input.Changes = patchChanges(it.Changes, true)
+			call.Content, call.Locations = t.itemDiffs(it)
 		}
 		call.RawInputJSON = marshal(input)
+		scope = "patch"
 	case "item/permissions/requestApproval":
 		call.Kind, call.Title = "other", "grant additional permissions"
 		if r := deref(p.Reason); r != "" {
@@ -652,12 +692,15 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 		call.ToolCallID = legacy.CallID
 		if m.Method == "execCommandApproval" {
 			call.Kind, call.Title = "execute", strings.Join(legacy.Command, " ")
+			if len(legacy.Command) > 0 {
+				scope = "exec:" + legacy.Command[0]
+			}
 		} else {
-			call.Kind, call.Title = "edit", "apply file changes"
+			call.Kind, call.Title, scope = "edit", "apply file changes", "patch"
 		}
 		call.RawInputJSON = string(m.Params)
 	}
-	out, err := t.turn.RequestPermission(ctx, sdk.PermissionRequest{ToolCall: call, Options: approvalOptions})
+	out, err := t.turn.RequestPermission(ctx, sdk.PermissionRequest{ToolCall: call, Options: approvalOptions, AlwaysScope: scope})
 	if err != nil && errors.Is(context.Cause(ctx), errWithdrawn) {
 		// Codex resolved the request itself (or the turn ended): nothing
 		// waits for an answer.
@@ -708,6 +751,35 @@ func (t *turnRun) startedItem(id string) (threadItem, bool) {
 	return it, ok
 }
 
+// itemDiffs are a fileChange item's diffs and locations, as computed when
+// it was announced.
+func (t *turnRun) itemDiffs(it threadItem) ([]sdk.ToolCallContent, []sdk.Location) {
+	t.mu.Lock()
+	d, ok := t.diffs[it.ID]
+	t.mu.Unlock()
+	if ok {
+		return d.content, d.locations
+	}
+	return fileDiffs(it.Changes, false)
+}
+
+// itemDiff is a fileChange item's diffs and the files they touch.
+type itemDiff struct {
+	content   []sdk.ToolCallContent
+	locations []sdk.Location
+}
+
+// commandScope is what "allow always" covers for a command: its program
+// (the first word of the command the model asked for), as
+// "exec:<argv0>".
+func commandScope(command string) string {
+	f := strings.Fields(command)
+	if len(f) == 0 {
+		return ""
+	}
+	return "exec:" + f[0]
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -716,42 +788,57 @@ func deref(s *string) string {
 }
 
 // toInput converts a prompt to codex user input: text as text, ACP image
-// blocks as images, resource links as their URI in the text.
+// blocks as images (a data URL, or a local file for a file: URI), an
+// embedded text resource as a text item carrying its URI and text, and a
+// resource link as a text reference. Blocks codex cannot take (audio, a
+// binary resource) fail the prompt rather than being dropped.
 func toInput(blocks []sdk.ContentBlock) ([]userInput, error) {
 	var out []userInput
+	text := func(s string) { out = append(out, userInput{"type": "text", "text": s, "text_elements": []any{}}) }
 	for _, b := range blocks {
 		switch b.Type {
-		case "", "text":
-			out = append(out, userInput{"type": "text", "text": b.Text, "text_elements": []any{}})
-		case "image":
-			var img struct {
-				Data     string `json:"data"`
-				MimeType string `json:"mimeType"`
-				URI      string `json:"uri"`
-			}
-			if err := json.Unmarshal([]byte(b.JSON), &img); err != nil {
-				return nil, fmt.Errorf("codex: the prompt's image block is not valid ACP JSON: %w", err)
+		case "", sdk.BlockText:
+			text(b.Text)
+		case sdk.BlockImage:
+			img, err := b.Image()
+			if err != nil {
+				return nil, fmt.Errorf("codex: the prompt's image block: %w", err)
 			}
 			switch {
-			case strings.HasPrefix(img.URI, "file://"):
+			case strings.HasPrefix(img.URI, "file://") && img.Data == "":
 				out = append(out, userInput{"type": "localImage", "path": strings.TrimPrefix(img.URI, "file://")})
 			case img.Data != "":
-				out = append(out, userInput{"type": "image", "url": "data:" + img.MimeType + ";base64," + img.Data})
+				mt := img.MimeType
+				if mt == "" {
+					return nil, errors.New("codex: the prompt's image block has data but no mimeType")
+				}
+				out = append(out, userInput{"type": "image", "url": "data:" + mt + ";base64," + img.Data})
 			case img.URI != "":
 				out = append(out, userInput{"type": "image", "url": img.URI})
 			default:
 				return nil, errors.New("codex: the prompt's image block has neither data nor a URI")
 			}
-		case "resource_link":
-			var link struct {
-				URI string `json:"uri"`
+		case sdk.BlockResource:
+			r, err := b.Resource()
+			if err != nil {
+				return nil, fmt.Errorf("codex: the prompt's resource block: %w", err)
 			}
-			if err := json.Unmarshal([]byte(b.JSON), &link); err != nil || link.URI == "" {
+			if r.Text == "" && r.Blob != "" {
+				return nil, fmt.Errorf("codex: the prompt's resource %s is binary; codex takes text resources (and images as image blocks)", r.URI)
+			}
+			text(fmt.Sprintf("<resource uri=%q>\n%s\n</resource>", r.URI, r.Text))
+		case sdk.BlockResourceLink:
+			l, err := b.ResourceLink()
+			if err != nil || l.URI == "" {
 				return nil, errors.New("codex: the prompt's resource_link block has no URI")
 			}
-			out = append(out, userInput{"type": "text", "text": link.URI, "text_elements": []any{}})
+			name := l.Name
+			if name == "" {
+				name = l.URI
+			}
+			text(fmt.Sprintf("[@%s](%s)", name, l.URI))
 		default:
-			return nil, fmt.Errorf("codex: cannot send a prompt block of type %q to codex (it takes text, image and resource_link blocks)", b.Type)
+			return nil, fmt.Errorf("codex: cannot send a prompt block of type %q to codex (it takes text, image, resource and resource_link blocks)", b.Type)
 		}
 	}
 	if len(out) == 0 {

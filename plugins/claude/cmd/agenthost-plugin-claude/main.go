@@ -30,7 +30,7 @@ func main() {
 		mu.Unlock()
 		return a, err
 	}
-	err := sdk.Serve("claude", factory)
+	err := sdk.Serve("claude", factory, sdk.WithCapabilities(claude.Capabilities()))
 	mu.Lock()
 	a := agent
 	mu.Unlock()

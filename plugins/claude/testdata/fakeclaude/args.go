@@ -11,6 +11,8 @@ import (
 type args struct {
 	version, print, verbose, fork, cont bool
 	partial                             bool // --include-partial-messages
+	allowBypass                         bool // --allow-dangerously-skip-permissions
+	effort, mcpConfig                   string
 	outputFormat, inputFormat           string
 	permPromptTool, permMode            string
 	sessionID, model                    string
@@ -30,7 +32,7 @@ var valueFlags = []string{
 var boolFlags = []string{
 	"print", "verbose", "fork-session", "continue", "include-partial-messages", "include-hook-events",
 	"replay-user-messages", "no-session-persistence", "strict-mcp-config", "dangerously-skip-permissions",
-	"bare", "version", "debug",
+	"bare", "version", "debug", "allow-dangerously-skip-permissions",
 }
 
 var permModes = []string{"acceptEdits", "auto", "bypassPermissions", "manual", "dontAsk", "plan", "default"}
@@ -46,9 +48,10 @@ func parseArgs(argv []string) args {
 	values := map[string]*string{
 		"output-format": &a.outputFormat, "input-format": &a.inputFormat, "permission-prompt-tool": &a.permPromptTool,
 		"permission-mode": &a.permMode, "session-id": &a.sessionID, "model": &a.model,
+		"effort": &a.effort, "mcp-config": &a.mcpConfig,
 	}
 	bools := map[string]*bool{"print": &a.print, "verbose": &a.verbose, "fork-session": &a.fork, "continue": &a.cont, "version": &a.version,
-		"include-partial-messages": &a.partial}
+		"include-partial-messages": &a.partial, "allow-dangerously-skip-permissions": &a.allowBypass}
 	shorts := map[string]string{"-p": "print", "-c": "continue", "-v": "version", "-r": "resume"}
 	for i := 0; i < len(argv); i++ {
 		arg := argv[i]

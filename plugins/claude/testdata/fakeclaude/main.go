@@ -1,7 +1,9 @@
 // Command fakeclaude is a faithful fake of Claude Code 2.1.332 in
 // stream-json mode, for the claude plugin's tests. It accepts the argv the
 // plugin and the official SDKs use, answers the control protocol's
-// initialize and interrupt requests like the real CLI, emits system/init
+// initialize (its commands and models), interrupt, set_permission_mode
+// (with the system/status line that reports a mode change), set_model and
+// apply_flag_settings requests like the real CLI, emits system/init
 // when each user message's turn starts (not at startup), prints the model's stream as
 // stream_event lines before each block's assistant line when asked
 // (--include-partial-messages; one delta per block unless the model below
@@ -23,6 +25,12 @@
 //	                    speaks (parent_tool_use_id set, as a CLI that
 //	                    forwards sub-agent text does) while the main
 //	                    agent's next message streams
+//	edit FILE OLD NEW   an Edit of FILE (asking unless acceptEdits), its
+//	                    structured result (originalFile, structuredPatch)
+//	write FILE TEXT     a Write of FILE, its result (create or update)
+//	exitplan            an ExitPlanMode call and its permission request;
+//	                    allowed, the mode its setMode names (else default)
+//	/clear              a conversation_reset and a new session id
 //	huge N              one assistant line of at least N bytes
 //	die                 one assistant message, then exit status 3
 //	noauth              the real unauthenticated answer (also every turn
@@ -62,10 +70,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,6 +138,9 @@ type fake struct {
 	blocks           map[string]int // content blocks streamed so far, by message id
 	prompts          int            // user lines read
 	exitOnPrompt     int            // FAKECLAUDE_EXIT_ON_PROMPT
+	permMode         string         // the permission mode now
+	curModel         string         // --model, or set_model's
+	effort           string         // --effort, or apply_flag_settings' effortLevel
 
 	turns chan string
 	done  chan struct{}
@@ -137,7 +150,11 @@ type fake struct {
 type turn = fakecli.Turn
 
 func newFake(a args) *fake {
-	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, blocks: map[string]int{}, turns: make(chan string, 64), done: make(chan struct{})}
+	f := &fake{a: a, permWaiters: map[string]chan map[string]any{}, blocks: map[string]int{}, turns: make(chan string, 64), done: make(chan struct{}),
+		permMode: a.permMode, curModel: a.model, effort: a.effort}
+	if f.permMode == "" || f.permMode == "manual" {
+		f.permMode = "default"
+	}
 	f.cwd, _ = os.Getwd()
 	f.configDir = os.Getenv("CLAUDE_CONFIG_DIR")
 	if f.configDir == "" {
@@ -177,6 +194,9 @@ func (f *fake) run() {
 	}
 	if a.sessionID != "" && (a.resume != nil || a.cont) && !a.fork {
 		fatal(1, "Error: --session-id with --continue or --resume also needs --fork-session.")
+	}
+	if (a.permMode == "bypassPermissions" || a.allowBypass) && os.Geteuid() == 0 && os.Getenv("IS_SANDBOX") != "1" {
+		fatal(1, "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons")
 	}
 	if a.inputFormat != "stream-json" || a.outputFormat != "stream-json" {
 		fatal(2, "fakeclaude: only --input-format stream-json with --output-format stream-json is implemented")
@@ -305,10 +325,16 @@ func (f *fake) handleInput(line []byte) {
 		case "initialize":
 			f.controlSuccess(m.RequestID, map[string]any{
 				"commands": []any{
-					map[string]any{"name": "review", "description": "Review a pull request", "argumentHint": "", "builtin": true},
-					map[string]any{"name": "compact", "description": "Clear conversation history but keep a summary in context", "argumentHint": "<optional custom summarization instructions>", "builtin": true},
+					map[string]any{"name": "code-review", "description": "Review the current diff", "argumentHint": "[low|medium|high|xhigh|max] [--fix]", "aliases": []string{"review"}, "builtin": true},
+					map[string]any{"name": "clear", "description": "Start a new session with empty context; loops carry over, and the old one stays in /resume", "argumentHint": "[name]", "aliases": []string{"reset", "new"}, "builtin": true},
+					map[string]any{"name": "compact", "description": "Free up context by summarizing the conversation so far", "argumentHint": "<optional custom summarization instructions>", "builtin": true},
+					map[string]any{"name": "heapdump", "description": "Dump the JS heap", "argumentHint": "", "builtin": true},
+					map[string]any{"name": "__remote-workflow", "description": "", "argumentHint": "", "builtin": true},
 				},
+				"models":       fakeModels,
 				"output_style": "default", "available_output_styles": []string{"default", "Explanatory", "Learning"},
+				"current_permission_mode": f.mode(), "claude_code_version": realVersion, "pid": os.Getpid(), "session_state": "idle",
+				"account": map[string]any{"tokenSource": "none", "apiKeySource": f.apiKeySource, "apiProvider": "firstParty"},
 			})
 		case "interrupt":
 			f.controlSuccess(m.RequestID, map[string]any{"still_queued": []any{}})
@@ -321,8 +347,49 @@ func (f *fake) handleInput(line []byte) {
 				f.interruptPending = true
 			}
 			f.mu.Unlock()
-		case "set_permission_mode", "set_model":
-			f.controlSuccess(m.RequestID, map[string]any{})
+		case "set_permission_mode":
+			var r struct {
+				Mode string `json:"mode"`
+			}
+			_ = json.Unmarshal(m.Request, &r)
+			switch {
+			case !slices.Contains([]string{"acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan"}, r.Mode):
+				f.controlError(m.RequestID, "Cannot set permission mode: must be one of acceptEdits, auto, bypassPermissions, default, dontAsk, plan", "invalid_mode")
+			case r.Mode == "bypassPermissions" && !f.a.allowBypass && f.a.permMode != "bypassPermissions":
+				f.controlError(m.RequestID, "Cannot set permission mode to bypassPermissions because the session was not launched with --dangerously-skip-permissions", "bypass_not_launched")
+			default:
+				f.controlSuccess(m.RequestID, map[string]any{"mode": r.Mode})
+				f.setMode(r.Mode)
+			}
+		case "set_model":
+			var r struct {
+				Model string `json:"model"`
+			}
+			_ = json.Unmarshal(m.Request, &r)
+			resolved, ok := resolveModel(r.Model)
+			if !ok {
+				// 2.1.332 asks the provider about a model it does not list.
+				f.emit(map[string]any{"type": "control_response", "response": map[string]any{"subtype": "error", "request_id": m.RequestID,
+					"error": "API error: 404 model not found · model not changed", "error_code": "check_rejected", "model": f.model()}})
+				break
+			}
+			f.mu.Lock()
+			f.curModel = r.Model
+			f.mu.Unlock()
+			f.emit(f.userLine("<local-command-stdout>Set model to `"+r.Model+" ("+resolved+")`</local-command-stdout>", map[string]any{"isReplay": true}))
+			f.controlSuccess(m.RequestID, map[string]any{"model": resolved})
+		case "apply_flag_settings":
+			var r struct {
+				Settings map[string]any `json:"settings"`
+			}
+			_ = json.Unmarshal(m.Request, &r)
+			if e, ok := r.Settings["effortLevel"]; ok {
+				level, _ := e.(string)
+				f.mu.Lock()
+				f.effort = level
+				f.mu.Unlock()
+			}
+			f.emit(map[string]any{"type": "control_response", "response": map[string]any{"subtype": "success", "request_id": m.RequestID}})
 		default:
 			f.emit(map[string]any{"type": "control_response", "response": map[string]any{
 				"subtype": "error", "request_id": m.RequestID, "error": "Unsupported control request subtype: " + req.Subtype}})
@@ -381,6 +448,52 @@ func contentText(raw json.RawMessage) string {
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+func (f *fake) controlError(id, msg, code string) {
+	f.emit(map[string]any{"type": "control_response", "response": map[string]any{
+		"subtype": "error", "request_id": id, "error": msg, "error_code": code}})
+}
+
+// fakeModels is the models list of 2.1.332's initialize response, less
+// its descriptions' prices.
+var fakeModels = []any{
+	map[string]any{"value": "default", "resolvedModel": "claude-opus-5-5", "displayName": "Default (recommended)", "description": "Use the default model (currently Opus 5.5)",
+		"supportsEffort": true, "supportedEffortLevels": []string{"low", "medium", "high", "xhigh", "max"}, "supportsAdaptiveThinking": true},
+	map[string]any{"value": "opus", "resolvedModel": "claude-opus-5-5", "displayName": "Opus", "description": "Opus 5.5 · Best for everyday, complex tasks",
+		"supportsEffort": true, "supportedEffortLevels": []string{"low", "medium", "high", "xhigh", "max"}, "supportsAdaptiveThinking": true},
+	map[string]any{"value": "sonnet", "resolvedModel": "claude-sonnet-5-5", "displayName": "Sonnet", "description": "Sonnet 5.5 · Efficient for routine tasks",
+		"supportsEffort": true, "supportedEffortLevels": []string{"low", "medium", "high", "xhigh", "max"}, "supportsAdaptiveThinking": true},
+	map[string]any{"value": "haiku", "resolvedModel": "claude-haiku-4-5-20251001", "displayName": "Haiku", "description": "Haiku 4.5 · Fastest for quick answers",
+		"supportsEffort": false},
+}
+
+// resolveModel is a model name as set_model resolves it; ok is false
+// for a name the list lacks and that is no model id.
+func resolveModel(name string) (string, bool) {
+	for _, m := range fakeModels {
+		e := m.(map[string]any)
+		if e["value"] == name || e["resolvedModel"] == name {
+			return e["resolvedModel"].(string), true
+		}
+	}
+	return name, strings.HasPrefix(name, "claude-")
+}
+
+// mode is the permission mode now.
+func (f *fake) mode() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.permMode
+}
+
+// setMode switches the permission mode and says so, as 2.1.332 does: a
+// system/status line carrying the new mode.
+func (f *fake) setMode(mode string) {
+	f.mu.Lock()
+	f.permMode = mode
+	f.mu.Unlock()
+	f.emit(map[string]any{"type": "system", "subtype": "status", "status": nil, "permissionMode": mode, "uuid": uuid.NewString(), "session_id": f.sessionID})
 }
 
 func (f *fake) controlSuccess(id string, response map[string]any) {
@@ -449,25 +562,37 @@ func zeroUsage() map[string]any {
 }
 
 func (f *fake) model() string {
-	switch f.a.model {
-	case "", "default", "opus":
-		return "claude-opus-5-5"
-	case "sonnet":
-		return "claude-sonnet-5-5"
+	f.mu.Lock()
+	name := f.curModel
+	f.mu.Unlock()
+	if name == "" {
+		name = "default"
 	}
-	return f.a.model
+	resolved, _ := resolveModel(name)
+	return resolved
+}
+
+// mcpServers are system/init's entries for the --mcp-config servers, all
+// connected.
+func (f *fake) mcpServers() []any {
+	var cfg struct {
+		MCPServers map[string]any `json:"mcpServers"`
+	}
+	_ = json.Unmarshal([]byte(f.a.mcpConfig), &cfg)
+	out := []any{}
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
+		out = append(out, map[string]any{"name": name, "status": "connected", "source": "dynamic"})
+	}
+	return out
 }
 
 func (f *fake) systemInit() map[string]any {
-	perm := f.a.permMode
-	if perm == "" || perm == "manual" {
-		perm = "default"
-	}
+	perm := f.mode()
 	return map[string]any{
 		"type": "system", "subtype": "init", "cwd": f.cwd, "session_id": f.sessionID,
 		"tools":       []string{"Task", "Bash", "Edit", "Read", "Write", "WebFetch", "WebSearch", "TodoWrite"},
-		"mcp_servers": []any{}, "model": f.model(), "permissionMode": perm,
-		"slash_commands": []string{"review", "compact"}, "terminal_slash_commands": []string{"doctor"},
+		"mcp_servers": f.mcpServers(), "model": f.model(), "permissionMode": perm,
+		"slash_commands": []string{"code-review", "clear", "compact", "heapdump"}, "terminal_slash_commands": []string{"doctor"},
 		"apiKeySource": f.apiKeySource, "claude_code_version": realVersion, "output_style": "default",
 		"agents": []string{"claude", "Explore", "general-purpose", "Plan"}, "skills": []string{"review"},
 		"plugins":            []any{map[string]any{"name": "cc-plugin-agents-md", "path": "builtin", "source": "cc-plugin-agents-md@builtin"}},
@@ -652,6 +777,13 @@ func (f *fake) runTurns() {
 		first := !f.initSent
 		f.initSent = true
 		f.mu.Unlock()
+		if strings.TrimSpace(prompt) == "/clear" {
+			f.clear()
+			f.mu.Lock()
+			f.cur = nil
+			f.mu.Unlock()
+			continue
+		}
 		// Like 2.1.332, system/init opens every turn, not only the first.
 		f.emit(f.systemInit())
 		f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}, "uuid": uuid.NewString()})
@@ -742,6 +874,22 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 		return done(rest, 1)
 	case "subagent":
 		return f.subagent(msgID)
+	case "edit":
+		// edit FILE OLD NEW: an Edit of FILE replacing OLD by NEW.
+		args := strings.Fields(prompt)
+		if len(args) != 4 {
+			fatal(2, "fakeclaude: edit FILE OLD NEW")
+		}
+		return f.edit(t, msgID, "Edit", map[string]any{"file_path": args[1], "old_string": args[2], "new_string": args[3], "replace_all": false})
+	case "write":
+		// write FILE TEXT: a Write of TEXT and a newline to FILE.
+		args := strings.Fields(prompt)
+		if len(args) != 3 {
+			fatal(2, "fakeclaude: write FILE TEXT")
+		}
+		return f.edit(t, msgID, "Write", map[string]any{"file_path": args[1], "content": args[2] + "\n"})
+	case "exitplan":
+		return f.exitPlan(t, msgID)
 	case "tool":
 		return f.tool(t, msgID)
 	case "todo":
@@ -829,7 +977,7 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	id := "toolu_01" + randHex(10)
 	input := map[string]any{"command": "ls", "description": "List files in the workspace"}
 	f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": input}, 0)
-	ask := f.a.permPromptTool == "stdio" && f.a.permMode != "bypassPermissions" && f.a.permMode != "dontAsk"
+	ask := f.a.permPromptTool == "stdio" && f.mode() != "bypassPermissions" && f.mode() != "dontAsk"
 	note := ""
 	if ask {
 		reqID := uuid.NewString()
@@ -882,6 +1030,154 @@ func (f *fake) tool(t *turn, msgID string) bool {
 	say := "listed 2 files" + note
 	f.block("msg_01"+randHex(10), text(say), 0)
 	f.emit(f.result("success", false, say, "end_turn", "completed", 2, 5))
+	return false
+}
+
+// clear is 2.1.332's /clear: a conversation_reset line (still under the
+// old session id), then system/init and an empty result under the new
+// conversation's id, whose transcript exists from then on.
+func (f *fake) clear() {
+	old := f.sessionID
+	f.emit(map[string]any{"type": "conversation_reset", "new_conversation_id": uuid.NewString(), "uuid": uuid.NewString(), "trigger": "clear",
+		"user_message_uuid": uuid.NewString(), "timestamp": now(), "session_id": old})
+	f.sessionID = uuid.NewString()
+	f.transcript = filepath.Join(filepath.Dir(f.transcript), f.sessionID+".jsonl")
+	f.appendTranscript(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": "<command-name>/clear</command-name>"}, "uuid": uuid.NewString()})
+	f.emit(map[string]any{"type": "system", "subtype": "background_tasks_changed", "tasks": []any{}, "uuid": uuid.NewString(), "session_id": f.sessionID})
+	f.emit(f.systemInit())
+	r := f.result("success", false, "", nil, "", 0, 0)
+	delete(r, "terminal_reason")
+	r["local_command"] = "clear"
+	r["usage"], r["modelUsage"], r["total_cost_usd"] = zeroUsage(), map[string]any{}, 0
+	f.emit(r)
+}
+
+// permit asks for permission over the control protocol as 2.1.332 does
+// and returns the answer, or nil when the turn was interrupted first (the
+// request withdrawn).
+func (f *fake) permit(t *turn, req map[string]any) map[string]any {
+	reqID := uuid.NewString()
+	ch := make(chan map[string]any, 1)
+	f.mu.Lock()
+	f.permWaiters[reqID] = ch
+	f.mu.Unlock()
+	req["subtype"] = "can_use_tool"
+	f.emit(map[string]any{"type": "control_request", "request_id": reqID, "request": req})
+	select {
+	case resp := <-ch:
+		return resp
+	case <-t.Interrupted():
+		f.mu.Lock()
+		delete(f.permWaiters, reqID)
+		f.mu.Unlock()
+		f.emit(map[string]any{"type": "control_cancel_request", "request_id": reqID})
+		return nil
+	}
+}
+
+// edit runs an Edit or a Write as 2.1.332 does: asking in the default
+// and plan modes (suggesting acceptEdits), changing the file, and
+// reporting its structured result (Edit: originalFile and
+// structuredPatch; Write: create or update).
+func (f *fake) edit(t *turn, msgID, tool string, input map[string]any) bool {
+	id := "toolu_01" + randHex(10)
+	f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": tool, "input": input}, 0)
+	path := input["file_path"].(string)
+	if mode := f.mode(); mode != "acceptEdits" && mode != "bypassPermissions" {
+		resp := f.permit(t, map[string]any{"tool_name": tool, "display_name": tool, "input": input, "description": filepath.Base(path),
+			"permission_suggestions": []any{map[string]any{"type": "setMode", "mode": "acceptEdits", "destination": "session"}}, "tool_use_id": id})
+		if resp == nil {
+			return f.interruptedTool()
+		}
+		if resp["behavior"] != "allow" {
+			msg, _ := resp["message"].(string)
+			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}}, map[string]any{"tool_use_result": "Error: " + msg}))
+			f.block("msg_01"+randHex(10), text("not changed"), 0)
+			f.emit(f.result("success", false, "not changed", "end_turn", "completed", 2, 5))
+			return false
+		}
+		if p, ok := resp["updatedPermissions"].([]any); ok {
+			for _, u := range p {
+				if u, ok := u.(map[string]any); ok && u["type"] == "setMode" {
+					f.setMode(u["mode"].(string))
+				}
+			}
+		}
+	}
+	before, err := os.ReadFile(path)
+	var result map[string]any
+	var said string
+	if tool == "Write" {
+		content := input["content"].(string)
+		_ = os.WriteFile(path, []byte(content), 0o644)
+		if err != nil {
+			result = map[string]any{"type": "create", "filePath": path, "content": content, "structuredPatch": []any{}, "originalFile": nil, "userModified": false}
+			said = "File created successfully at: " + path
+		} else {
+			result = map[string]any{"type": "update", "filePath": path, "content": content, "originalFile": string(before), "userModified": false,
+				"structuredPatch": []any{map[string]any{"oldStart": 1, "oldLines": 1, "newStart": 1, "newLines": 1, "lines": []string{"-" + strings.TrimSuffix(string(before), "\n"), "+" + strings.TrimSuffix(content, "\n")}}}}
+			said = "The file " + path + " has been updated successfully."
+		}
+	} else {
+		old, repl := input["old_string"].(string), input["new_string"].(string)
+		if err != nil || !strings.Contains(string(before), old) {
+			f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": "<tool_use_error>String to replace not found in file.</tool_use_error>", "is_error": true}},
+				map[string]any{"tool_use_result": "Error: String to replace not found in file."}))
+			f.emit(f.result("success", false, "", "end_turn", "completed", 2, 5))
+			return false
+		}
+		after := strings.Replace(string(before), old, repl, 1)
+		_ = os.WriteFile(path, []byte(after), 0o644)
+		var lines []string
+		oldLines, newLines := strings.Split(strings.TrimSuffix(string(before), "\n"), "\n"), strings.Split(strings.TrimSuffix(after, "\n"), "\n")
+		for i := range oldLines {
+			if oldLines[i] == newLines[i] {
+				lines = append(lines, " "+oldLines[i])
+			} else {
+				lines = append(lines, "-"+oldLines[i], "+"+newLines[i])
+			}
+		}
+		result = map[string]any{"filePath": path, "oldString": old, "newString": repl, "originalFile": string(before), "userModified": false, "replaceAll": false,
+			"structuredPatch": []any{map[string]any{"oldStart": 1, "oldLines": len(oldLines), "newStart": 1, "newLines": len(newLines), "lines": lines}}}
+		said = "The file " + path + " has been updated successfully."
+	}
+	f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": said}}, map[string]any{"tool_use_result": result}))
+	f.block("msg_01"+randHex(10), text("changed "+filepath.Base(path)), 0)
+	f.emit(f.result("success", false, "changed "+filepath.Base(path), "end_turn", "completed", 2, 5))
+	return false
+}
+
+// exitPlan is the agent leaving plan mode as 2.1.332 does it: an
+// ExitPlanMode call with the plan, a permission request without it
+// (requires_user_interaction), and when allowed a switch to the mode the
+// answer's setMode names, default without one.
+func (f *fake) exitPlan(t *turn, msgID string) bool {
+	id := "toolu_01" + randHex(10)
+	f.block(msgID, map[string]any{"type": "tool_use", "id": id, "name": "ExitPlanMode", "input": map[string]any{"plan": "1. write the code"}}, 0)
+	resp := f.permit(t, map[string]any{"tool_name": "ExitPlanMode", "display_name": "ExitPlanMode", "input": map[string]any{}, "tool_use_id": id, "requires_user_interaction": true})
+	if resp == nil {
+		return f.interruptedTool()
+	}
+	if resp["behavior"] != "allow" {
+		msg, _ := resp["message"].(string)
+		f.emit(f.userLine([]any{map[string]any{"tool_use_id": id, "type": "tool_result", "content": msg, "is_error": true}}, nil))
+		f.block("msg_01"+randHex(10), text("still planning"), 0)
+		f.emit(f.result("success", false, "still planning", "end_turn", "completed", 2, 5))
+		return false
+	}
+	mode := "default"
+	if p, ok := resp["updatedPermissions"].([]any); ok {
+		for _, u := range p {
+			if u, ok := u.(map[string]any); ok && u["type"] == "setMode" {
+				mode, _ = u["mode"].(string)
+			}
+		}
+	}
+	f.setMode(mode)
+	f.emit(f.userLine([]any{map[string]any{"type": "tool_result", "content": "User has approved exiting plan mode. You can now proceed.", "tool_use_id": id}},
+		map[string]any{"tool_use_result": map[string]any{"plan": nil, "isAgent": false, "filePath": filepath.Join(f.configDir, "plans", "plan.md")}}))
+	f.block("msg_01"+randHex(10), text("coding in "+mode), 0)
+	f.emit(f.result("success", false, "coding in "+mode, "end_turn", "completed", 2, 5))
 	return false
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	if err := sdk.Serve("codex", codex.New); err != nil {
+	if err := sdk.Serve("codex", codex.New, sdk.WithCapabilities(codex.Capabilities())); err != nil {
 		fmt.Fprintln(os.Stderr, "agenthost-plugin-codex:", err)
 		os.Exit(1)
 	}

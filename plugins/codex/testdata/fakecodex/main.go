@@ -9,7 +9,15 @@
 //	tool                run a command item "ls", asking for approval first
 //	                    when approvalPolicy is untrusted or on-request;
 //	                    replies "approval: DECISION"
-//	edit                a fileChange item, approved the same way
+//	edit                a fileChange item adding notes.txt, approved the
+//	                    same way (written when approved)
+//	patch               a fileChange item updating the workspace's a.txt
+//	                    (line2 becomes LINE2), approved the same way
+//	settings            reply with the thread's settings as JSON (model,
+//	                    effort, approval policy, sandbox, instructions,
+//	                    MCP servers, writable roots)
+//	echo TEXT           reply with the whole prompt (images shown as
+//	                    [image URL…])
 //	perm                an item/permissions/requestApproval request;
 //	                    replies "permissions: RESULT"
 //	think               a reasoning item (summary deltas), then a message
@@ -42,6 +50,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +101,12 @@ type thread struct {
 	rollout         string
 	turns           int
 	active          *turn
+	// The settings thread/start (or resume) and turn/start gave it, which
+	// the prompt "settings" reports.
+	model, effort, sandbox string
+	base, developer        string
+	config                 map[string]any
+	name                   string
 }
 
 // turn is a turn in progress.
@@ -269,11 +284,33 @@ func (s *server) ask(th *thread, t *turn, method string, params any) json.RawMes
 
 func nowMs() int64 { return time.Now().UnixMilli() }
 
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // Requests.
 
-var knownMethods = []string{"initialize", "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/read", "thread/list", "turn/start", "turn/steer", "turn/interrupt", "model/list", "account/read", "config/read"}
+var knownMethods = []string{"initialize", "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/read", "thread/list", "thread/name/set", "thread/compact/start", "turn/start", "turn/steer", "turn/interrupt", "model/list", "account/read", "config/read"}
+
+// models are what model/list answers, in 0.171.0's shape.
+func models() []any {
+	effort := func(e, d string) map[string]any { return map[string]any{"reasoningEffort": e, "description": d} }
+	return []any{
+		map[string]any{"id": "gpt-fake", "model": "gpt-fake", "upgrade": nil, "displayName": "GPT-Fake", "description": "The fake's default model.",
+			"hidden": false, "supportedReasoningEfforts": []any{effort("low", "Fast"), effort("medium", "Balanced"), effort("high", "Deep")},
+			"defaultReasoningEffort": "low", "inputModalities": []string{"text", "image"}, "isDefault": true},
+		map[string]any{"id": "gpt-fake-big", "model": "gpt-fake-big", "upgrade": nil, "displayName": "GPT-Fake-Big", "description": "A bigger fake model.",
+			"hidden": false, "supportedReasoningEfforts": []any{effort("medium", "Balanced"), effort("xhigh", "Extra deep")},
+			"defaultReasoningEffort": "medium", "inputModalities": []string{"text", "image"}, "isDefault": false},
+		map[string]any{"id": "gpt-fake-hidden", "model": "gpt-fake-hidden", "upgrade": nil, "displayName": "Hidden", "description": "Not in the picker.",
+			"hidden": true, "supportedReasoningEfforts": []any{}, "defaultReasoningEffort": "low", "inputModalities": []string{"text"}, "isDefault": false},
+	}
+}
 
 func (s *server) request(m inMsg) {
 	s.mu.Lock()
@@ -328,18 +365,59 @@ func (s *server) request(m inMsg) {
 		s.turnStart(m)
 	case "turn/interrupt":
 		s.turnInterrupt(m)
+	case "model/list":
+		s.result(m.ID, map[string]any{"data": models(), "nextCursor": nil})
+	case "thread/name/set":
+		s.threadNameSet(m)
+	case "thread/compact/start":
+		s.compactStart(m)
 	default:
 		s.fail(m.ID, -32600, fmt.Sprintf("Invalid request: unknown variant `%s`, expected one of `%s`", m.Method, strings.Join(knownMethods, "`, `")))
 	}
 }
 
 type threadParams struct {
-	ThreadID       string          `json:"threadId"`
-	Cwd            string          `json:"cwd"`
-	Model          string          `json:"model"`
-	ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
-	Sandbox        string          `json:"sandbox"`
-	Ephemeral      bool            `json:"ephemeral"`
+	ThreadID              string          `json:"threadId"`
+	Cwd                   string          `json:"cwd"`
+	Model                 string          `json:"model"`
+	ApprovalPolicy        json.RawMessage `json:"approvalPolicy"`
+	Sandbox               string          `json:"sandbox"`
+	Ephemeral             bool            `json:"ephemeral"`
+	Config                map[string]any  `json:"config"`
+	BaseInstructions      string          `json:"baseInstructions"`
+	DeveloperInstructions string          `json:"developerInstructions"`
+}
+
+// apply records p's settings on th, as codex makes them the thread's.
+func (th *thread) apply(p threadParams) {
+	if p.Model != "" {
+		th.model = p.Model
+	}
+	if p.Sandbox != "" {
+		th.sandbox = p.Sandbox
+	}
+	if e, ok := p.Config["model_reasoning_effort"].(string); ok {
+		th.effort = e
+	}
+	th.base, th.developer, th.config = p.BaseInstructions, p.DeveloperInstructions, p.Config
+}
+
+func (th *thread) modelName() string {
+	if th.model == "" {
+		return "gpt-fake"
+	}
+	return th.model
+}
+
+// sandboxJSON is the thread's SandboxPolicy as 0.171.0 reports it.
+func (th *thread) sandboxJSON() map[string]any {
+	switch th.sandbox {
+	case "read-only":
+		return map[string]any{"type": "readOnly", "networkAccess": false}
+	case "danger-full-access":
+		return map[string]any{"type": "dangerFullAccess"}
+	}
+	return map[string]any{"type": "workspaceWrite", "writableRoots": []string{}, "networkAccess": false}
 }
 
 func (s *server) threadJSON(th *thread) map[string]any {
@@ -353,19 +431,26 @@ func (s *server) threadJSON(th *thread) map[string]any {
 	return map[string]any{
 		"id": th.id, "environments": []any{map[string]any{"environmentId": "local", "cwd": th.cwd, "runtimeWorkspaceRoots": []string{th.cwd}}},
 		"extra": nil, "sessionId": th.id, "forkedFromId": nil, "attachedToThreadId": nil, "parentThreadId": nil, "preview": "",
-		"ephemeral": th.ephemeral, "section": nil, "historyMode": "paginated", "modelProvider": "openai", "model": "gpt-fake",
+		"ephemeral": th.ephemeral, "section": nil, "historyMode": "paginated", "modelProvider": "openai", "model": th.modelName(),
 		"reasoningEffort": nil, "createdAt": now, "updatedAt": now, "recencyAt": now, "status": map[string]any{"type": "idle"},
 		"path": path, "cwd": th.cwd, "cliVersion": "0.171.0", "originator": "agenthost", "source": "vscode",
-		"canAcceptDirectInput": true, "gitInfo": nil, "name": nil, "turns": []any{}, "fakeUnknownField": map[string]any{"nested": []int{1, 2}},
+		"canAcceptDirectInput": true, "gitInfo": nil, "name": nilIfEmpty(th.name), "turns": []any{}, "fakeUnknownField": map[string]any{"nested": []int{1, 2}},
 	}
 }
 
 func (s *server) threadResult(th *thread) map[string]any {
 	return map[string]any{
-		"thread": s.threadJSON(th), "model": "gpt-fake", "modelProvider": "openai", "serviceTier": nil, "cwd": th.cwd,
+		"thread": s.threadJSON(th), "model": th.modelName(), "modelProvider": "openai", "serviceTier": nil, "cwd": th.cwd,
 		"approvalPolicy": th.policy, "approvalsReviewer": "user",
-		"sandbox": map[string]any{"type": "workspaceWrite", "writableRoots": []string{}, "networkAccess": false}, "reasoningEffort": nil,
+		"sandbox": th.sandboxJSON(), "reasoningEffort": nilIfEmpty(th.effort),
 	}
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func policyOf(raw json.RawMessage) string {
@@ -383,6 +468,7 @@ func (s *server) threadStart(m inMsg) {
 		p.Cwd, _ = os.Getwd()
 	}
 	th := &thread{id: newID(), cwd: p.Cwd, policy: policyOf(p.ApprovalPolicy), ephemeral: p.Ephemeral}
+	th.apply(p)
 	s.mu.Lock()
 	s.threads[th.id] = th
 	s.mu.Unlock()
@@ -416,6 +502,7 @@ func (s *server) threadResume(m inMsg) {
 	} else if th.policy == "" {
 		th.policy = "never"
 	}
+	th.apply(p)
 	res := s.threadResult(th)
 	if os.Getenv("FAKECODEX_RESUME_OTHER") == "1" {
 		other := *th
@@ -423,6 +510,63 @@ func (s *server) threadResume(m inMsg) {
 		res = s.threadResult(&other)
 	}
 	s.result(m.ID, res)
+}
+
+// threadNameSet names a thread, which saves it (its rollout appears), as
+// 0.171.0 does.
+func (s *server) threadNameSet(m inMsg) {
+	var p struct {
+		ThreadID string `json:"threadId"`
+		Name     string `json:"name"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	s.mu.Lock()
+	th := s.threads[p.ThreadID]
+	if th != nil {
+		th.name = p.Name
+		s.materialize(th)
+	}
+	s.mu.Unlock()
+	if th == nil {
+		s.fail(m.ID, -32600, "thread not found: "+p.ThreadID)
+		return
+	}
+	s.result(m.ID, map[string]any{})
+	s.notify("thread/name/updated", map[string]any{"threadId": th.id, "threadName": p.Name})
+}
+
+// compactStart answers {} and runs the compaction as a turn of its own
+// (turn/started, a contextCompaction item, turn/completed), as 0.171.0.
+func (s *server) compactStart(m inMsg) {
+	var p struct {
+		ThreadID string `json:"threadId"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	s.mu.Lock()
+	th := s.threads[p.ThreadID]
+	var tu *turn
+	if th != nil && th.active == nil {
+		tu = &turn{id: newID(), Turn: fakecli.NewTurn()}
+		th.active = tu
+	}
+	s.mu.Unlock()
+	if tu == nil {
+		s.fail(m.ID, -32600, "thread not found or busy: "+p.ThreadID)
+		return
+	}
+	s.result(m.ID, map[string]any{})
+	go func() {
+		started := time.Now().Unix()
+		s.notify("turn/started", map[string]any{"threadId": th.id, "turn": turnJSON(tu.id, "inProgress", nil, started, nil)})
+		item := map[string]any{"type": "contextCompaction", "id": newID(), "startedAtMs": nowMs(), "completedAtMs": nil}
+		s.notify("item/started", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+		item["completedAtMs"] = nowMs()
+		s.notify("item/completed", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
+		s.mu.Lock()
+		th.active = nil
+		s.mu.Unlock()
+		s.notify("turn/completed", map[string]any{"threadId": th.id, "turn": turnJSON(tu.id, "completed", nil, started, time.Now().Unix())})
+	}()
 }
 
 func (s *server) rolloutPath(id string, t time.Time) string {
@@ -454,8 +598,15 @@ func (s *server) turnStart(m inMsg) {
 		Input    []struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
+			URL  string `json:"url"`
+			Path string `json:"path"`
 		} `json:"input"`
 		ApprovalPolicy json.RawMessage `json:"approvalPolicy"`
+		Model          string          `json:"model"`
+		Effort         string          `json:"effort"`
+		SandboxPolicy  *struct {
+			Type string `json:"type"`
+		} `json:"sandboxPolicy"`
 	}
 	if err := json.Unmarshal(m.Params, &p); err != nil {
 		s.fail(m.ID, -32600, "Invalid request: "+err.Error())
@@ -468,8 +619,18 @@ func (s *server) turnStart(m inMsg) {
 	if th != nil && !busy {
 		tu = &turn{id: newID(), Turn: fakecli.NewTurn()}
 		th.active = tu
+		// The overrides become the thread's defaults.
 		if len(p.ApprovalPolicy) > 0 {
 			th.policy = policyOf(p.ApprovalPolicy)
+		}
+		if p.Model != "" {
+			th.model = p.Model
+		}
+		if p.Effort != "" {
+			th.effort = p.Effort
+		}
+		if p.SandboxPolicy != nil {
+			th.sandbox = map[string]string{"readOnly": "read-only", "workspaceWrite": "workspace-write", "dangerFullAccess": "danger-full-access"}[p.SandboxPolicy.Type]
 		}
 	}
 	s.mu.Unlock()
@@ -483,8 +644,13 @@ func (s *server) turnStart(m inMsg) {
 	}
 	var text []string
 	for _, in := range p.Input {
-		if in.Type == "text" {
+		switch in.Type {
+		case "text":
 			text = append(text, in.Text)
+		case "image":
+			text = append(text, "[image "+clip(in.URL, 40)+"]")
+		case "localImage":
+			text = append(text, "[localImage "+in.Path+"]")
 		}
 	}
 	s.result(m.ID, map[string]any{"turn": turnJSON(tu.id, "inProgress", nil, nil, nil)})
@@ -607,7 +773,7 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		}
 		s.message(th, tu, []string{"slept " + d.String()}, 0)
 		return ok
-	case "tool", "edit":
+	case "tool", "edit", "patch":
 		return s.tool(th, tu, word)
 	case "perm":
 		answer := s.ask(th, tu, "item/permissions/requestApproval", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": newID(),
@@ -667,6 +833,25 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 				return interrupted
 			}
 		}
+	case "settings":
+		// What the thread runs with now, as one JSON message.
+		s.mu.Lock()
+		var mcp []string
+		for k := range th.config {
+			if name, ok := strings.CutPrefix(k, "mcp_servers."); ok {
+				mcp = append(mcp, name)
+			}
+		}
+		sort.Strings(mcp)
+		st := map[string]any{"model": th.modelName(), "effort": th.effort, "approvalPolicy": th.policy, "sandbox": th.sandbox,
+			"baseInstructions": th.base, "developerInstructions": th.developer, "mcpServers": mcp,
+			"writableRoots": th.config["sandbox_workspace_write.writable_roots"], "mcpConfig": th.config}
+		s.mu.Unlock()
+		s.message(th, tu, []string{string(mustJSON(st))}, 0)
+		return ok
+	case "echo":
+		s.message(th, tu, []string{text}, 0)
+		return ok
 	case "env":
 		v, set := "", false
 		if len(prompt.Args) > 0 {
@@ -712,10 +897,28 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 	params := map[string]any{"kind": "command", "threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "environmentId": "local",
 		"command": command, "cwd": th.cwd, "commandActions": actions, "proposedExecpolicyAmendment": amendment,
 		"availableDecisions": []any{"accept", map[string]any{"acceptWithExecpolicyAmendment": map[string]any{"execpolicy_amendment": amendment}}, "cancel"}}
-	if kind == "edit" {
-		// An added file's diff is its content.
+	// A file change as 0.171.0 reports it: an added file's diff is its
+	// content, an updated file's the hunks without file headers. Codex
+	// writes the files once the change is approved.
+	var write func()
+	switch kind {
+	case "edit":
+		path := filepath.Join(th.cwd, "notes.txt")
 		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress", "startedAtMs": nowMs(), "completedAtMs": nil,
-			"changes": []any{map[string]any{"path": filepath.Join(th.cwd, "notes.txt"), "kind": map[string]any{"type": "add"}, "diff": "hello\n"}}}
+			"changes": []any{map[string]any{"path": path, "kind": map[string]any{"type": "add"}, "diff": "hello\n"}}}
+		write = func() { _ = os.WriteFile(path, []byte("hello\n"), 0o644) }
+	case "patch":
+		// a.txt, "line1\nline2\nline3\n", gets its second line changed.
+		path := filepath.Join(th.cwd, "a.txt")
+		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress", "startedAtMs": nowMs(), "completedAtMs": nil,
+			"changes": []any{map[string]any{"path": path, "kind": map[string]any{"type": "update", "move_path": nil},
+				"diff": "@@ -1,3 +1,3 @@\n line1\n-line2\n+LINE2\n line3\n"}}}
+		write = func() {
+			b, _ := os.ReadFile(path)
+			_ = os.WriteFile(path, []byte(strings.Replace(string(b), "line2\n", "LINE2\n", 1)), 0o644)
+		}
+	}
+	if write != nil {
 		method = "item/fileChange/requestApproval"
 		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": nil, "grantRoot": nil}
 	}
@@ -734,6 +937,9 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 	}
 	switch decision {
 	case "accept", "acceptForSession", "not asked":
+		if write != nil {
+			write()
+		}
 		if kind == "tool" {
 			s.notify("item/commandExecution/outputDelta", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "delta": "README.md\nmain.go\n"})
 			item["aggregatedOutput"], item["exitCode"], item["durationMs"] = "README.md\nmain.go\n", 0, 3

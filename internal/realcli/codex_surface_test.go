@@ -1,0 +1,350 @@
+package realcli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
+	"github.com/agenthost/agenthost/plugins/codex"
+)
+
+// The ACP session surface with the real codex 0.171.0 app-server: what a
+// desktop app sets and sees, checked where it lands, in the requests
+// codex sends the model server.
+
+// A session created with a model, a mode, an effort, developer
+// instructions and an MCP server runs codex with all of them; its modes
+// and config options come from codex (the models from model/list); the
+// slash commands arrive; set_config_option model and set_mode apply from
+// the next turn.
+func TestCodexSettingsAndModes(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	res := c.newCodexSessionWith(r, map[string]string{"model": "gpt-6.2-astra", "mode": "full-access", "effort": "high",
+		"append_system_prompt": "DEVELOPER-NOTE-7"}, []acp.McpServer{stdioMCP("echo", mcpEcho(t))})
+	id := string(res.SessionId)
+	if res.Modes == nil || res.Modes.CurrentModeId != "full-access" || len(res.Modes.AvailableModes) != 3 {
+		t.Errorf("modes %+v", res.Modes)
+	}
+	models := configValues(res.ConfigOptions, "model")
+	if !slices.Contains(models, "gpt-6.2-sol") || !slices.Contains(models, "gpt-6.2-astra") {
+		t.Errorf("the model config option offers %v; want codex's model/list", models)
+	}
+	if e := configValues(res.ConfigOptions, "effort"); !slices.Contains(e, "high") {
+		t.Errorf("the effort config option offers %v", e)
+	}
+	r.script(modelserver.Text("first"), modelserver.Text("second"))
+	c.mustPrompt(id, "hello", "end_turn")
+	req := r.nextRequest(1)
+	body := string(req.Body)
+	if req.Model != "gpt-6.2-astra" || !strings.Contains(body, `"effort":"high"`) || !strings.Contains(body, "DEVELOPER-NOTE-7") ||
+		!strings.Contains(body, "mcp__echo") || sandboxMode(req) != "danger-full-access" {
+		t.Errorf("the first request: model %q, effort high %v, developer note %v, MCP server %v, sandbox %q",
+			req.Model, strings.Contains(body, `"effort":"high"`), strings.Contains(body, "DEVELOPER-NOTE-7"), strings.Contains(body, "mcp__echo"), sandboxMode(req))
+	}
+	if !c.sawCommands("new", "compact") {
+		t.Errorf("no available_commands_update with /new and /compact reached the client")
+	}
+
+	opts := c.setConfig(id, "model", "gpt-6.2-sol")
+	if v := configCurrent(opts, "model"); v != "gpt-6.2-sol" {
+		t.Errorf("set_config_option answered model %q", v)
+	}
+	c.setMode(id, "read-only")
+	c.mustPrompt(id, "again", "end_turn")
+	req = r.nextRequest(2)
+	if req.Model != "gpt-6.2-sol" || sandboxMode(req) != "read-only" {
+		t.Errorf("after set_config_option and set_mode: model %q, sandbox %q; want gpt-6.2-sol, read-only", req.Model, sandboxMode(req))
+	}
+	st := c.storedSession(id)
+	if st.Options["model"] != "gpt-6.2-sol" || st.Options["mode"] != "read-only" || st.Options["effort"] != "high" {
+		t.Errorf("the stored options %v", st.Options)
+	}
+}
+
+// An image, an embedded resource and a resource link reach the model:
+// the image as an input_image with its data URL, the resource's text with
+// its URI.
+func TestCodexRichPrompt(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Text("I see it."))
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+	c.promptBlocks(id, "end_turn",
+		map[string]any{"type": "text", "text": "what is this?"},
+		map[string]any{"type": "image", "mimeType": "image/png", "data": png},
+		map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///w/notes.md", "mimeType": "text/markdown", "text": "NOTES-ABOUT-IT"}},
+		map[string]any{"type": "resource_link", "uri": "file:///w/main.go", "name": "main.go"})
+	body := string(r.nextRequest(1).Body)
+	for _, want := range []string{`"type":"input_image"`, "data:image/png;base64," + png, "NOTES-ABOUT-IT", "file:///w/notes.md", "[@main.go](file:///w/main.go)"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the model request lacks %q", want)
+		}
+	}
+}
+
+// A patch that updates a file: its tool call and the permission request
+// carry the diff (the whole old and new text) and the file's location.
+func TestCodexPatchDiff(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	path := filepath.Join(r.workspace, "a.txt")
+	if err := os.WriteFile(path, []byte("line1\nline2\nline3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := r.start()
+	c := r.dial(s)
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowOnce }
+	id := c.newSession(r, map[string]string{codex.OptApprovalPolicy: "untrusted", codex.OptSandbox: "read-only"})
+	const patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n line1\n-line2\n+LINE2\n*** End Patch\n"
+	js := "const r = await tools.apply_patch(" + jsString(patch) + ");\ntext(JSON.stringify(r));\n"
+	r.script(modelserver.Reply{Tools: []modelserver.ToolCall{{Name: "exec", Input: js, Custom: true}}}, modelserver.Text("Patched."))
+	c.mustPrompt(id, "patch it", "end_turn")
+
+	if b, _ := os.ReadFile(path); string(b) != "line1\nLINE2\nline3\n" {
+		t.Errorf("a.txt %q; want the patch applied", b)
+	}
+	asked := c.permissionRequests()
+	if len(asked) != 1 {
+		t.Fatalf("%d permission requests; want 1", len(asked))
+	}
+	checkDiff := func(who string, content []journal.ToolCallContent, locs []journal.Location) {
+		t.Helper()
+		if len(content) != 1 || content[0].Diff == nil {
+			t.Errorf("%s content %+v; want one diff", who, content)
+			return
+		}
+		d := content[0].Diff
+		if d.Path != path || d.OldText == nil || *d.OldText != "line1\nline2\nline3\n" || d.NewText != "line1\nLINE2\nline3\n" {
+			t.Errorf("%s diff %+v", who, d)
+		}
+		if len(locs) != 1 || locs[0].Path != path {
+			t.Errorf("%s locations %+v", who, locs)
+		}
+	}
+	var reqContent []journal.ToolCallContent
+	var reqLocs []journal.Location
+	raw, _ := json.Marshal(asked[0].ToolCall)
+	var tc struct {
+		Content   json.RawMessage `json:"content"`
+		Locations json.RawMessage `json:"locations"`
+	}
+	_ = json.Unmarshal(raw, &tc)
+	reqContent, reqLocs = decodeToolContent(t, tc.Content, tc.Locations)
+	checkDiff("the permission request's tool call", reqContent, reqLocs)
+	var found bool
+	for _, call := range c.toolCalls() {
+		if call.Kind == "edit" {
+			found = true
+			checkDiff("the tool call", call.Content, call.Locations)
+		}
+	}
+	if !found {
+		t.Error("no edit tool call reached the client")
+	}
+}
+
+// "Allow always" on a command: the host remembers its scope
+// (exec:printf), and the next command of that program runs without the
+// client being asked, though codex asks the plugin again.
+func TestCodexAllowAlways(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowAlways }
+	id := c.newSession(r, askingOptions)
+	r.script(codexExec("printf one > one.txt"), codexExec("printf two > two.txt"), modelserver.Text("Both done."))
+	c.mustPrompt(id, "write two files", "end_turn")
+	for _, f := range []string{"one.txt", "two.txt"} {
+		if _, err := os.Stat(filepath.Join(r.workspace, f)); err != nil {
+			t.Errorf("%s: %v; want both commands run", f, err)
+		}
+	}
+	if asked := c.permissionRequests(); len(asked) != 1 {
+		t.Errorf("the client was asked %d times; want once, the second command allowed by the remembered scope", len(asked))
+	}
+}
+
+// A command's output reaches the client as it runs: an output delta
+// arrives before the command's final update.
+func TestCodexLiveCommandOutput(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, map[string]string{"mode": "full-access"})
+	r.script(codexExec("for i in 1 2 3 4; do echo out$i; sleep 0.4; done"), modelserver.Text("Counted."))
+	c.mustPrompt(id, "count slowly", "end_turn")
+	delta, final := uint64(0), uint64(0)
+	var out strings.Builder
+	for _, u := range c.received() {
+		if tu, ok := u.Update.(*journal.ToolCallUpdate); ok {
+			if tu.OutputDelta != "" {
+				out.WriteString(tu.OutputDelta)
+				if delta == 0 {
+					delta = u.Seq
+				}
+			}
+			if tu.Status == "completed" {
+				final = u.Seq
+			}
+		}
+	}
+	if delta == 0 || final == 0 || delta > final || !strings.Contains(out.String(), "out3") {
+		t.Errorf("first output delta at seq %d, final update at %d, output %q; want output before the end", delta, final, out.String())
+	}
+}
+
+// /new starts a fresh codex thread and records it as the session's new
+// handle: after the plugin and the CLI are killed, the resumed session
+// continues the new conversation, and the model never sees the old one.
+func TestCodexNewThreadAfterRestart(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Text("Noted: the word is PAPAYA."), modelserver.Text("A fresh start."))
+	c.mustPrompt(id, "remember the word PAPAYA", "end_turn")
+	before := c.storedSession(id).Handle()
+	c.mustPrompt(id, "/new", "end_turn")
+	after := c.storedSession(id)
+	if after.Handle() == before || len(after.Handles) < 2 {
+		t.Fatalf("after /new the handle chain is %+v; want a new link", after.Handles)
+	}
+	r.killSessionProcesses()
+	c.waitNotRunning(t, id)
+	c.resumeSession(t, r, id)
+	c.mustPrompt(id, "what was the word?", "end_turn")
+	next := r.nextRequest(2)
+	if strings.Contains(string(next.Body), "PAPAYA") || !strings.Contains(next.LastUserText(), "what was the word?") {
+		t.Errorf("the request after /new and the restart carries the old conversation (PAPAYA %v) or lacks the prompt (%q)",
+			strings.Contains(string(next.Body), "PAPAYA"), next.LastUserText())
+	}
+}
+
+// The done-when scenario: a session created with a model, a mode and an
+// MCP server keeps all three across a SIGKILL of the host (readopted)
+// and a plugin death (resumed), in the model requests and in the
+// options the host stores.
+func TestCodexSettingsSurviveHostAndPluginDeath(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	opts := map[string]string{"model": "gpt-6.2-astra", "mode": "full-access"}
+	id := string(c.newCodexSessionWith(r, opts, []acp.McpServer{stdioMCP("echo", mcpEcho(t))}).SessionId)
+	r.script(modelserver.Text("one"), modelserver.Text("two"), modelserver.Text("three"))
+	check := func(n int, when string) {
+		t.Helper()
+		req := r.nextRequest(n)
+		if req.Model != "gpt-6.2-astra" || sandboxMode(req) != "danger-full-access" || !strings.Contains(string(req.Body), "mcp__echo") {
+			t.Errorf("%s: the request has model %q, sandbox %q, MCP server %v; want gpt-6.2-astra, full access, mcp__echo",
+				when, req.Model, sandboxMode(req), strings.Contains(string(req.Body), "mcp__echo"))
+		}
+		st := c.storedSession(id)
+		if st.Options["model"] != "gpt-6.2-astra" || st.Options["mode"] != "full-access" {
+			t.Errorf("%s: stored options %v", when, st.Options)
+		}
+	}
+	c.mustPrompt(id, "first", "end_turn")
+	check(1, "at first")
+
+	s.kill()
+	s = r.start()
+	c = r.dial(s)
+	c.mustPrompt(id, "second", "end_turn")
+	check(2, "after the host's SIGKILL")
+
+	r.killSessionProcesses()
+	c.waitNotRunning(t, id)
+	c.resumeSession(t, r, id)
+	c.mustPrompt(id, "third", "end_turn")
+	check(3, "after the plugin's death")
+}
+
+// configValues and configCurrent read a config option of a result.
+func configValues(opts []acp.SessionConfigOption, id string) []string {
+	var out []string
+	raw, _ := json.Marshal(opts)
+	var decoded []struct {
+		ID      string `json:"id"`
+		Options []struct {
+			Value string `json:"value"`
+		} `json:"options"`
+	}
+	_ = json.Unmarshal(raw, &decoded)
+	for _, o := range decoded {
+		if o.ID == id {
+			for _, v := range o.Options {
+				out = append(out, v.Value)
+			}
+		}
+	}
+	return out
+}
+
+func configCurrent(opts []acp.SessionConfigOption, id string) string {
+	raw, _ := json.Marshal(opts)
+	var decoded []struct {
+		ID           string `json:"id"`
+		CurrentValue string `json:"currentValue"`
+	}
+	_ = json.Unmarshal(raw, &decoded)
+	for _, o := range decoded {
+		if o.ID == id {
+			return o.CurrentValue
+		}
+	}
+	return ""
+}
+
+// sawCommands reports whether an available_commands_update naming every
+// one of names reached the client.
+func (c *client) sawCommands(names ...string) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, u := range c.received() {
+			ac, ok := u.Update.(*journal.AvailableCommands)
+			if !ok {
+				continue
+			}
+			var got []string
+			for _, cmd := range ac.Commands {
+				got = append(got, cmd.Name)
+			}
+			if !slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(got, n) }) {
+				return true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// decodeToolContent decodes an ACP tool call's content and locations as
+// the journal does.
+func decodeToolContent(t *testing.T, content, locations json.RawMessage) ([]journal.ToolCallContent, []journal.Location) {
+	t.Helper()
+	w, _ := json.Marshal(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "x", "title": "x", "content": content, "locations": locations})
+	u, err := journal.DecodeUpdate(w)
+	if err != nil {
+		t.Fatalf("decoding the permission's tool call: %v", err)
+	}
+	tc, _ := u.(*journal.ToolCall)
+	if tc == nil {
+		t.Fatalf("decoded %T", u)
+	}
+	return tc.Content, tc.Locations
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -1,0 +1,248 @@
+package codex
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/agenthost/plugin/sdk"
+)
+
+// The fileChange shapes are codex 0.171.0's, as the live app-server
+// reported them: an update's hunks without file headers, an added file's
+// text, a deleted file's old text.
+func TestFileDiffs(t *testing.T) {
+	dir := t.TempDir()
+	upd := filepath.Join(dir, "a.txt")
+	if err := os.WriteFile(upd, []byte("line1\nline2\nline3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changes := []fileChange{
+		{Path: upd, Kind: []byte(`{"type":"update","move_path":null}`), Diff: "@@ -1,2 +1,2 @@\n line1\n-line2\n+LINE2\n"},
+		{Path: filepath.Join(dir, "new.txt"), Kind: []byte(`{"type":"add"}`), Diff: "hello\nworld\n"},
+		{Path: filepath.Join(dir, "gone.txt"), Kind: []byte(`{"type":"delete"}`), Diff: "old\n"},
+	}
+	check := func(applied bool) {
+		t.Helper()
+		content, locs := fileDiffs(changes, applied)
+		if len(content) != 3 || len(locs) != 3 {
+			t.Fatalf("applied=%v: %d diffs, %d locations; want 3 each", applied, len(content), len(locs))
+		}
+		d := content[0].Diff
+		if d == nil || d.Path != upd || d.OldText == nil || *d.OldText != "line1\nline2\nline3\n" || d.NewText != "line1\nLINE2\nline3\n" {
+			t.Errorf("applied=%v: the update's diff %+v; want the whole file before and after", applied, d)
+		}
+		if locs[0] != (sdk.Location{Path: upd, Line: 1}) {
+			t.Errorf("the update's location %+v", locs[0])
+		}
+		if d := content[1].Diff; d == nil || d.OldText != nil || d.NewText != "hello\nworld\n" {
+			t.Errorf("the added file's diff %+v; want no old text", d)
+		}
+		if d := content[2].Diff; d == nil || d.OldText == nil || *d.OldText != "old\n" || d.NewText != "" {
+			t.Errorf("the deleted file's diff %+v", d)
+		}
+	}
+	// Before codex writes (item/started, the approval) the disk has the
+	// old text; after (item/completed), the new.
+	check(false)
+	if err := os.WriteFile(upd, []byte("line1\nLINE2\nline3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(true)
+
+	// A file that no longer matches the hunks: the hunks' own lines.
+	if err := os.WriteFile(upd, []byte("something else\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	content, _ := fileDiffs(changes[:1], false)
+	if d := content[0].Diff; d == nil || *d.OldText != "line1\nline2\n" || d.NewText != "line1\nLINE2\n" {
+		t.Errorf("mismatch fallback %+v", d)
+	}
+}
+
+func TestApplyHunks(t *testing.T) {
+	for _, tt := range []struct {
+		name, old, diff, want string
+	}{
+		{"middle", "a\nb\nc\nd\ne\n", "@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n", "a\nb\nC\nd\ne\n"},
+		{"two hunks", "1\n2\n3\n4\n5\n6\n7\n8\n", "@@ -1,2 +1,2 @@\n-1\n+one\n 2\n@@ -7,2 +7,3 @@\n 7\n 8\n+nine\n", "one\n2\n3\n4\n5\n6\n7\n8\nnine\n"},
+		{"insert at top", "x\n", "@@ -0,0 +1 @@\n+first\n", "first\nx\n"},
+		{"no final newline", "a\nb", "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+B\n\\ No newline at end of file\n", "a\nB"},
+	} {
+		hs, err := parseHunks(tt.diff)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		got, err := applyHunks(tt.old, hs, false)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: %q, %v; want %q", tt.name, got, err, tt.want)
+			continue
+		}
+		back, err := applyHunks(got, hs, true)
+		if err != nil || back != tt.old {
+			t.Errorf("%s reversed: %q, %v; want %q", tt.name, back, err, tt.old)
+		}
+	}
+	hs, _ := parseHunks("@@ -1 +1 @@\n-a\n+b\n")
+	if _, err := applyHunks("z\n", hs, false); !errors.Is(err, errDiffMismatch) {
+		t.Errorf("a file that does not match: %v", err)
+	}
+	if _, err := parseHunks("@@ nonsense @@\n"); err == nil {
+		t.Error("a bad hunk header parsed")
+	}
+}
+
+// FuzzParseHunks feeds codex's diffs (outside input) to the hunk parser
+// and applier: they never panic, and what applies reverses.
+func FuzzParseHunks(f *testing.F) {
+	f.Add("line1\nline2\n", "@@ -1,2 +1,2 @@\n line1\n-line2\n+LINE2\n")
+	f.Add("", "@@ -0,0 +1,2 @@\n+hello\n+world\n")
+	f.Add("a", "@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+b\n")
+	f.Fuzz(func(t *testing.T, old, diff string) {
+		hs, err := parseHunks(diff)
+		if err != nil {
+			return
+		}
+		out, err := applyHunks(old, hs, false)
+		if err != nil {
+			return
+		}
+		if _, err := applyHunks(out, hs, true); err != nil && strings.HasSuffix(old, "\n") {
+			t.Logf("reverse of %q failed: %v", out, err)
+		}
+	})
+}
+
+// testAgent is an agent with an open session as handshake leaves it,
+// without an app-server: enough for the settings.
+func testAgent(o options, res threadResult, models []modelInfo) *agent {
+	a := &agent{conn: newConn(nil, nil), opts: o, models: models, ownNames: map[string]bool{}}
+	a.settings = newSettings(o, res)
+	return a
+}
+
+var testModels = []modelInfo{
+	{ID: "m1", Model: "m1", DisplayName: "M1", DefaultReasoningEffort: "low", SupportedReasoningEfforts: []struct {
+		ReasoningEffort string `json:"reasoningEffort"`
+		Description     string `json:"description"`
+	}{{ReasoningEffort: "low"}, {ReasoningEffort: "high"}}},
+	{ID: "m2", Model: "m2", DisplayName: "M2", DefaultReasoningEffort: "medium", SupportedReasoningEfforts: []struct {
+		ReasoningEffort string `json:"reasoningEffort"`
+		Description     string `json:"description"`
+	}{{ReasoningEffort: "medium"}}},
+	{ID: "hidden", Model: "hidden", Hidden: true},
+}
+
+func TestSettings(t *testing.T) {
+	// Nothing asked: codex's defaults (on-request, read-only) are the
+	// read-only preset.
+	o, _ := parseOptions(map[string]string{"env.X": "1"})
+	res := threadResult{Model: "m1", ApprovalPolicy: []byte(`"on-request"`), Sandbox: []byte(`{"type":"readOnly","networkAccess":false}`)}
+	a := testAgent(o, res, testModels)
+	if a.settings.mode != "read-only" {
+		t.Fatalf("mode %q; want read-only", a.settings.mode)
+	}
+	ack := a.acknowledged()
+	if ack["mode"] != "read-only" || ack["model"] != "m1" || ack["env.X"] != "1" {
+		t.Errorf("acknowledged %v", ack)
+	}
+	opts := a.configOptions()
+	if len(opts) != 3 || opts[0].ID != "mode" || opts[1].ID != "model" || opts[2].ID != "effort" || opts[2].CurrentValue != "low" {
+		t.Fatalf("config options %+v", opts)
+	}
+	var values []string
+	for _, v := range opts[1].Values {
+		values = append(values, v.Value)
+	}
+	if !slices.Equal(values, []string{"m1", "m2"}) {
+		t.Errorf("model values %v; want the listed models without the hidden one", values)
+	}
+
+	// The model and effort change from the next turn on; a model without
+	// the effort gets its default, sent (codex would keep the thread's).
+	if _, err := a.SetConfigOption(t.Context(), "effort", "high"); err != nil {
+		t.Fatal(err)
+	}
+	p := a.settings.turnStart("th", nil, nil)
+	if p.Effort != "high" || p.Model != "m1" || p.ApprovalPolicy != "on-request" {
+		t.Errorf("turn/start %+v", p)
+	}
+	opts, err := a.SetConfigOption(t.Context(), "model", "m2")
+	if err != nil || a.settings.effort != "medium" || opts[2].CurrentValue != "medium" || a.settings.turnStart("th", nil, nil).Effort != "medium" {
+		t.Errorf("after model m2: effort %q, options %+v, %v", a.settings.effort, opts, err)
+	}
+	var ioe *sdk.InvalidOptionError
+	for _, bad := range [][2]string{{"model", "nope"}, {"effort", "high"}, {"mode", "yolo"}, {"colour", "red"}} {
+		if _, err := a.SetConfigOption(t.Context(), bad[0], bad[1]); !errors.As(err, &ioe) || ioe.Option != bad[0] {
+			t.Errorf("SetConfigOption(%s, %s): %v; want an InvalidOptionError naming it", bad[0], bad[1], err)
+		}
+	}
+
+	// A mode is an approval policy and a sandbox policy on turn/start.
+	if err := a.SetMode(t.Context(), "full-access"); err != nil {
+		t.Fatal(err)
+	}
+	p = a.settings.turnStart("th", nil, nil)
+	if p.ApprovalPolicy != "never" || marshal(p.SandboxPolicy) != `{"type":"dangerFullAccess"}` || a.acknowledged()["mode"] != "full-access" {
+		t.Errorf("full-access turn/start %+v", p)
+	}
+	if err := a.SetMode(t.Context(), "auto"); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.settings.turnStart("th", nil, []string{"/data"}); marshal(p.SandboxPolicy) != `{"type":"workspaceWrite","writableRoots":["/data"]}` {
+		t.Errorf("auto's sandbox policy %s", marshal(p.SandboxPolicy))
+	}
+
+	// approval_policy and sandbox matching no preset: a custom mode, not
+	// acknowledged as a mode.
+	o, _ = parseOptions(map[string]string{"approval_policy": "untrusted", "sandbox": "workspace-write"})
+	a = testAgent(o, threadResult{Model: "m1"}, testModels)
+	if a.settings.mode != customMode || a.modeState().CurrentModeID != customMode || len(a.modeState().Available) != 4 {
+		t.Errorf("custom mode state %+v", a.modeState())
+	}
+	if _, ok := a.acknowledged()["mode"]; ok {
+		t.Error("a custom mode was acknowledged as the session option mode")
+	}
+}
+
+func TestMCPConfig(t *testing.T) {
+	cfg, err := mcpConfig([]sdk.MCPServer{
+		{Name: "tools", Transport: "stdio", Command: "/bin/mcp", Args: []string{"-v"}, Env: []sdk.NameValue{{Name: "K", Value: "V"}}},
+		{Name: "web", Transport: "http", URL: "http://127.0.0.1:9/mcp", Headers: []sdk.NameValue{{Name: "Authorization", Value: "Bearer x"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"mcp_servers.tools":{"args":["-v"],"command":"/bin/mcp","env":{"K":"V"}},"mcp_servers.web":{"http_headers":{"Authorization":"Bearer x"},"url":"http://127.0.0.1:9/mcp"}}`
+	if got := marshal(cfg); got != want {
+		t.Errorf("config\n%s\nwant\n%s", got, want)
+	}
+	var ioe *sdk.InvalidOptionError
+	for _, bad := range [][]sdk.MCPServer{
+		{{Name: "sse", Transport: "sse", URL: "http://x"}},
+		{{Name: "bad name", Transport: "stdio", Command: "x"}},
+		{{Name: "a", Command: "x"}, {Name: "a", Command: "y"}},
+	} {
+		if _, err := mcpConfig(bad); !errors.As(err, &ioe) || ioe.Option != "mcpServers" {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
+func TestSlashCommandsAndScopes(t *testing.T) {
+	for text, want := range map[string]string{"/new": "new", " /compact ": "compact", "/new please": "", "new": "", "/review": ""} {
+		got, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock(text)})
+		if got != want || ok != (want != "") {
+			t.Errorf("slashCommand(%q) = %q, %v", text, got, ok)
+		}
+	}
+	if _, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock("/new"), sdk.TextBlock("more")}); ok {
+		t.Error("a prompt of two blocks ran a command")
+	}
+	if s := commandScope("printf made > x && echo done"); s != "exec:printf" {
+		t.Errorf("scope %q", s)
+	}
+}
