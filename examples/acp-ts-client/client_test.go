@@ -2,6 +2,7 @@ package acptsclient
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,24 +11,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
-// sdkDir is where the ACP TypeScript SDK is installed: $AGENTHOST_ACP_SDK
-// (make test sets it), else the cache make acp-sdk installs into.
-func sdkDir(t *testing.T) string {
+// agenthostBin is agenthost, built once for the package's tests.
+var agenthostBin string
+
+// TestMain builds agenthost where the tests can run: with node and the
+// SDK; without, they skip.
+func TestMain(m *testing.M) {
+	_, noNode := exec.LookPath("node")
+	if _, noSDK := findSDK(); noNode != nil || noSDK != nil {
+		os.Exit(m.Run())
+	}
+	os.Exit(buildtest.Main(m, map[*string]string{&agenthostBin: "../../cmd/agenthost"}))
+}
+
+// findSDK returns where the ACP TypeScript SDK is installed:
+// $AGENTHOST_ACP_SDK (make test sets it), else the cache make acp-sdk
+// installs into.
+func findSDK() (string, error) {
 	dir := os.Getenv("AGENTHOST_ACP_SDK")
 	if dir == "" {
 		dir = filepath.Join("..", "..", ".cache", "acp-sdk")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@agentclientprotocol", "sdk", "package.json")); err != nil {
-		t.Skipf("the ACP TypeScript SDK is not installed in %s: make acp-sdk installs it (it needs npm)", dir)
+		return "", fmt.Errorf("the ACP TypeScript SDK is not installed in %s: make acp-sdk installs it (it needs npm)", dir)
 	}
-	abs, err := filepath.Abs(dir)
+	return filepath.Abs(dir)
+}
+
+// need returns node and the SDK's directory, or skips the test saying
+// what is missing.
+func need(t *testing.T) (node, sdk string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatal(err)
+		t.Skip("node is not installed")
 	}
-	return abs
+	sdk, err = findSDK()
+	if err != nil {
+		t.Skip(err)
+	}
+	return node, sdk
 }
 
 // TestACPTypeScriptSDKClient runs client.mjs, a client on the official ACP
@@ -36,16 +63,9 @@ func sdkDir(t *testing.T) string {
 // the outcome. A second run, against a new host on the same state
 // directory, resumes the session and finds its settings and grants kept.
 func TestACPTypeScriptSDKClient(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	sdk := sdkDir(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "agenthost")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/agenthost").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	t.Parallel()
+	node, sdk := need(t)
+	bin, dir := agenthostBin, t.TempDir()
 	state, ws, agentLog := filepath.Join(dir, "state"), filepath.Join(dir, "ws"), filepath.Join(dir, "agent.log")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
