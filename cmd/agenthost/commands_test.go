@@ -303,9 +303,14 @@ func TestJournal(t *testing.T) {
 	_ = r
 	entries := parseJournal(t, mustAH(t, "--state-dir", dir, "journal", "j1", "--json").stdout)
 	var kinds, texts []string
+	titled := false
 	for i, e := range entries {
 		if e.Seq != uint64(i+1) || e.SessionID != "j1" || e.Time.IsZero() {
 			t.Fatalf("entry %d: %+v; want seq %d of session j1", i, e, i+1)
+		}
+		if e.Kind == "update" && e.Payload.Update.SessionUpdate == "session_info_update" && e.Payload.PluginSeq == 0 {
+			titled = true // the title the host derived from the prompt
+			continue
 		}
 		kinds = append(kinds, e.Kind)
 		if e.Kind == "update" {
@@ -317,6 +322,9 @@ func TestJournal(t *testing.T) {
 	}
 	if got := strings.Join(kinds, ","); !strings.HasSuffix(got, "lifecycle,prompt,update,update,update,stop") || !strings.HasPrefix(got, "lifecycle") {
 		t.Errorf("journal kinds %s", got)
+	}
+	if !titled {
+		t.Error("the journal holds no title for the session")
 	}
 	if strings.Join(texts, "") != "123" || entries[len(entries)-1].Payload.StopReason != "end_turn" {
 		t.Errorf("journal texts %q, last %+v", texts, entries[len(entries)-1])
