@@ -383,11 +383,12 @@ func TestSessionsListShowStop(t *testing.T) {
 	work := t.TempDir()
 	mustAH(t, "--state-dir", dir, "run", "--agent", "scripted", "--session", "s-one", "--cwd", work, "count 1")
 	r := mustAH(t, "--state-dir", dir, "sessions", "list")
-	if !strings.Contains(r.stdout, "SESSION") || !regexpMatch(`s-one\s+scripted\s+running\s+1\s+\S+.*\s+`+work, r.stdout) {
+	// The title is the first line of the first prompt.
+	if !strings.Contains(r.stdout, "TITLE") || !regexpMatch(`s-one\s+scripted\s+running\s+1\s+\S+.*\s+`+work+`\s+count 1`, r.stdout) {
 		t.Errorf("sessions list:\n%s", r.stdout)
 	}
 	r = mustAH(t, "--state-dir", dir, "sessions", "show", "s-one")
-	for _, want := range []string{"session     s-one", "agent       scripted", "workspace   " + work, "state       live, running in this host", "handles     scripted-", "journal     "} {
+	for _, want := range []string{"session     s-one", "title       count 1", "agent       scripted", "workspace   " + work, "state       live, running in this host", "handles     scripted-", "journal     "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("sessions show does not say %q:\n%s", want, r.stdout)
 		}
