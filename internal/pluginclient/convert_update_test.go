@@ -177,3 +177,27 @@ func TestUsageTakesACPsShape(t *testing.T) {
 		t.Errorf("a cost of %v was journaled", free.Cost)
 	}
 }
+
+// Every kind of the protocol converts to a record of its own, never to
+// journal.Unknown: a kind added to the proto without its conversion would
+// otherwise be journaled as unknown.
+func TestEveryProtocolKindConverts(t *testing.T) {
+	kinds := (&agentpb.Update{}).ProtoReflect().Descriptor().Oneofs().ByName("kind").Fields()
+	for i := range kinds.Len() {
+		fd := kinds.Get(i)
+		u := &agentpb.Update{Seq: 1}
+		m := u.ProtoReflect()
+		m.Set(fd, m.NewField(fd))
+		got := updateFromProto(u)
+		if got.Kind != string(fd.Name()) || got.Record == nil {
+			t.Errorf("%s: %+v", fd.Name(), got)
+			continue
+		}
+		if _, unknown := got.SessionUpdate().(*journal.Unknown); unknown {
+			t.Errorf("%s converts to journal.Unknown", fd.Name())
+		}
+		if _, err := journal.Encode(got.Record); err != nil {
+			t.Errorf("%s: the record does not encode: %v", fd.Name(), err)
+		}
+	}
+}

@@ -4,13 +4,52 @@
 // through a small protocol shaped after the Agent Client Protocol.
 //
 // An Agent has three required methods — NewSession, ResumeSession and
-// Prompt — and optional interfaces (Closer, Describer); embed
+// Prompt — and optional interfaces (Closer, Describer, ModeSetter,
+// ConfigOptionSetter); embed
 // UnimplementedAgent to grow one step by step. Prompt reports a turn's
 // progress through a Turn: message and thought chunks, tool calls and their
 // updates, plans, usage, provider handle changes, and permission requests
 // that wait for the user's answer. Returning StopCancelled when the turn's
 // context is cancelled is how cancellation works; returning an error fails
 // the turn with that message.
+//
+// # The ACP session surface
+//
+// What a desktop client expects beyond text is opt-in, one piece at a
+// time; an agent that declares nothing is a text-only agent and still
+// conforms.
+//
+//   - Declare what the agent can do with WithCapabilities: prompt content
+//     beyond text (Image, Audio, EmbeddedContext, ResourceLink: decode
+//     such blocks with ContentBlock.Image and friends and hand them to the
+//     CLI, never drop them), MCP transports (MCPServers arrive in
+//     NewSessionRequest and ResumeSessionRequest), AuthMethods, the
+//     session Options the agent accepts, and Modes / ConfigOptions.
+//   - Modes: return SessionInfo.Modes from NewSession and ResumeSession,
+//     implement ModeSetter, and declare Capabilities.Modes. The SDK reports
+//     a successful SetMode as a current_mode update; a mode the agent moved
+//     to itself (leaving plan mode) it reports with
+//     Environment.Reporter.CurrentMode. Config options (model, reasoning
+//     effort) work the same way with SessionInfo.ConfigOptions,
+//     ConfigOptionSetter and Reporter.ConfigOptions; an option's ID is the
+//     session option that carries its value, so accept it on resume.
+//   - Refuse a bad setting with *InvalidOptionError naming it; wrap a
+//     provider's credential failure with ErrAuthRequired (from an open or a
+//     turn): the host answers each with its own ACP error.
+//   - Slash commands, a title, a handle change outside a turn (after a
+//     /clear): Environment.Reporter.Commands, .Title, .HandleChanged. They
+//     are journaled without a turn id, between turns or during one.
+//   - Diffs and locations: give ToolCall.Content a DiffContent per file
+//     changed (old text nil for a new file) and Locations the paths and
+//     lines; ToolCallUpdate.ToolContent replaces the content, and
+//     OutputDelta streams a running command's output.
+//   - Permission requests: offer allow_once, allow_always, reject_once and
+//     reject_always where the CLI can honour them, and set AlwaysScope to
+//     what "always" covers (a tool, a command prefix): the host then
+//     remembers the answer for the session and answers later requests of
+//     that scope itself.
+//
+// The conformance kit checks every capability a plugin declares.
 //
 // Every update is numbered and kept in an outbox until the host confirms it
 // is in its journal. A host that crashes or restarts reattaches, asks again

@@ -353,6 +353,10 @@ func (s *server) emitInTurn(turnID string, u Update) error {
 	if !running {
 		return fmt.Errorf("sdk: turn %s has ended; its updates are closed", turnID)
 	}
+	if u.sessionLevel() {
+		s.emitSession(u)
+		return nil
+	}
 	if u.HandleChanged != nil && u.HandleChanged.Handle != "" {
 		// Identify reports the newest handle, so a host that readopts
 		// this plugin resumes the right conversation.

@@ -22,7 +22,9 @@ func (t *Turn) ID() string { return t.id }
 // which Turn has no helper; the turn id and sequence number are the SDK's.
 // It refuses an update that sets no kind or more than one. After the turn
 // has ended it refuses everything: the host has already recorded the
-// turn's end.
+// turn's end. A session-level kind (CurrentMode, ConfigOptions,
+// AvailableCommands, SessionInfo) is journaled without the turn id, as
+// Environment.Reporter's are: it describes the session, not the turn.
 func (t *Turn) Emit(u Update) error {
 	if n := u.kinds(); n != 1 {
 		return fmt.Errorf("sdk: an update must set exactly one kind, this one sets %d", n)

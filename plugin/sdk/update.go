@@ -208,3 +208,9 @@ func (u Update) kinds() int {
 	}
 	return n
 }
+
+// sessionLevel reports whether u is of a kind that describes the session
+// rather than a turn: journaled without a turn id wherever it comes from.
+func (u Update) sessionLevel() bool {
+	return u.CurrentMode != nil || u.ConfigOptions != nil || u.AvailableCommands != nil || u.SessionInfo != nil
+}

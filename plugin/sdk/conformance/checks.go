@@ -28,6 +28,10 @@ var checks = []check{
 	{"outbox-replay-after-reattach", outboxReplayAfterReattach},
 	{"graceful-stop", gracefulStop},
 	{"kill-on-ignored-shutdown", killOnIgnoredShutdown},
+	{"set-mode", setMode},
+	{"set-config-option", setConfigOption},
+	{"unknown-option-refused", unknownOptionRefused},
+	{"prompt-capabilities", promptCapabilities},
 }
 
 // Bounds of what the protocol expects to happen "promptly".
@@ -285,6 +289,20 @@ func staleFenceRefused(e *env) error {
 	if err != nil {
 		return err
 	}
+	// Updates the plugin produced before fence 2 attaches (session-level
+	// ones a session reports as it opens) may still reach fence 1: read
+	// them first.
+	id, err := p.agent.Identify(e.ctx)
+	if err != nil {
+		return p.rpcErr("Identify before Attach(fence 2)", err)
+	}
+	for seen := uint64(0); seen < id.LastSeq; {
+		u, err := old.next(e.remaining())
+		if err != nil {
+			return fmt.Errorf("the Updates stream of fence 1, expected the %d updates produced so far (Identify's last_seq): %w", id.LastSeq, err)
+		}
+		seen = u.Seq
+	}
 	att2, resp, err := p.agent.Attach(e.ctx, SessionID, 2)
 	if err != nil {
 		return p.rpcErr("Attach(fence 2) over fence 1", err)
@@ -321,6 +339,13 @@ func staleFenceRefused(e *env) error {
 	refused("Acknowledge(fence 1)", p.att.Acknowledge(ctx, 0))
 	refused("Updates(fence 1)", firstRecvErr(ctx, p.att))
 	refused("Cancel(fence 1)", p.att.Cancel(ctx))
+	if p.caps.SetMode {
+		refused("SetMode(fence 1)", p.att.SetMode(ctx, bogusMode))
+	}
+	if p.caps.SetConfigOption {
+		_, err = p.att.SetConfigOption(ctx, bogusOption, bogusValue)
+		refused("SetConfigOption(fence 1)", err)
+	}
 	refused("AnswerPermission(fence 1)", p.att.AnswerPermission(ctx, "conformance-no-such-request", pluginclient.Answer("")))
 	_, err = p.att.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: e.workspace(), Handle: handle})
 	refused("ResumeSession(fence 1)", err)
@@ -559,7 +584,7 @@ func (e *env) setupStart() (*proc, error) {
 	if err != nil {
 		return nil, p.setupErr("Identify", err)
 	}
-	p.instance = id.InstanceID
+	p.instance, p.caps = id.InstanceID, id.Capabilities
 	return p, nil
 }
 

@@ -46,6 +46,10 @@ type Result struct {
 	Err error
 	// Duration is how long the check took, cleanup included.
 	Duration time.Duration
+	// Skipped, when set, says why the check did not apply: a capability
+	// check of a capability the plugin does not declare. Err is nil then:
+	// a plugin need not declare a capability.
+	Skipped string
 }
 
 // Prompts are the prompts the checks send. An empty field keeps its
@@ -245,6 +249,10 @@ func runCheck(ctx context.Context, cfg *config, binaryPath string, c check) Resu
 		return res
 	}
 	err = c.run(e)
+	var skip skipped
+	if errors.As(err, &skip) {
+		res.Skipped, err = string(skip), nil
+	}
 	if cerr := e.close(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
@@ -327,6 +335,7 @@ type proc struct {
 	addr    net.Addr
 	// Learnt by the setup of a check.
 	instance string
+	caps     pluginclient.Capabilities
 	handle   string
 	att      *pluginclient.Attachment // at fence 1, after setupOpen
 }

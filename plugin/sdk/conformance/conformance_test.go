@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 // fixtureNames are the plugins under testdata.
-var fixtureNames = []string{"wrongcookie", "garbage", "neverready", "wrongidentity", "ignoresshutdown", "crashmidstream", "escapes", "conforming"}
+var fixtureNames = []string{"wrongcookie", "garbage", "neverready", "wrongidentity", "ignoresshutdown", "crashmidstream", "escapes", "conforming", "capable"}
 
 type build struct {
 	once sync.Once
@@ -135,7 +135,53 @@ func TestConforming(t *testing.T) {
 	if !slices.Equal(progressed, checkNames()) {
 		t.Errorf("WithProgress saw %v, expected every check in order: %v", progressed, checkNames())
 	}
+	// A plugin built before capabilities existed declares none: every
+	// capability check is skipped, none fails.
+	for _, r := range results {
+		if capabilityCheck(r.Name) != (r.Skipped != "") {
+			t.Errorf("%s: skipped %q", r.Name, r.Skipped)
+		}
+	}
 	noLeftovers(t)
+}
+
+func capabilityCheck(name string) bool {
+	return slices.Contains([]string{"set-mode", "set-config-option", "unknown-option-refused", "prompt-capabilities"}, name)
+}
+
+// TestCapable runs every check against a plugin that declares every
+// optional capability and keeps it, and reports session-level updates:
+// every check passes, none is skipped. With CAPABLE_BROKEN=1 the same
+// plugin keeps none of what it declares, and each capability check fails
+// saying what did not work.
+func TestCapable(t *testing.T) {
+	bin := fixture(t, "capable")
+	prompts := WithPrompts(Prompts{Stream: "stream 3", Hold: "hold", Replay: "stream 20"})
+	t.Run("kept", func(t *testing.T) {
+		for _, r := range Check(t.Context(), bin, prompts, WithSessionOptions(map[string]string{"model": "small"})) {
+			if r.Err != nil || r.Skipped != "" {
+				t.Errorf("%s: %v (skipped %q)", r.Name, r.Err, r.Skipped)
+			}
+		}
+		noLeftovers(t)
+	})
+	t.Run("broken", func(t *testing.T) {
+		want := map[string]string{
+			"set-mode":               `SetMode("conformance-no-such-mode"), a mode NewSession did not offer, succeeded`,
+			"set-config-option":      `answered option "model" with current value "small", expected "large"`,
+			"unknown-option-refused": `NewSession with option "conformance_no_such_option", which the plugin does not declare, succeeded`,
+			"prompt-capabilities":    `the turn of a prompt of "stream 3" and an image block (declared) stopped with stop reason "failed"`,
+		}
+		for _, r := range Check(t.Context(), bin, prompts, WithEnv("CAPABLE_BROKEN=1")) {
+			switch sub, ok := want[r.Name]; {
+			case !ok && r.Err != nil:
+				t.Errorf("%s: %v, expected it to pass", r.Name, r.Err)
+			case ok && (r.Err == nil || !strings.Contains(r.Err.Error(), sub)):
+				t.Errorf("%s: %v, expected it to fail with %q", r.Name, r.Err, sub)
+			}
+		}
+		noLeftovers(t)
+	})
 }
 
 // TestRunCheck runs one check alone, passes arguments to the plugin, and

@@ -22,8 +22,10 @@
 // In this order (Names lists them; RunCheck runs one alone), each with
 // plugin processes of its own: handshake, identify, attach-binds-session,
 // new-session, prompt-streams-updates, cancel-yields-cancelled,
-// stale-fence-refused, outbox-replay-after-reattach, graceful-stop and
-// kill-on-ignored-shutdown. docs/protocol.md ("What the conformance kit
+// stale-fence-refused, outbox-replay-after-reattach, graceful-stop,
+// kill-on-ignored-shutdown, and the capability checks set-mode,
+// set-config-option, unknown-option-refused and prompt-capabilities.
+// docs/protocol.md ("What the conformance kit
 // checks") maps every rule of the plugin protocol to the check that
 // verifies it, and names the rules no check covers; each check's function
 // in checks.go says exactly what it does.
@@ -35,6 +37,16 @@
 // host took the plugin over; and kill-on-ignored-shutdown fails a plugin
 // whose children leave its process group, which a host's group SIGKILL
 // could then not end.
+//
+// A capability check checks one optional capability the plugin declares
+// in Identify (sdk.Capabilities) and fails when a declared capability does
+// not work: modes offered and set (with a current_mode update), config
+// options set and reported, an undeclared session option refused as an
+// invalid setting, and a prompt with each declared kind of content
+// accepted and its turn ending by itself. A capability the plugin does
+// not declare skips its check: the Result has Skipped set and no Err, and
+// sdktest.Run skips the subtest. Every check tolerates session-level
+// updates (no turn id) anywhere in the stream.
 //
 // A check whose setup fails (a plugin that cannot attach cannot be
 // prompted) fails with an error that begins "setup:". If the handshake

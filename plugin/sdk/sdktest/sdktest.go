@@ -80,6 +80,9 @@ func Run(t *testing.T, binaryPath string, opts ...Option) {
 				}
 				t.Fatal(r.Err)
 			}
+			if r.Skipped != "" {
+				t.Skip(r.Skipped)
+			}
 		})
 	}
 }

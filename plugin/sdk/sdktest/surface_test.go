@@ -106,10 +106,11 @@ func (a *surfaceAgent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *
 			ToolContent: []sdk.ToolCallContent{sdk.TextContent("done")}, Locations: []sdk.Location{{Path: "/w/f.txt"}}})
 		return sdk.StopEndTurn, nil
 	case "mode":
-		// The agent moves itself, inside a turn.
+		// The agent moves itself, inside a turn; a session-level kind
+		// emitted through the turn is still the session's.
 		_ = a.SetMode(ctx, "default")
 		a.env.Reporter.CurrentMode("default")
-		return sdk.StopEndTurn, nil
+		return sdk.StopEndTurn, turn.Emit(sdk.Update{SessionInfo: &sdk.SessionInfoUpdate{Title: "moved"}})
 	}
 	var types []string
 	for _, b := range req.Prompt {
@@ -207,7 +208,7 @@ func TestModesAndConfigOptions(t *testing.T) {
 
 	// A mode the agent moved to itself arrives too.
 	ups, stop := h.Run("mode", wait)
-	if stop.StopReason != "end_turn" || kinds(ups) != "current_mode,turn_stopped" || ups[0].TurnID != "" {
+	if stop.StopReason != "end_turn" || kinds(ups) != "current_mode,session_info,turn_stopped" || ups[0].TurnID != "" || ups[1].TurnID != "" {
 		t.Errorf("agent-made mode change: %s", Describe(ups))
 	}
 }

@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugin/sdk/conformance/testdata/streamlang"
 )
 
 type agent struct{}
@@ -39,27 +37,7 @@ func (agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Turn) 
 			defer child.Process.Kill()
 		}
 	}
-	words := strings.Fields(req.Text())
-	switch {
-	case len(words) == 2 && words[0] == "stream":
-		n, err := strconv.Atoi(words[1])
-		if err != nil {
-			return "", fmt.Errorf("conforming: stream N: %v", err)
-		}
-		for i := 1; i <= n; i++ {
-			select {
-			case <-ctx.Done():
-				return sdk.StopCancelled, nil
-			case <-time.After(10 * time.Millisecond):
-			}
-			turn.Message(strconv.Itoa(i))
-		}
-		return sdk.StopEndTurn, nil
-	case len(words) == 1 && words[0] == "hold":
-		<-ctx.Done()
-		return sdk.StopCancelled, nil
-	}
-	return "", fmt.Errorf("conforming: unknown prompt %q", req.Text())
+	return streamlang.Run(ctx, "conforming", req.Text(), turn)
 }
 
 func main() {
