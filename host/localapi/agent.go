@@ -118,7 +118,8 @@ func (a *agent) checkedServers(ctx context.Context, name string, options map[str
 	}
 	caps, err := a.srv.Host.Capabilities(ctx, name)
 	if err != nil {
-		return nil, err
+		// The start fails the same way, and records that it did.
+		return servers, nil
 	}
 	if err := host.CheckSettings(caps, options, servers); err != nil {
 		return nil, err

@@ -630,6 +630,31 @@ func TestPermissionWaitsForTheNextClient(t *testing.T) {
 	}
 }
 
+// A permission request asked before the host went away (its plugin lives
+// on) is asked of the first client that follows the readopted session.
+func TestPermissionSurvivesReadoption(t *testing.T) {
+	sh := newSurface(t, nil, nil)
+	ws := t.TempDir()
+	a := dial(t, sh.sock)
+	leave := make(chan struct{})
+	a.answer = func(string, json.RawMessage) any { close(leave); a.conn.Close(); return nil }
+	var created sessionResult
+	a.mustCall(api.MethodSessionNew, newParams(ws, nil), &created)
+	id := created.SessionID
+	a.send(map[string]any{"jsonrpc": "2.0", "id": 99, "method": api.MethodSessionPrompt, "params": textPrompt(id, "ask edit")})
+	<-leave
+	sh.restart(false)
+	if d := sh.h.Decisions()[id]; d.Action != host.ActionReadopted {
+		t.Fatalf("decision %+v, want readopted", d)
+	}
+	b := dial(t, sh.sock)
+	b.answer = func(string, json.RawMessage) any {
+		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "no"}}
+	}
+	b.mustCall(api.MethodSessionResume, map[string]any{"sessionId": id, "cwd": ws}, nil)
+	waitUntil(t, "the turn answered", func() bool { return slices.Contains(agentTexts(b), "answered no") })
+}
+
 func TestPermissionTimesOut(t *testing.T) {
 	sh := newSurface(t, func(c *host.Config) { c.PermissionTimeout = 300 * time.Millisecond }, nil)
 	ws := t.TempDir()
@@ -668,8 +693,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // Session-level updates: a title derived from the first prompt, then the
-// agent's own; both sent, stored and listed; a handle change between
-// turns recorded in the handle chain; session/list pages with a cursor.
+// agent's own; both sent, stored and listed; a handle change reported at
+// the session level recorded in the handle chain; slash commands sent;
+// session/list pages with a cursor.
 func TestTitlesHandlesAndListPaging(t *testing.T) {
 	sh := newSurface(t, nil, func(s *localapi.Server) { s.ListPageSize = 2 })
 	c := dial(t, sh.sock)
@@ -683,6 +709,11 @@ func TestTitlesHandlesAndListPaging(t *testing.T) {
 	}
 	c.mustCall(api.MethodSessionPrompt, textPrompt(id, "title Fix the tests"), nil)
 	c.mustCall(api.MethodSessionPrompt, textPrompt(id, "handle rotated-1"), nil)
+	c.mustCall(api.MethodSessionPrompt, textPrompt(id, "commands"), nil)
+	if cmds := updatesOf(c, "available_commands_update"); len(cmds) != 1 || !strings.Contains(string(cmds[0]), `"name":"review"`) ||
+		!strings.Contains(string(cmds[0]), `"hint":"a directory"`) {
+		t.Errorf("available_commands_update %s", cmds)
+	}
 	rec := storedSession(t, c, id)
 	if rec.Title != "Fix the tests" || rec.Handle() != "rotated-1" {
 		t.Errorf("after the agent's title and handle change: title %q, handle %q", rec.Title, rec.Handle())

@@ -11,6 +11,7 @@
 //	            location, the always-scope SCOPE, four options; the answer
 //	            is reported as "answered OPTION" (or "cancelled")
 //	title T     reports the session's title T between turns
+//	commands    reports two slash commands
 //	handle H    reports a new provider handle H, as after claude's /clear
 //	plan        switches to mode plan itself, as claude leaving plan mode does
 //	auth        fails the turn for want of credentials
@@ -164,6 +165,9 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 	case "title":
 		a.env.Reporter.Title(arg)
 		return sdk.StopEndTurn, turn.Message("titled")
+	case "commands":
+		a.env.Reporter.Commands([]sdk.Command{{Name: "review", Description: "review the change"}, {Name: "init", InputHint: "a directory"}})
+		return sdk.StopEndTurn, turn.Message("listed")
 	case "handle":
 		a.env.Reporter.HandleChanged(arg, "created")
 		return sdk.StopEndTurn, turn.Message("rotated")
