@@ -37,7 +37,8 @@ type settings struct {
 
 // customMode is the mode of a session whose approval_policy and sandbox
 // options match none of codex's presets. It is reported so a client sees
-// the truth, and cannot be chosen.
+// the truth; choosing it returns to those options, and a resume given it
+// (as a host that stored the reported mode does) defers to them.
 const customMode = "custom"
 
 // newSettings are the settings of a thread codex opened with o.
@@ -237,6 +238,12 @@ func (a *agent) SetMode(ctx context.Context, modeID string) error {
 func (a *agent) setMode(modeID string) error {
 	if a.conn == nil {
 		return errors.New("codex: no session is open")
+	}
+	if modeID == customMode && (a.opts.approvalPolicy != "" || a.opts.sandbox != "") {
+		// Back to what the session options approval_policy and sandbox
+		// asked for.
+		a.settings.mode, a.settings.approval, a.settings.sandbox = customMode, a.opts.approvalPolicy, a.opts.sandbox
+		return nil
 	}
 	p := presetByID(modeID)
 	if p == nil {
