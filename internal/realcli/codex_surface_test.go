@@ -162,7 +162,9 @@ func TestCodexAllowAlways(t *testing.T) {
 	r := newRig(t, codexCLI)
 	s := r.start()
 	c := r.dial(s)
-	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowAlways }
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		return acp.PermissionOptionKindAllowAlways
+	}
 	id := c.newSession(r, askingOptions)
 	r.script(codexExec("printf one > one.txt"), codexExec("printf two > two.txt"), modelserver.Text("Both done."))
 	c.mustPrompt(id, "write two files", "end_turn")
