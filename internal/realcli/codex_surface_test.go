@@ -230,6 +230,23 @@ func TestCodexNewThreadAfterRestart(t *testing.T) {
 	}
 }
 
+// /compact runs codex's compaction: the model is asked for a summary, and
+// the next turn's request carries it in place of the conversation.
+func TestCodexCompactCommand(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Text("The word is QUINCE."), modelserver.Text("SUMMARY-OF-IT-ALL"), modelserver.Text("Still here."))
+	c.mustPrompt(id, "remember QUINCE", "end_turn")
+	c.mustPrompt(id, "/compact", "end_turn")
+	if !strings.Contains(c.agentText(), "Conversation compacted.") {
+		t.Errorf("the client saw %q; want the compaction reported", c.agentText())
+	}
+	c.mustPrompt(id, "and now?", "end_turn")
+	if next := r.nextRequest(3); !strings.Contains(string(next.Body), "SUMMARY-OF-IT-ALL") || !strings.Contains(next.LastUserText(), "and now?") {
+		t.Errorf("the request after /compact (last user text %q) lacks the summary", next.LastUserText())
+	}
+}
+
 // The done-when scenario: a session created with a model, a mode and an
 // MCP server keeps all three across a SIGKILL of the host (readopted)
 // and a plugin death (resumed), in the model requests and in the

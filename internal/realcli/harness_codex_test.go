@@ -1,6 +1,7 @@
 package realcli_test
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/apiclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/codex"
@@ -280,4 +282,13 @@ func (c *client) toolCalls() []*journal.ToolCall {
 		}
 	}
 	return out
+}
+
+// rpcCode is the JSON-RPC error code of an API call's error, 0 for none.
+func rpcCode(err error) int {
+	var e *apiclient.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
 }
