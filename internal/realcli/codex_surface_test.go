@@ -247,6 +247,24 @@ func TestCodexCompactCommand(t *testing.T) {
 	}
 }
 
+// /review with instructions runs codex's review: the model is asked with
+// them, and its findings come back as the turn's message.
+func TestCodexReviewCommand(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	const verdict = `{"findings":[{"title":"Off by one","body":"the loop skips the last item","confidence_score":0.8,"priority":1,` +
+		`"code_location":{"absolute_file_path":"/w/main.go","line_range":{"start":3,"end":3}}}],` +
+		`"overall_correctness":"patch is incorrect","overall_explanation":"REVIEW-VERDICT","overall_confidence_score":0.9}`
+	r.script(modelserver.Text(verdict))
+	c.mustPrompt(id, "/review look for off-by-one errors", "end_turn")
+	if req := r.nextRequest(1); !strings.Contains(string(req.Body), "look for off-by-one errors") {
+		t.Errorf("the review request lacks the instructions")
+	}
+	if got := c.agentText(); !strings.Contains(got, "REVIEW-VERDICT") || !strings.Contains(got, "Off by one") {
+		t.Errorf("the review said %q; want the verdict and the finding", got)
+	}
+}
+
 // The done-when scenario: a session created with a model, a mode and an
 // MCP server keeps all three across a SIGKILL of the host (readopted)
 // and a plugin death (resumed), in the model requests and in the

@@ -38,7 +38,10 @@
 // one: /new starts a fresh thread with the session's settings and names
 // it (thread/name/set), which makes codex save it at once, then reports
 // it as the session's new handle (HandleChanged "created"), so a restart
-// resumes the new conversation; /compact runs thread/compact/start. A
+// resumes the new conversation; /compact runs thread/compact/start, and
+// /review [instructions] review/start (the uncommitted changes, or what
+// the instructions say), whose turn/started names an inner turn with the
+// review's as its rootTurnId. A
 // thread name codex reports (thread/name/updated) is the session's title.
 //
 // Prompt sends turn/start and maps the turn's notifications until

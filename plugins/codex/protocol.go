@@ -115,7 +115,10 @@ type turnError struct {
 }
 
 type turnInfo struct {
-	ID     string     `json:"id"`
+	ID string `json:"id"`
+	// RootTurnID is the turn a review's inner turn belongs to (its items
+	// and turn/completed name the root).
+	RootTurnID string     `json:"rootTurnId"`
 	Status string     `json:"status"`
 	Error  *turnError `json:"error"`
 }

@@ -362,6 +362,8 @@ func Commands() []sdk.Command {
 	return []sdk.Command{
 		{Name: "new", Description: "start a new codex conversation in this session (the old one is left as it is)"},
 		{Name: "compact", Description: "summarize the conversation to free context"},
+		{Name: "review", Description: "have codex review the workspace's uncommitted changes, or what the instructions say",
+			InputHint: "optional review instructions"},
 	}
 }
 
@@ -372,30 +374,39 @@ func (a *agent) reportCommands() {
 	}
 }
 
-// slashCommand is the command a prompt runs, if it is exactly one.
-func slashCommand(prompt []sdk.ContentBlock) (string, bool) {
+// slashCommand is the command a prompt runs, if it is one: a single text
+// block "/NAME", or "/NAME ARGUMENT" for a command that takes one.
+func slashCommand(prompt []sdk.ContentBlock) (name, arg string, ok bool) {
 	if len(prompt) != 1 || (prompt[0].Type != "" && prompt[0].Type != sdk.BlockText) {
-		return "", false
+		return "", "", false
 	}
-	name, ok := strings.CutPrefix(strings.TrimSpace(prompt[0].Text), "/")
+	text, ok := strings.CutPrefix(strings.TrimSpace(prompt[0].Text), "/")
 	if !ok {
-		return "", false
+		return "", "", false
 	}
+	name, arg, _ = strings.Cut(text, " ")
+	arg = strings.TrimSpace(arg)
 	for _, c := range Commands() {
-		if c.Name == name {
-			return name, true
+		if c.Name == name && (arg == "" || c.InputHint != "") {
+			return name, arg, true
 		}
 	}
-	return "", false
+	return "", "", false
 }
 
 // runCommand runs a slash command as the turn.
-func (a *agent) runCommand(ctx context.Context, t *turnRun, cmd string) (sdk.StopReason, error) {
+func (a *agent) runCommand(ctx context.Context, t *turnRun, cmd, arg string) (sdk.StopReason, error) {
 	switch cmd {
 	case "new":
 		return a.newThread(ctx, t.turn)
 	case "compact":
 		return t.run(ctx, "thread/compact/start", map[string]string{"threadId": t.threadID})
+	case "review":
+		target := map[string]string{"type": "uncommittedChanges"}
+		if arg != "" {
+			target = map[string]string{"type": "custom", "instructions": arg}
+		}
+		return t.run(ctx, "review/start", map[string]any{"threadId": t.threadID, "target": target})
 	}
 	return "", fmt.Errorf("codex: unknown command /%s", cmd)
 }

@@ -81,7 +81,7 @@ func TestSessionSettings(t *testing.T) {
 	}
 	// The session-level commands were reported as the session opened.
 	cmds := p.Until(turnWait, "available commands", func(u sdktest.Update) bool { return u.Kind == "available_commands" })
-	if ac, ok := cmds[len(cmds)-1].SessionUpdate().(*journal.AvailableCommands); !ok || len(ac.Commands) != 2 || ac.Commands[0].Name != "new" {
+	if ac, ok := cmds[len(cmds)-1].SessionUpdate().(*journal.AvailableCommands); !ok || len(ac.Commands) != 3 || ac.Commands[0].Name != "new" {
 		t.Errorf("available commands %s", sdktest.Describe(cmds))
 	}
 
@@ -222,7 +222,7 @@ func TestCommandOutputAndScope(t *testing.T) {
 }
 
 // /new starts a fresh thread, saved at once: the new handle is reported
-// and resumes; /compact runs codex's compaction.
+// and resumes; /compact runs codex's compaction, /review its review.
 func TestNewAndCompactCommands(t *testing.T) {
 	h := newHome(t, true)
 	p, info := openSurface(t, h, sdk.NewSessionRequest{})
@@ -238,6 +238,9 @@ func TestNewAndCompactCommands(t *testing.T) {
 	}
 	if ups, _ := run(t, p, "/compact", "end_turn"); !strings.Contains(sdktest.Messages(ups), "compacted") {
 		t.Errorf("/compact: %s", sdktest.Describe(ups))
+	}
+	if ups, _ := run(t, p, "/review the tests only", "end_turn"); sdktest.Messages(ups) != "reviewed the tests only: no findings" {
+		t.Errorf("/review: %s", sdktest.Describe(ups))
 	}
 	// A fresh plugin resumes the new thread, though it has had no turn.
 	p2 := start(t, h)

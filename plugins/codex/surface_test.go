@@ -245,13 +245,14 @@ func TestMCPConfig(t *testing.T) {
 }
 
 func TestSlashCommandsAndScopes(t *testing.T) {
-	for text, want := range map[string]string{"/new": "new", " /compact ": "compact", "/new please": "", "new": "", "/review": ""} {
-		got, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock(text)})
-		if got != want || ok != (want != "") {
-			t.Errorf("slashCommand(%q) = %q, %v", text, got, ok)
+	for text, want := range map[string]string{"/new": "new", " /compact ": "compact", "/new please": "", "new": "", "/undo": "",
+		"/review": "review", "/review  the tests only": "review the tests only"} {
+		name, arg, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock(text)})
+		if got := strings.TrimSpace(name + " " + arg); got != want || ok != (want != "") {
+			t.Errorf("slashCommand(%q) = %q, %q, %v", text, name, arg, ok)
 		}
 	}
-	if _, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock("/new"), sdk.TextBlock("more")}); ok {
+	if _, _, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock("/new"), sdk.TextBlock("more")}); ok {
 		t.Error("a prompt of two blocks ran a command")
 	}
 	if s := commandScope("printf made > x && echo done"); s != "exec:printf" {
