@@ -119,8 +119,8 @@ type turnInfo struct {
 	// RootTurnID is the turn a review's inner turn belongs to (its items
 	// and turn/completed name the root).
 	RootTurnID string     `json:"rootTurnId"`
-	Status string     `json:"status"`
-	Error  *turnError `json:"error"`
+	Status     string     `json:"status"`
+	Error      *turnError `json:"error"`
 }
 
 // turnResult is the result of turn/start.
