@@ -257,3 +257,20 @@ func TestAuthRequired(t *testing.T) {
 		t.Errorf("stop %+v: %s", st, sdktest.Describe(ups))
 	}
 }
+
+// A name codex gives the thread is the session's title; the name /new
+// gives its thread to save it is not.
+func TestThreadNameIsTheTitle(t *testing.T) {
+	h := newHome(t, true)
+	p, _ := openSurface(t, h, sdk.NewSessionRequest{})
+	ups, _ := run(t, p, "/new", "end_turn")
+	more, _ := run(t, p, "name Fixing the parser", "end_turn")
+	ups = append(ups, more...)
+	var titles []string
+	for _, u := range kinds(ups, "session_info") {
+		titles = append(titles, u.SessionUpdate().(*journal.SessionInfo).Title)
+	}
+	if !slices.Equal(titles, []string{"Fixing the parser"}) {
+		t.Errorf("titles %q; want codex's name only", titles)
+	}
+}

@@ -18,6 +18,7 @@
 //	                    MCP servers, writable roots)
 //	echo TEXT           reply with the whole prompt (images shown as
 //	                    [image URL…])
+//	name TEXT           name the thread TEXT (thread/name/updated)
 //	perm                an item/permissions/requestApproval request;
 //	                    replies "permissions: RESULT"
 //	think               a reasoning item (summary deltas), then a message
@@ -908,6 +909,15 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		return ok
 	case "echo":
 		s.message(th, tu, []string{text}, 0)
+		return ok
+	case "name":
+		// Codex naming the thread itself, as thread/name/set reports it.
+		name := strings.TrimSpace(strings.TrimPrefix(text, "name"))
+		s.mu.Lock()
+		th.name = name
+		s.mu.Unlock()
+		s.notify("thread/name/updated", map[string]any{"threadId": th.id, "threadName": name})
+		s.message(th, tu, []string{"named"}, 0)
 		return ok
 	case "env":
 		v, set := "", false
