@@ -21,6 +21,7 @@ var builtins = map[string]sdk.Factory{
 var builtinOptions = map[string][]sdk.ServeOption{
 	"codex":    {sdk.WithCapabilities(codex.Capabilities())},
 	"scripted": {sdk.WithCapabilities(scripted.Capabilities())},
+	"claude":   {sdk.WithCapabilities(claude.Capabilities())},
 }
 
 // credentials are the host's credential policies for the built-in agents:

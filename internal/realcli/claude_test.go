@@ -1,6 +1,7 @@
 package realcli_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/agentconfig"
+	"github.com/agenthost/agenthost/internal/apiclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/claude"
@@ -61,20 +63,25 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 	// leaves when allowed.
 	target := filepath.Join(r.workspace, "hello.txt")
 	const output = "bash-output-4711"
-	var input, before, after, wantKind, wantTitle, wantInput, wantResult string
+	// wantJournal is what the journal's update shows of the result: the
+	// file-editing tools' diff (its new text), a command's output.
+	var input, before, after, wantKind, wantTitle, wantInput, wantResult, wantJournal string
 	switch tool {
 	case "Write":
 		after = "hello from the real claude\n"
 		input = `{"file_path":` + asJSONString(target) + `,"content":` + asJSONString(after) + `}`
 		wantKind, wantTitle, wantInput, wantResult = "edit", "Write "+target, `"file_path":`+asJSONString(target), "File created successfully"
+		wantJournal = after
 	case "Edit":
 		before, after = "hello old world\n", "hello new world\n"
 		input = `{"file_path":` + asJSONString(target) + `,"old_string":"old","new_string":"new"}`
 		wantKind, wantTitle, wantInput, wantResult = "edit", "Edit "+target, `"old_string":"old"`, "has been updated successfully"
+		wantJournal = "hello new world"
 	case "Bash":
 		after = output + "\n"
 		input = `{"command":"echo ` + output + ` | tee hello.txt","description":"Write the marker"}`
 		wantKind, wantTitle, wantInput, wantResult = "execute", "Bash echo "+output+" | tee hello.txt", `"command":"echo `+output, output
+		wantJournal = output
 	}
 	if before != "" {
 		if err := os.WriteFile(target, []byte(before), 0o600); err != nil {
@@ -121,8 +128,8 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 		t.Errorf("rejected: the model read the result %q (error %v), want an error saying it was denied", res.Text, res.IsError)
 	}
 
-	// The journal holds the tool call's outcome, the command's output
-	// included.
+	// The journal holds the tool call's outcome: the command's output, the
+	// edit's diff.
 	var status, text string
 	for _, u := range toolCallUpdates(r.journal(s, id)) {
 		if u.ToolCallID == calls[0].ToolID {
@@ -130,11 +137,16 @@ func testClaudePermission(t *testing.T, tool string, allow bool) {
 			for _, c := range u.Content {
 				text += c.Text()
 			}
+			for _, c := range u.ToolContent {
+				if c.Diff != nil {
+					text += c.Diff.NewText
+				}
+			}
 		}
 	}
 	switch {
-	case allow && (status != "completed" || !strings.Contains(text, wantResult)):
-		t.Errorf("allowed: the journal's tool call update is %q with %q, want completed with %q", status, text, wantResult)
+	case allow && (status != "completed" || !strings.Contains(text, wantJournal)):
+		t.Errorf("allowed: the journal's tool call update is %q with %q, want completed with %q", status, text, wantJournal)
 	case !allow && status != "failed":
 		t.Errorf("rejected: the journal's tool call update is %q with %q, want failed", status, text)
 	}
@@ -254,6 +266,12 @@ func TestClaudeModelFailures(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("the turn failed with %q, want it to say %q", err, w)
 				}
+			}
+			// Only the provider refusing credentials is ACP's "auth
+			// required".
+			var aerr *apiclient.Error
+			if !errors.As(err, &aerr) || (aerr.Code == api.CodeAuthRequired) != (tt.status == 401) {
+				t.Errorf("the turn failed with %v; want code %d only for 401", err, api.CodeAuthRequired)
 			}
 			if n := len(r.srv.ModelRequests()); n < 2 {
 				t.Errorf("the CLI asked the model %d times, want its retry too", n)
@@ -379,8 +397,9 @@ func testClaudeKilledResumes(t *testing.T, pluginToo bool) {
 	}
 }
 
-// "Always allow" of a Write takes the CLI's suggestion (accept edits for
-// the session): the next turn's Write runs without asking.
+// "Always allow" of a Write covers the "edit" scope, which the host
+// remembers and answers itself: the next turn's Write runs without
+// asking the client.
 func TestClaudeAllowAlways(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
@@ -427,6 +446,9 @@ func TestClaudeNoCredentialsFailsAtStart(t *testing.T) {
 		}
 	}
 	t.Logf("session/new failed in %s: %v", took, err)
+	if aerr := (*apiclient.Error)(nil); !errors.As(err, &aerr) || aerr.Code != api.CodeAuthRequired {
+		t.Errorf("session/new failed with %v, want ACP's auth required (%d)", err, api.CodeAuthRequired)
+	}
 	if took > 10*time.Second {
 		t.Errorf("session/new took %s to fail", took)
 	}

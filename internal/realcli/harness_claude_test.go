@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/agentconfig"
 	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 )
 
 // Helpers of the claude scenarios (claude_test.go).
@@ -294,4 +295,47 @@ func startClaude(t *testing.T) (*rig, *server, *client) {
 	r := newRig(t, claudeCLI)
 	s := r.start()
 	return r, s, r.dial(s)
+}
+
+// mcpEchoBin is the built MCP server of the tests (testdata/mcpecho).
+var mcpEchoBin string
+
+// cmdline is a live process's argv.
+func cmdline(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// hasArgPrefix reports whether argv holds an argument starting with p.
+func hasArgPrefix(argv []string, p string) bool {
+	return slices.ContainsFunc(argv, func(a string) bool { return strings.HasPrefix(a, p) })
+}
+
+// kindOf finds the session updates of type T the client received.
+func kindOf[T journal.SessionUpdate](c *client) []T {
+	var out []T
+	for _, u := range c.sessionUpdates() {
+		if x, ok := u.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// requestHistory is the text of a model request's conversation, one
+// "role: text" line per text part.
+func requestHistory(req modelserver.Request) string {
+	var said []string
+	for _, m := range req.Messages {
+		for _, p := range m.Parts {
+			if p.Type == modelserver.TextPart {
+				said = append(said, m.Role+": "+p.Text)
+			}
+		}
+	}
+	return strings.Join(said, "\n")
 }

@@ -3,8 +3,6 @@ package realcli_test
 import (
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -175,16 +173,11 @@ func hasMessage(req modelserver.Request, role, text string) bool {
 	return false
 }
 
-// mcpEcho builds the real-CLI tests' MCP server (testdata/mcpecho) into
-// the test's directory and returns its path.
+// mcpEcho returns the real-CLI tests' MCP server (testdata/mcpecho),
+// which TestMain builds once.
 func mcpEcho(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "mcpecho")
-	out, err := exec.Command("go", "build", "-o", bin, "./testdata/mcpecho").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building mcpecho: %v\n%s", err, out)
-	}
-	return bin
+	return mcpEchoBin
 }
 
 // newCodexSessionWith opens a codex session with options and MCP servers

@@ -35,7 +35,7 @@ import (
 var agenthostBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(buildtest.Main(m, map[*string]string{&agenthostBin: "../../cmd/agenthost"}))
+	os.Exit(buildtest.Main(m, map[*string]string{&agenthostBin: "../../cmd/agenthost", &mcpEchoBin: "./testdata/mcpecho"}))
 }
 
 // cli is one of the two CLIs under test, and how to point it at a model

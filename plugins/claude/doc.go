@@ -4,7 +4,8 @@
 // stdout plus the SDKs' control protocol. It is built only on plugin/sdk
 // and its cliproc package, which owns the CLI's process; command
 // agenthost-plugin-claude serves it as "claude". It mirrors claude 2.1.332
-// and needs 2.0.0 or later. The session options are the Opt constants.
+// and needs 2.0.0 or later. The session options are the Opt constants;
+// Capabilities is what the plugin declares (sdk.WithCapabilities).
 //
 // # The model
 //
@@ -16,13 +17,33 @@
 //
 //	claude -p --output-format stream-json --input-format stream-json --verbose
 //	       --include-partial-messages --permission-prompt-tool stdio [options]
-//	       --session-id=<uuid>|--resume=<id>
+//	       [--mcp-config=<the client's MCP servers>] --session-id=<uuid>|--resume=<id>
 //
-// and sends the control protocol's initialize request. The handle is the
+// and sends the control protocol's initialize request, whose answer names
+// the CLI's slash commands (reported as available commands when the
+// session opens, outside any turn) and models (the model config option's
+// values, each with its effort levels). The handle is the
 // Claude session id: a new session gets a pre-assigned UUID (or
 // OptSessionID), a resumed one passes the handle to --resume, and a CLI
 // that cannot open it answers with an error result whose text the
 // session's error quotes.
+//
+// # The session surface
+//
+// Options: every option is acknowledged as given and accepted again on
+// resume; one the plugin does not know, a renamed one (permission_mode is
+// now mode) or a bad value is an *sdk.InvalidOptionError naming it. The
+// modes are the permission modes (mode, --permission-mode);
+// bypassPermissions only where the CLI allows it. SetMode sends
+// set_permission_mode, SetConfigOption set_model (model) or
+// apply_flag_settings' effortLevel (effort); with no CLI running the
+// next one's argv carries the change. The CLI prints a system/status line
+// carrying permissionMode whenever the mode changes: one the plugin did
+// not set (the agent leaving plan mode) is reported as current_mode and
+// config_options, inside a turn or, between turns, through the Reporter
+// before the next prompt. A /clear starts a new conversation
+// (conversation_reset, then a new session id), reported as a handle of
+// origin "created" so every later resume continues it.
 //
 // Prompt writes one user line and maps stdout until the turn's result
 // line: the model's text and thinking deltas (stream_event lines, which
@@ -30,11 +51,16 @@
 // as they arrive, and the assistant line that completes each block adds
 // only what the deltas did not carry; text blocks that were not streamed
 // become message chunks, thinking blocks thoughts,
-// tool_use blocks tool calls (TodoWrite also a plan), tool_result blocks
-// tool call updates, the result's usage a usage update. A can_use_tool
-// control request becomes turn.RequestPermission (allow, allow_always when
-// the CLI suggests rules, reject) and its answer the control response; a
-// control_cancel_request withdraws it. Cancelling a turn sends the
+// tool_use blocks tool calls (TodoWrite also a plan) with their kind,
+// title, locations and, for the file-editing tools, a diff from the input;
+// tool_result blocks tool call updates with the line's tool_use_result as
+// rawOutput and, for Edit, MultiEdit and Write, the diffs of its
+// structuredPatch; the result's usage a usage update. A can_use_tool
+// control request becomes turn.RequestPermission with the whole tool call
+// and four answers (allow, allow_always, reject, reject_always) and the
+// scope "allow always" covers (tools.go's alwaysScope); ExitPlanMode's
+// offers the modes to go on in instead. Its answer is the control
+// response; a control_cancel_request withdraws it. Cancelling a turn sends the
 // interrupt control request; a CLI that has not ended the turn 1.5 s
 // later is stopped and the turn ends cancelled all the same, inside the
 // 2 s a cancel promises. A CLI that died or was stopped is replaced at the
@@ -86,6 +112,23 @@
 //     from the tool and its subject, "Write /path"); a Write in the
 //     workspace asks in the default permission mode, and so does a Bash
 //     command that writes, while a read-only one (echo, ls) runs unasked.
+//   - What 2.1.332 does differently from what the captured transcripts or
+//     Zed's adapter suggest: set_model of a model its list lacks asks the
+//     provider (a model request) before answering check_rejected, so the
+//     config option takes only listed values; MCP tools are deferred behind
+//     ToolSearch (the model request names them in a system reminder, not in
+//     its tools) unless ENABLE_TOOL_SEARCH=false; ExitPlanMode's permission
+//     request carries an empty input (the plan is in the tool call) and no
+//     suggestions; an Edit's "always" suggestion is to switch to
+//     acceptEdits, which the plugin does not pass back (the host remembers
+//     the "edit" scope instead); a Bash command prints nothing until it
+//     ends (no output deltas; its output arrives with the result); the
+//     flags that skip or allow skipping permissions, and so the
+//     bypassPermissions mode, are refused to root unless IS_SANDBOX=1,
+//     and set_permission_mode to bypassPermissions needs a launch with the
+//     flag that allows it; /clear's new session id is the
+//     one of the lines after conversation_reset (not its
+//     new_conversation_id), and its transcript exists at once.
 //
 // Tests run the plugin binary against a faithful fake CLI
 // (testdata/fakeclaude), which follows what the live CLI was seen doing;
