@@ -96,6 +96,13 @@ type Session struct {
 	Agent     string            `json:"agent"`
 	Workspace string            `json:"workspace,omitempty"`
 	Options   map[string]string `json:"options,omitempty"`
+	// MCPServers are the MCP servers every start of the session passes
+	// (their environment and headers are left out: they may hold keys).
+	MCPServers []MCPServer `json:"mcpServers,omitempty"`
+	// Title is the session's title, "" before it has one.
+	Title string `json:"title,omitempty"`
+	// AllowedScopes are the permission scopes answered "allow always".
+	AllowedScopes []string `json:"allowedScopes,omitempty"`
 	// Handles is the provider handle chain, oldest first.
 	Handles     []HandleLink `json:"handles,omitempty"`
 	Lease       Lease        `json:"lease"`
@@ -112,6 +119,16 @@ func (s Session) Handle() string {
 		return ""
 	}
 	return s.Handles[len(s.Handles)-1].Handle
+}
+
+// MCPServer is one MCP server of a session: Transport stdio (Command,
+// Args) or http or sse (URL).
+type MCPServer struct {
+	Name      string   `json:"name"`
+	Transport string   `json:"transport"`
+	Command   string   `json:"command,omitempty"`
+	Args      []string `json:"args,omitempty"`
+	URL       string   `json:"url,omitempty"`
 }
 
 // HandleLink is one provider handle of a session.

@@ -35,7 +35,8 @@ type capEntry struct {
 // for an agent no session of this host has started yet spawns the plugin
 // (the same runner, environment and sha256 check as a session's), reads
 // its Identify and stops it; the answer is kept for the host's life. A
-// failed probe is not kept: the next call tries again.
+// failed probe is not kept: the next call tries again. Its error matches
+// ErrStartFailed.
 func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Capabilities, error) {
 	plug, ok := h.cfg.Agents[agent]
 	if !ok {
@@ -56,6 +57,9 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 		h.mu.Unlock()
 		if !found {
 			e.caps, e.err = h.identifyAgent(ctx, agent, plug)
+			if e.err != nil {
+				e.err = startError{e.err}
+			}
 			h.starting.Done()
 			if e.err != nil {
 				h.mu.Lock()
@@ -109,8 +113,8 @@ func (h *Host) learnCapabilities(agent string, caps pluginclient.Capabilities) {
 
 // identifyAgent starts the agent's plugin without a session, reads its
 // capabilities and stops it. The process carries a spawn token no lease
-// holds, so a host that dies meanwhile leaves an orphan the next host's
-// reaper stops.
+// holds (this host's reaper knows it: Host.identifying), so a host that
+// dies meanwhile leaves an orphan the next host's reaper stops.
 func (h *Host) identifyAgent(ctx context.Context, agent string, plug AgentPlugin) (pluginclient.Capabilities, error) {
 	if err := checkExecutable(plug.Path); err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
@@ -123,6 +127,14 @@ func (h *Host) identifyAgent(ctx context.Context, agent string, plug AgentPlugin
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}
 	token := rand.Text()
+	h.mu.Lock()
+	h.identifying[token] = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.identifying, token)
+		h.mu.Unlock()
+	}()
 	dir := filepath.Join(h.cfg.StateDir, "identify", agent+"-"+token[:8])
 	env = append(env, wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+token, wire.EnvSessionDir+"="+dir)
 	proc, err := startPlugin(ctx, pluginSpec{

@@ -186,7 +186,10 @@ type Host struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	caps     map[string]*capEntry // by agent; see Capabilities
-	closed   bool
+	// identifying are the spawn tokens of plugins started only to identify
+	// their agent: no lease holds them, and the reaper must not stop them.
+	identifying map[string]bool
+	closed      bool
 }
 
 // Open opens the host's state directory and reconciles every session the
@@ -218,9 +221,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	_ = os.Unsetenv(tokenVar)
 	h := &Host{
 		cfg: cfg, log: cfg.Logger, store: store, tokenVar: tokenVar,
-		prober:    &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
-		sessions:  map[string]*Session{},
-		caps:      map[string]*capEntry{},
+		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
+		sessions: map[string]*Session{},
+		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
 		decisions: map[string]Decision{},
 		reaped:    make(chan struct{}),
 	}
@@ -351,7 +354,10 @@ func (h *Host) reapOrphans(ctx context.Context) {
 			if err != nil {
 				return false, err
 			}
-			return probe.OwnsToken(sessions, token), nil
+			h.mu.Lock()
+			identifying := h.identifying[token]
+			h.mu.Unlock()
+			return identifying || probe.OwnsToken(sessions, token), nil
 		},
 		Grace:   h.cfg.StopTimeout,
 		OnError: h.report,

@@ -235,8 +235,20 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	// produced none, or a restore from backup lost the ones it journaled
 	// (and the plugin, whose outbox dropped them once acknowledged, cannot
 	// send them again). Its stream then starts wherever its outbox does.
-	if _, ok := a.launch(ctx, handle, journal, last+1, last == 0, stateOf(rec)); !ok {
+	pending := h.unansweredPermissions(ctx, s.ID)
+	sess, ok := a.launch(ctx, handle, journal, last+1, last == 0, stateOf(rec))
+	if !ok {
 		return a.fence, errors.New("the host is closing")
+	}
+	// The requests the plugin asked before the previous host went away
+	// still wait: the next client that follows is asked (one the plugin
+	// gave up on meanwhile is refused by it as unknown).
+	for _, q := range pending {
+		if opt := sess.autoAnswer(q); opt != "" {
+			sess.answerGranted(ctx, []grantedAnswer{{req: q, option: opt}})
+			continue
+		}
+		sess.addPermission(q)
 	}
 	return a.fence, nil
 }
@@ -303,6 +315,52 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 		hi = lo - 1
 	}
 	return 0, nil
+}
+
+// permissionWindow bounds how far back unansweredPermissions reads.
+const permissionWindow = 1024
+
+// unansweredPermissions returns the permission requests among the
+// journal's newest entries that no permission_resolved answers, oldest
+// first. A failure to read leaves them to time out in the plugin.
+func (h *Host) unansweredPermissions(ctx context.Context, id string) []*journal.PermissionRequest {
+	last, err := h.store.LastSeq(ctx, id)
+	if err != nil || last == 0 {
+		return nil
+	}
+	from := uint64(1)
+	if last > permissionWindow {
+		from = last - permissionWindow + 1
+	}
+	var reqs []*journal.PermissionRequest
+	answered := map[string]bool{}
+	err = h.store.Replay(ctx, id, from, func(e leasestore.Entry) error {
+		if e.Kind != leasestore.KindUpdate || e.Seq > last {
+			return nil
+		}
+		rec, err := journal.Decode(e)
+		if err != nil {
+			return nil
+		}
+		switch u := rec.(*journal.Update).Update.(type) {
+		case *journal.PermissionRequest:
+			reqs = append(reqs, u)
+		case *journal.PermissionResolved:
+			answered[u.RequestID] = true
+		}
+		return nil
+	})
+	if err != nil {
+		h.log.Warn("read the journal for unanswered permission requests", "session", id, "error", err)
+		return nil
+	}
+	var out []*journal.PermissionRequest
+	for _, q := range reqs {
+		if !answered[q.RequestID] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // ReprobeScope is the scope of re-probe failures sent to OnError.

@@ -24,8 +24,11 @@ import (
 
 // sessionState is what a running session knows of its settings.
 type sessionState struct {
-	// options are the stored session options (never allow_credentials).
+	// options are the stored session options but allow_credentials,
+	// whose stored value is credentials: every start decides it again
+	// from the policy, and it is stored as that start asked.
 	options       map[string]string
+	credentials   string
 	modes         *pluginclient.ModeState
 	configOptions []pluginclient.ConfigOption
 	title         string
@@ -39,6 +42,7 @@ func stateOf(rec leasestore.Session) sessionState {
 	if st.options == nil {
 		st.options = map[string]string{}
 	}
+	st.credentials = st.options[optAllowCredentials]
 	delete(st.options, optAllowCredentials)
 	st.modes, st.configOptions = decodeAgentState(rec.AgentState)
 	return st
@@ -285,7 +289,11 @@ func (s *Session) changeSettings(ctx context.Context, change func(*sessionState)
 	s.mu.Lock()
 	change(&s.state)
 	st := s.state
-	t := leasestore.RecordSettings{Fence: s.fence, Options: maps.Clone(st.options), Title: st.title,
+	opts := maps.Clone(st.options)
+	if st.credentials != "" {
+		opts[optAllowCredentials] = st.credentials
+	}
+	t := leasestore.RecordSettings{Fence: s.fence, Options: opts, Title: st.title,
 		AgentState: encodeAgentState(st.modes, st.configOptions)}
 	s.mu.Unlock()
 	if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, t); err != nil {

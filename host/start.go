@@ -185,11 +185,10 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		return nil, startError{err}
 	}
 	h.learnCapabilities(req.Agent, a.proc.caps)
-	rec, err = a.prove(ctx)
-	if err != nil {
+	if err := a.prove(ctx); err != nil {
 		return nil, err
 	}
-	if rec, err = a.recordSettings(ctx, rec, req.Options, req.MCPServers); err != nil {
+	if rec, err = a.recordSettings(ctx, req.Options, req.MCPServers); err != nil {
 		return nil, err
 	}
 	journal, err := a.openJournal(ctx)
@@ -338,18 +337,17 @@ func (a *startAttempt) commitOwner(ctx context.Context, pid int) error {
 
 // prove records the provider handle the spawned plugin opened as the proof
 // that it owns the session: from here on it is the session's writer.
-func (a *startAttempt) prove(ctx context.Context) (leasestore.Session, error) {
+func (a *startAttempt) prove(ctx context.Context) error {
 	origin := leasestore.HandleCreated
 	if a.handle != "" {
 		origin = leasestore.HandleResumed
 	}
 	reattach := a.proc.reattach
 	prove := leasestore.ProveOwner{Fence: a.fence, Handle: a.proc.handle, Origin: origin, InstanceID: a.proc.instance, Reattach: &reattach}
-	rec, err := a.own(ctx, prove, "owner could not be proven")
-	if err != nil {
-		return rec, fmt.Errorf("prove plugin of session %q: %w", a.id, err)
+	if _, err := a.own(ctx, prove, "owner could not be proven"); err != nil {
+		return fmt.Errorf("prove plugin of session %q: %w", a.id, err)
 	}
-	return rec, nil
+	return nil
 }
 
 // recordSettings stores the settings the plugin opened the session with:
@@ -357,7 +355,7 @@ func (a *startAttempt) prove(ctx context.Context) (leasestore.Session, error) {
 // none), the MCP servers it was given and the modes and config options it
 // reported, so that every resume, readoption and restart passes them again
 // (see SessionRequest.Options).
-func (a *startAttempt) recordSettings(ctx context.Context, rec leasestore.Session, asked map[string]string, servers []pluginclient.MCPServer) (leasestore.Session, error) {
+func (a *startAttempt) recordSettings(ctx context.Context, asked map[string]string, servers []pluginclient.MCPServer) (leasestore.Session, error) {
 	info := a.proc.info
 	opts := maps.Clone(info.Options)
 	if opts == nil {

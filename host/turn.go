@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // TurnResult is how a turn ended.
@@ -95,7 +96,14 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		}
 		s.mu.Unlock()
 	}
-	if _, err := s.journal.Append(ctx, rec); err != nil {
+	// The first prompt of a session without a title names it, journaled
+	// in the prompt's own commit.
+	entries := []leasestore.EntryInput{rec}
+	title := s.derivedTitle(blocks)
+	if title != "" {
+		entries = append(entries, titleEntry(title))
+	}
+	if _, err := s.journal.Append(ctx, entries...); err != nil {
 		notRun()
 		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
 	}
@@ -131,8 +139,10 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		}
 		return TurnResult{}, fmt.Errorf("prompt session %q: %w", s.id, err)
 	}
-	// Only once the turn runs: a cancel meanwhile would find no turn.
-	s.deriveTitle(ctx, blocks)
+	// Stored once the turn runs: a cancel meanwhile would find no turn.
+	if err := s.noteTitle(ctx, title); err != nil {
+		s.h.report(JournalScope, err)
+	}
 	select {
 	case r := <-ch:
 		return r, nil
@@ -191,32 +201,21 @@ func (s *Session) finishTurn(r TurnResult) {
 // runes.
 const TitleLength = 80
 
-// deriveTitle gives a session without a title one: the first line of the
-// prompt's first text block, trimmed to TitleLength runes. It is stored
-// with the session and journaled as a session_info_update of no turn, as
-// an agent's own title would be; an agent's later title replaces it. A
-// failure is reported, never the prompt's: the title is a convenience.
-func (s *Session) deriveTitle(ctx context.Context, blocks []pluginclient.ContentBlock) {
+// derivedTitle is the title the host gives a session without one: the
+// first line of the prompt's first text block, trimmed to TitleLength
+// runes. It is journaled as a session_info_update of no turn, as an
+// agent's own title would be, and stored with the session; an agent's
+// later title replaces it. "" when the session has a title.
+func (s *Session) derivedTitle(blocks []pluginclient.ContentBlock) string {
 	if s.Title() != "" {
-		return
+		return ""
 	}
-	title := ""
 	for _, b := range blocks {
 		if b.Type == "text" && strings.TrimSpace(b.Text) != "" {
-			title = titleOf(b.Text)
-			break
+			return titleOf(b.Text)
 		}
 	}
-	if title == "" {
-		return
-	}
-	if _, err := s.journal.Append(context.WithoutCancel(ctx), titleEntry(title)); err != nil {
-		s.h.report(JournalScope, fmt.Errorf("session %q: journal its title: %w", s.id, err))
-		return
-	}
-	if err := s.noteTitle(ctx, title); err != nil {
-		s.h.report(JournalScope, err)
-	}
+	return ""
 }
 
 // titleOf is the first non-empty line of text, trimmed to TitleLength

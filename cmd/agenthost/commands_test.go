@@ -303,9 +303,14 @@ func TestJournal(t *testing.T) {
 	_ = r
 	entries := parseJournal(t, mustAH(t, "--state-dir", dir, "journal", "j1", "--json").stdout)
 	var kinds, texts []string
+	titled := false
 	for i, e := range entries {
 		if e.Seq != uint64(i+1) || e.SessionID != "j1" || e.Time.IsZero() {
 			t.Fatalf("entry %d: %+v; want seq %d of session j1", i, e, i+1)
+		}
+		if e.Kind == "update" && e.Payload.Update.SessionUpdate == "session_info_update" && e.Payload.PluginSeq == 0 {
+			titled = true // the title the host derived from the prompt
+			continue
 		}
 		kinds = append(kinds, e.Kind)
 		if e.Kind == "update" {
@@ -317,6 +322,9 @@ func TestJournal(t *testing.T) {
 	}
 	if got := strings.Join(kinds, ","); !strings.HasSuffix(got, "lifecycle,prompt,update,update,update,stop") || !strings.HasPrefix(got, "lifecycle") {
 		t.Errorf("journal kinds %s", got)
+	}
+	if !titled {
+		t.Error("the journal holds no title for the session")
 	}
 	if strings.Join(texts, "") != "123" || entries[len(entries)-1].Payload.StopReason != "end_turn" {
 		t.Errorf("journal texts %q, last %+v", texts, entries[len(entries)-1])
@@ -375,11 +383,12 @@ func TestSessionsListShowStop(t *testing.T) {
 	work := t.TempDir()
 	mustAH(t, "--state-dir", dir, "run", "--agent", "scripted", "--session", "s-one", "--cwd", work, "count 1")
 	r := mustAH(t, "--state-dir", dir, "sessions", "list")
-	if !strings.Contains(r.stdout, "SESSION") || !regexpMatch(`s-one\s+scripted\s+running\s+1\s+\S+.*\s+`+work, r.stdout) {
+	// The title is the first line of the first prompt.
+	if !strings.Contains(r.stdout, "TITLE") || !regexpMatch(`s-one\s+scripted\s+running\s+1\s+\S+.*\s+`+work+`\s+count 1`, r.stdout) {
 		t.Errorf("sessions list:\n%s", r.stdout)
 	}
 	r = mustAH(t, "--state-dir", dir, "sessions", "show", "s-one")
-	for _, want := range []string{"session     s-one", "agent       scripted", "workspace   " + work, "state       live, running in this host", "handles     scripted-", "journal     "} {
+	for _, want := range []string{"session     s-one", "title       count 1", "agent       scripted", "workspace   " + work, "state       live, running in this host", "handles     scripted-", "journal     "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("sessions show does not say %q:\n%s", want, r.stdout)
 		}

@@ -135,6 +135,9 @@ func TestHostKilledMidTurnIsReadopted(t *testing.T) {
 		}
 		switch e.Kind {
 		case "update", "stop":
+			if e.Payload.PluginSeq == 0 {
+				continue // the host wrote it: the title it derived from the prompt
+			}
 			pluginSeqs = append(pluginSeqs, e.Payload.PluginSeq)
 			if e.Kind == "update" {
 				texts = append(texts, e.Payload.Update.Content.Text)

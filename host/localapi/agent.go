@@ -45,7 +45,7 @@ var (
 // api.InitializeMeta) and every agent's auth methods. Learning an agent's
 // capabilities starts its plugin once per host (host.Capabilities).
 func (a *agent) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.InitializeResponse, error) {
-	all := a.agentsCapabilities(ctx)
+	all, several := a.agentsCapabilities(ctx)
 	caps := declared(all, a.srv.DefaultAgent)
 	return acp.InitializeResponse{
 		ProtocolVersion: acp.ProtocolVersionNumber,
@@ -58,8 +58,8 @@ func (a *agent) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.In
 			McpCapabilities:    mcpCapabilities(caps),
 		},
 		AgentInfo:   &acp.Implementation{Name: "agenthost", Version: a.srv.Version},
-		AuthMethods: authMethods(all),
-		Meta:        agentsMeta(all),
+		AuthMethods: authMethods(all, several),
+		Meta:        agentsMeta(all, several),
 	}, nil
 }
 
@@ -71,7 +71,7 @@ func (a *agent) Initialize(ctx context.Context, p acp.InitializeRequest) (acp.In
 // credentials where the CLI looks; a session that still lacks them fails
 // with -32000 again.
 func (a *agent) Authenticate(ctx context.Context, p acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
-	if !knownAuthMethod(a.agentsCapabilities(ctx), p.MethodId) {
+	if all, several := a.agentsCapabilities(ctx); !knownAuthMethod(all, several, p.MethodId) {
 		return acp.AuthenticateResponse{}, errf("unknown auth method %q: initialize lists the methods", p.MethodId)
 	}
 	return acp.AuthenticateResponse{}, nil
@@ -118,7 +118,8 @@ func (a *agent) checkedServers(ctx context.Context, name string, options map[str
 	}
 	caps, err := a.srv.Host.Capabilities(ctx, name)
 	if err != nil {
-		return nil, err
+		// The start fails the same way, and records that it did.
+		return servers, nil
 	}
 	if err := host.CheckSettings(caps, options, servers); err != nil {
 		return nil, err
@@ -277,7 +278,11 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 		}
 		after = &c
 	}
-	page, next := pageSessions(sessions, p.Cwd, after, api.ListPageSize)
+	size := a.srv.ListPageSize
+	if size <= 0 {
+		size = api.ListPageSize
+	}
+	page, next := pageSessions(sessions, p.Cwd, after, size)
 	out := acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}, NextCursor: next}
 	for _, s := range page {
 		updated := s.UpdatedAt.Format(time.RFC3339Nano)

@@ -30,7 +30,11 @@ func apiStatus(st host.Status) api.Status {
 
 func apiSession(s leasestore.Session) api.Session {
 	out := api.Session{ID: s.ID, Agent: s.Agent, Workspace: s.Workspace, Options: s.Options, Lease: apiLease(s.Lease),
-		Incarnation: s.Incarnation, Deleting: s.Deleting, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+		Incarnation: s.Incarnation, Deleting: s.Deleting, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Title: s.Title, AllowedScopes: s.AllowedScopes}
+	for _, m := range s.MCPServers {
+		out.MCPServers = append(out.MCPServers, api.MCPServer{Name: m.Name, Transport: m.Transport, Command: m.Command, Args: m.Args, URL: m.URL})
+	}
 	if s.Handles != nil {
 		out.Handles = make([]api.HandleLink, len(s.Handles))
 		for i, h := range s.Handles {

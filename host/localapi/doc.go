@@ -12,10 +12,50 @@
 // the session open, a session whose plugin is gone is resumed first, so
 // the conversation goes on after a plugin crash); session/cancel;
 // session/list; session/close stops a session and stops following it.
-// session/new takes the agent's session options in
-// _meta.agenthost.options. A plugin's permission
-// request reaches the client as session/request_permission and the answer
-// goes back to the plugin.
+//
+// The session surface an agent declares (its plugin's capabilities,
+// learned once per host, see host.Capabilities) shapes every method:
+//
+//   - initialize declares promptCapabilities and mcpCapabilities for the
+//     server's default agent (`agenthost acp --agent NAME`), or, on a
+//     socket serving several agents without one, what every agent
+//     supports; each agent's own are under _meta.agenthost.agents
+//     (api.InitializeMeta). authMethods lists every agent's (ids prefixed
+//     "<agent>:" when the connection serves several); authenticate accepts
+//     those and tells the plugin nothing (see Authenticate).
+//   - session/new takes mcpServers (stdio, http, sse: only the transports
+//     the agent declares) and the agent's options in
+//     _meta.agenthost.options (only those it declares, when it declares
+//     any). The host stores them as the plugin acknowledged them, and
+//     every resume (session/load and session/resume, which may name other
+//     MCP servers, a prompt after the plugin died, a restart) passes them
+//     again. A refused setting is -32602 with data.setting naming it.
+//   - session/new, load and resume answer with the session's modes and
+//     configOptions; session/set_mode and session/set_config_option work
+//     between turns and during one, and their values, and a mode the agent
+//     switches to itself, are stored as the session's "mode" option and the
+//     option named by the config option's id.
+//   - session/prompt passes every block to the plugin (image, audio,
+//     resource, resource_link as their ACP JSON); a block type the agent
+//     does not declare refuses the prompt with -32602 naming it. load
+//     replays a prompt as one user_message_chunk per block.
+//   - session/request_permission carries the whole tool call (kind, title,
+//     rawInput, content with diffs, locations) and every option. Only a
+//     request the plugin still waits on is asked: one that arrived while no
+//     client followed is asked of the next that follows, one resolved is
+//     never asked again, and one nobody answers is cancelled by the host
+//     after host.Config.PermissionTimeout. An allow_always answer to a
+//     request with an always-scope is stored, and the host answers later
+//     requests of that scope itself.
+//   - session-level updates (available_commands_update,
+//     session_info_update, current_mode_update, config_option_update) are
+//     sent as they are journaled, between turns too. A session without a
+//     title gets the first line of its first prompt.
+//   - session/list pages newest first (api.ListPageSize, nextCursor) with
+//     each session's title.
+//
+// Errors carry the codes of package api: -32000 only for auth required,
+// one code of its own for every other failure (see apiError).
 //
 // agenthost's own methods use the _agenthost/ prefix: subscribe to a
 // session's journal from a sequence number (entries arrive as

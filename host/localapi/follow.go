@@ -152,8 +152,12 @@ func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 	// the stream of updates.
 	f.wg.Go(func() {
 		resp, err := f.a.conn.RequestPermission(ctx, req)
-		if ctx.Err() != nil {
-			return // the client left (or stopped following): still pending
+		select {
+		case <-ctx.Done():
+			return // the client stopped following: still pending
+		case <-f.a.conn.Done():
+			return // the client left: still pending
+		default:
 		}
 		option := ""
 		if err == nil && resp.Outcome.Selected != nil {

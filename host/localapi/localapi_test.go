@@ -23,10 +23,11 @@ import (
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
-var scripted string
+var scripted, surface string
 
 func TestMain(m *testing.M) {
-	os.Exit(buildtest.Main(m, map[*string]string{&scripted: "../../examples/scripted/cmd/agenthost-plugin-scripted"}))
+	os.Exit(buildtest.Main(m, map[*string]string{&scripted: "../../examples/scripted/cmd/agenthost-plugin-scripted",
+		&surface: "../internal/surfaceagent/cmd/agenthost-plugin-surface"}))
 }
 
 // rpcClient is a minimal newline-delimited JSON-RPC client, as a desktop

@@ -37,6 +37,9 @@ type Server struct {
 	MaxRequestBytes int
 	// Logger receives the server's logs. Default: none.
 	Logger hclog.Logger
+	// ListPageSize is how many sessions one session/list page holds.
+	// Default: api.ListPageSize.
+	ListPageSize int
 
 	wg sync.WaitGroup
 }

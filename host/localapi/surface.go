@@ -19,11 +19,13 @@ import (
 // The ACP session surface an agent declares: what initialize advertises,
 // and the conversions between ACP's types and the plugin protocol's.
 
-// agentsCapabilities learns the capabilities of every configured agent,
-// each at most once per host (host.Capabilities caches them). An agent
-// whose plugin cannot be identified is left out and logged: initialize
-// still answers, and a session of that agent fails with the reason.
-func (a *agent) agentsCapabilities(ctx context.Context) map[string]pluginclient.Capabilities {
+// agentsCapabilities learns the capabilities of the connection's agents
+// (its default agent, or every configured one), each at most once per
+// host (host.Capabilities caches them). An agent whose plugin cannot be
+// identified is left out and logged: initialize still answers, and a
+// session of that agent fails with the reason. several: the connection
+// serves several agents, so auth method ids carry their agent's name.
+func (a *agent) agentsCapabilities(ctx context.Context) (all map[string]pluginclient.Capabilities, several bool) {
 	names := a.srv.Host.Agents()
 	if a.srv.DefaultAgent != "" {
 		names = []string{a.srv.DefaultAgent}
@@ -44,7 +46,7 @@ func (a *agent) agentsCapabilities(ctx context.Context) map[string]pluginclient.
 		})
 	}
 	wg.Wait()
-	return out
+	return out, len(names) > 1
 }
 
 // declared is what initialize declares for a connection: the default
@@ -88,7 +90,7 @@ func authMethodID(several bool, agent, id string) string {
 // env_var method (the operator provides it: see CredentialPolicy.Inherit),
 // a terminal login as a method the client shows, with the command under
 // _meta.agenthost.terminalCommand.
-func authMethods(all map[string]pluginclient.Capabilities) []acp.AuthMethod {
+func authMethods(all map[string]pluginclient.Capabilities, several bool) []acp.AuthMethod {
 	out := []acp.AuthMethod{}
 	names := make([]string, 0, len(all))
 	for n := range all {
@@ -97,7 +99,7 @@ func authMethods(all map[string]pluginclient.Capabilities) []acp.AuthMethod {
 	slices.Sort(names)
 	for _, n := range names {
 		for _, m := range all[n].AuthMethods {
-			id := authMethodID(len(all) > 1, n, m.ID)
+			id := authMethodID(several, n, m.ID)
 			var desc *string
 			if m.Description != "" {
 				d := m.Description
@@ -120,7 +122,7 @@ func authMethods(all map[string]pluginclient.Capabilities) []acp.AuthMethod {
 }
 
 // agentsMeta is _meta.agenthost of initialize: each agent's capabilities.
-func agentsMeta(all map[string]pluginclient.Capabilities) map[string]any {
+func agentsMeta(all map[string]pluginclient.Capabilities, several bool) map[string]any {
 	agents := make(map[string]api.AgentCapabilities, len(all))
 	for n, c := range all {
 		ac := api.AgentCapabilities{
@@ -133,7 +135,7 @@ func agentsMeta(all map[string]pluginclient.Capabilities) map[string]any {
 			ac.Options = append(ac.Options, api.OptionSpec{Name: o.Name, Description: o.Description})
 		}
 		for _, m := range c.AuthMethods {
-			ac.AuthMethods = append(ac.AuthMethods, authMethodID(len(all) > 1, n, m.ID))
+			ac.AuthMethods = append(ac.AuthMethods, authMethodID(several, n, m.ID))
 		}
 		agents[n] = ac
 	}
@@ -301,10 +303,10 @@ func errorCode(err error) int {
 
 // knownAuthMethod reports whether id is one of the auth methods
 // initialize offers.
-func knownAuthMethod(all map[string]pluginclient.Capabilities, id string) bool {
+func knownAuthMethod(all map[string]pluginclient.Capabilities, several bool, id string) bool {
 	for n, c := range all {
 		for _, m := range c.AuthMethods {
-			if authMethodID(len(all) > 1, n, m.ID) == id {
+			if authMethodID(several, n, m.ID) == id {
 				return true
 			}
 		}

@@ -200,6 +200,9 @@ func printSession(w io.Writer, info api.SessionResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	row("session", "%s", displayID(s.ID))
+	if s.Title != "" {
+		row("title", "%s", s.Title)
+	}
 	row("agent", "%s", s.Agent)
 	if s.Workspace != "" {
 		row("workspace", "%s", s.Workspace)
@@ -228,6 +231,20 @@ func printSession(w io.Writer, info api.SessionResult) {
 			k = "handles"
 		}
 		row(k, "%s (%s at fence %d)", h.Handle, h.Origin, h.Fence)
+	}
+	for i, m := range s.MCPServers {
+		k := ""
+		if i == 0 {
+			k = "mcp servers"
+		}
+		target := m.URL
+		if m.Transport == "stdio" {
+			target = strings.Join(append([]string{m.Command}, m.Args...), " ")
+		}
+		row(k, "%s (%s) %s", m.Name, m.Transport, target)
+	}
+	if len(s.AllowedScopes) > 0 {
+		row("allowed always", "%s", strings.Join(s.AllowedScopes, ", "))
 	}
 	if len(s.Options) > 0 {
 		keys := make([]string, 0, len(s.Options))
