@@ -360,3 +360,28 @@ func TestClaudePlanExit(t *testing.T) {
 		t.Errorf("stored options %v, want mode acceptEdits", st.Options)
 	}
 }
+
+// session/set_mode while a turn runs: the mode reaches the CLI at once, so
+// a Write the model asks for later in the same turn runs without asking.
+func TestClaudeSetModeMidTurn(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	target := filepath.Join(r.workspace, "later.txt")
+	slow := modelserver.Reply{Text: strings.Repeat("planning ", 20), Delay: 40 * time.Millisecond, // 60 deltas: 2.4 s
+		Tools: []modelserver.ToolCall{{Name: "Write", Input: `{"file_path":` + asJSONString(target) + `,"content":"later"}`}}}
+	r.script(slow, modelserver.Text("Written."))
+	id := cl.newSession(r, nil)
+	turn := cl.promptAsync(id, "write it after a while")
+	cl.waitChunks(3)
+	cl.setMode(id, "acceptEdits")
+	end := <-turn
+	if end.err != nil || end.stop != acp.StopReasonEndTurn {
+		t.Fatalf("the turn ended %q, %v", end.stop, end.err)
+	}
+	if n := len(cl.permissionRequests()); n != 0 {
+		t.Errorf("%d permission requests: the mode set mid-turn did not reach the CLI", n)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "later" {
+		t.Errorf("the Write after the mode change: %q %v", b, err)
+	}
+}

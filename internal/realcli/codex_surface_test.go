@@ -162,7 +162,9 @@ func TestCodexAllowAlways(t *testing.T) {
 	r := newRig(t, codexCLI)
 	s := r.start()
 	c := r.dial(s)
-	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind { return acp.PermissionOptionKindAllowAlways }
+	c.answer = func(acp.RequestPermissionRequest) acp.PermissionOptionKind {
+		return acp.PermissionOptionKindAllowAlways
+	}
 	id := c.newSession(r, askingOptions)
 	r.script(codexExec("printf one > one.txt"), codexExec("printf two > two.txt"), modelserver.Text("Both done."))
 	c.mustPrompt(id, "write two files", "end_turn")
@@ -225,6 +227,41 @@ func TestCodexNewThreadAfterRestart(t *testing.T) {
 	if strings.Contains(string(next.Body), "PAPAYA") || !strings.Contains(next.LastUserText(), "what was the word?") {
 		t.Errorf("the request after /new and the restart carries the old conversation (PAPAYA %v) or lacks the prompt (%q)",
 			strings.Contains(string(next.Body), "PAPAYA"), next.LastUserText())
+	}
+}
+
+// /compact runs codex's compaction: the model is asked for a summary, and
+// the next turn's request carries it in place of the conversation.
+func TestCodexCompactCommand(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	r.script(modelserver.Text("The word is QUINCE."), modelserver.Text("SUMMARY-OF-IT-ALL"), modelserver.Text("Still here."))
+	c.mustPrompt(id, "remember QUINCE", "end_turn")
+	c.mustPrompt(id, "/compact", "end_turn")
+	if !strings.Contains(c.agentText(), "Conversation compacted.") {
+		t.Errorf("the client saw %q; want the compaction reported", c.agentText())
+	}
+	c.mustPrompt(id, "and now?", "end_turn")
+	if next := r.nextRequest(3); !strings.Contains(string(next.Body), "SUMMARY-OF-IT-ALL") || !strings.Contains(next.LastUserText(), "and now?") {
+		t.Errorf("the request after /compact (last user text %q) lacks the summary", next.LastUserText())
+	}
+}
+
+// /review with instructions runs codex's review: the model is asked with
+// them, and its findings come back as the turn's message.
+func TestCodexReviewCommand(t *testing.T) {
+	t.Parallel()
+	r, _, c, id := newCodexSession(t, nil)
+	const verdict = `{"findings":[{"title":"Off by one","body":"the loop skips the last item","confidence_score":0.8,"priority":1,` +
+		`"code_location":{"absolute_file_path":"/w/main.go","line_range":{"start":3,"end":3}}}],` +
+		`"overall_correctness":"patch is incorrect","overall_explanation":"REVIEW-VERDICT","overall_confidence_score":0.9}`
+	r.script(modelserver.Text(verdict))
+	c.mustPrompt(id, "/review look for off-by-one errors", "end_turn")
+	if req := r.nextRequest(1); !strings.Contains(string(req.Body), "look for off-by-one errors") {
+		t.Errorf("the review request lacks the instructions")
+	}
+	if got := c.agentText(); !strings.Contains(got, "REVIEW-VERDICT") || !strings.Contains(got, "Off by one") {
+		t.Errorf("the review said %q; want the verdict and the finding", got)
 	}
 }
 

@@ -235,7 +235,7 @@ func TestCodexResumesAfterPluginKilled(t *testing.T) {
 
 // A provider that refuses the key (401) fails the turn, after the one
 // retry CodexSetup allows, with a message saying authentication failed
-// and what to configure.
+// and what to configure, answered as ACP's "auth required".
 func TestCodexUnauthorized(t *testing.T) {
 	t.Parallel()
 	r, _, c, id := newCodexSession(t, nil)
@@ -244,6 +244,10 @@ func TestCodexUnauthorized(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "authentication failed") || !strings.Contains(err.Error(), "OPENAI_API_KEY") ||
 		!strings.Contains(err.Error(), "Incorrect API key provided") {
 		t.Errorf("the turn's error: %v; want authentication failed, the provider's message and what to configure", err)
+	}
+	// Auth required is the one failure answered -32000.
+	if code := rpcCode(err); code != api.CodeAuthRequired {
+		t.Errorf("the prompt's error code %d; want %d (auth required)", code, api.CodeAuthRequired)
 	}
 	if n := len(r.srv.ModelRequests()); n != 2 {
 		t.Errorf("codex asked the model %d times; want 2 (CodexSetup bounds its retries to 1)", n)
@@ -299,7 +303,8 @@ func TestCodexCancelWhileTheServerHangs(t *testing.T) {
 
 // A codex session with no credentials of any kind (no auth.json in its
 // CODEX_HOME, and agenthost.json does not let agenthost's key through)
-// fails session/new within seconds, before any prompt, saying what to do.
+// fails session/new within seconds, before any prompt, saying what to do,
+// as ACP's "auth required".
 func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, codexCLI)
@@ -316,6 +321,9 @@ func TestCodexNoCredentialsFailsAtStart(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("session/new's error lacks %q", want)
 		}
+	}
+	if code := rpcCode(err); code != api.CodeAuthRequired {
+		t.Errorf("session/new's error code %d; want %d (auth required)", code, api.CodeAuthRequired)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("session/new failed after %v; want within seconds", d)

@@ -1,6 +1,7 @@
 package realcli_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 	"github.com/coder/acp-go-sdk"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/apiclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugins/codex"
@@ -112,9 +114,10 @@ func (r *rig) assertJournalHas(s *server, id, text string) {
 }
 
 // assertJournaledOnce checks the journal of a turn whose host was killed
-// at killed and which a new host readopted: its updates' plugin sequence
-// numbers run 1..n without gaps or repeats, some were produced after the
-// kill, and their message text is answer, each piece once. It returns n.
+// at killed and which a new host readopted: the plugin's updates'
+// sequence numbers (the session-level ones included) run 1..n without
+// gaps or repeats, some were produced after the kill, and their message
+// text is answer, each piece once. It returns n.
 func assertJournaledOnce(t *testing.T, es []entry, killed time.Time, answer string) uint64 {
 	t.Helper()
 	var seqs []uint64
@@ -122,7 +125,8 @@ func assertJournaledOnce(t *testing.T, es []entry, killed time.Time, answer stri
 	afterKill := 0
 	for _, u := range updates(es) {
 		if u.PluginSeq == 0 {
-			continue // the host's own (the title it takes from the first prompt)
+			// The host's own (the title it takes from the first prompt).
+			continue
 		}
 		seqs = append(seqs, u.PluginSeq)
 		ups = append(ups, u.Update)
@@ -271,4 +275,13 @@ func (c *client) toolCalls() []*journal.ToolCall {
 		}
 	}
 	return out
+}
+
+// rpcCode is the JSON-RPC error code of an API call's error, 0 for none.
+func rpcCode(err error) int {
+	var e *apiclient.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
 }

@@ -391,8 +391,8 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 		streamed: map[string]bool{}, started: map[string]threadItem{}, diffs: map[string]itemDiff{},
 		approvals: map[string]context.CancelCauseFunc{},
 	}
-	if cmd, ok := slashCommand(req.Prompt); ok {
-		return a.runCommand(ctx, t, cmd)
+	if cmd, arg, ok := slashCommand(req.Prompt); ok {
+		return a.runCommand(ctx, t, cmd, arg)
 	}
 	input, err := toInput(req.Prompt)
 	if err != nil {

@@ -4,7 +4,7 @@
 // on plugin/sdk and its cliproc package, which owns the app-server's
 // process; command agenthost-plugin-codex serves it as "codex". It mirrors
 // codex-cli 0.171.0 (MinVersion, the oldest accepted). The session options
-// are the Opt constants.
+// are the Opt constants (OptionSpecs).
 //
 // # The model
 //
@@ -14,8 +14,35 @@
 // credential (an auth.json in $CODEX_HOME, written by `codex login`, or a
 // key variable that reaches codex, a model provider's env_key included).
 // It then starts `codex app-server` in the workspace and opens the thread:
-// initialize, initialized, then thread/start for NewSession or
+// initialize, initialized, model/list, then thread/start for NewSession or
 // thread/resume for ResumeSession. The handle is the thread id.
+//
+// The session's settings (Capabilities declares them): the options model,
+// mode (an approval preset, Presets: read-only, auto, full-access, each an
+// approval policy and a sandbox), effort, system_prompt
+// (baseInstructions), append_system_prompt (developerInstructions),
+// add_dirs (sandbox_workspace_write.writable_roots), env.NAME (the
+// app-server's environment), and the ACP MCP servers (stdio and http, as
+// mcp_servers.NAME config overrides) go to thread/start and again to
+// every thread/resume; an unknown option or a bad value is an
+// *sdk.InvalidOptionError. SessionInfo acknowledges every option given,
+// with the model, effort and mode as they stand, and carries the modes
+// and the config options mode, model (model/list's models) and effort
+// (the model's supported efforts). SetMode and SetConfigOption change the
+// settings turn/start carries (model, effort, approvalPolicy,
+// sandboxPolicy): a change applies from the next turn, one made while a
+// turn runs included, since codex cannot change a running turn.
+//
+// The slash commands (Commands, reported through the Reporter as the
+// session opens) run instead of a model turn when a prompt is exactly
+// one: /new starts a fresh thread with the session's settings and names
+// it (thread/name/set), which makes codex save it at once, then reports
+// it as the session's new handle (HandleChanged "created"), so a restart
+// resumes the new conversation; /compact runs thread/compact/start, and
+// /review [instructions] review/start (the uncommitted changes, or what
+// the instructions say), whose turn/started names an inner turn with the
+// review's as its rootTurnId. A
+// thread name codex reports (thread/name/updated) is the session's title.
 //
 // Prompt sends turn/start and maps the turn's notifications until
 // turn/completed: message and reasoning deltas become message and thought
@@ -23,11 +50,19 @@
 // web searches) tool calls at item/started and their updates at
 // item/completed, turn/plan/updated a plan, thread/tokenUsage/updated
 // usage (its "last" breakdown, so a turn's updates add up), and the
-// turn's status its end. Approval requests become permission requests,
-// each asked in its own goroutine so the turn keeps streaming; their
-// options are codex's decisions (accept, acceptForSession, decline). A
+// turn's status its end. A command's output streams as OutputDelta
+// updates (item/commandExecution/outputDelta) and its final update
+// carries the whole output and, in rawOutput, its exit code; a file
+// change's tool call carries each file's diff (whole old and new text)
+// and location. Approval requests become permission requests, each asked
+// in its own goroutine so the turn keeps streaming, carrying the whole
+// tool call (a file change's diffs included); their options are codex's
+// decisions (accept, acceptForSession, decline), and their AlwaysScope is
+// "exec:<program>" for a command and "patch" for a file change. A
 // command's tool call and permission request carry a CommandInput as
-// rawInput, a file change's a PatchInput.
+// rawInput, a file change's a PatchInput. Image, embedded-resource and
+// resource-link prompt blocks become codex's image (a data URL) and text
+// input items; audio and binary resources are refused.
 // Cancelling the turn sends turn/interrupt and ends with StopCancelled
 // when codex confirms it, or 1.5 s later, inside the 2 s session/cancel
 // promises. Close stops the app-server under cliproc's rule (stdin EOF,
@@ -81,6 +116,19 @@
 //     removed from the app-server's unless OptAllowCredentials, so a key
 //     does not silently override the login the user chose; the agenthost
 //     binary strips the fixed list before the plugin starts.
+//   - A fileChange item reports an updated file as hunks without file
+//     headers, an added file as its text, a deleted one as its old text.
+//     The diff a client shows is rebuilt from the file on disk: before
+//     codex writes (item/started, the approval) it holds the old text and
+//     the hunks are applied; after, they are undone. A file that matches
+//     neither shows only the hunks' lines.
+//   - Codex has no "reject always" decision, so none is offered; "allow
+//     always" is codex's acceptForSession, which covers that exact
+//     command, while the host remembers the wider AlwaysScope.
+//   - Codex keeps the thread's last effort when the model changes: a
+//     model that does not support it gets its default effort, sent.
+//   - Approval policy and sandbox options matching no preset are the mode
+//     "custom", which a resume given it defers to those options.
 //   - An app-server that exits mid-turn fails the turn with its exit
 //     status and last stderr lines; later turns fail with the same cause
 //     until the session is closed and resumed.

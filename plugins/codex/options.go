@@ -30,8 +30,9 @@ const (
 	OptModel = "model"
 	// OptMode is the approval preset, the ACP mode: "read-only", "auto"
 	// or "full-access" (Presets). It wins over OptApprovalPolicy and
-	// OptSandbox. Unset: codex's configured default (read-only when
-	// nothing is configured).
+	// OptSandbox; "custom" (what a session whose approval_policy and
+	// sandbox match no preset reports) defers to them. Unset: codex's
+	// configured default (read-only when nothing is configured).
 	OptMode = "mode"
 	// OptEffort is the reasoning effort of the model's turns ("low",
 	// "medium", "high", … as the model supports them).
@@ -153,7 +154,9 @@ func parseOptions(in map[string]string) (options, error) {
 		case OptModel:
 			o.model = v
 		case OptMode:
-			if v != "" && presetByID(v) == nil {
+			// "custom" is the mode a session reports when approval_policy
+			// and sandbox match no preset: it defers to them.
+			if v != "" && v != customMode && presetByID(v) == nil {
 				bad(k, v, presetList())
 			}
 			o.mode = v

@@ -115,9 +115,12 @@ type turnError struct {
 }
 
 type turnInfo struct {
-	ID     string     `json:"id"`
-	Status string     `json:"status"`
-	Error  *turnError `json:"error"`
+	ID string `json:"id"`
+	// RootTurnID is the turn a review's inner turn belongs to (its items
+	// and turn/completed name the root).
+	RootTurnID string     `json:"rootTurnId"`
+	Status     string     `json:"status"`
+	Error      *turnError `json:"error"`
 }
 
 // turnResult is the result of turn/start.

@@ -37,7 +37,8 @@ type settings struct {
 
 // customMode is the mode of a session whose approval_policy and sandbox
 // options match none of codex's presets. It is reported so a client sees
-// the truth, and cannot be chosen.
+// the truth; choosing it returns to those options, and a resume given it
+// (as a host that stored the reported mode does) defers to them.
 const customMode = "custom"
 
 // newSettings are the settings of a thread codex opened with o.
@@ -238,6 +239,12 @@ func (a *agent) setMode(modeID string) error {
 	if a.conn == nil {
 		return errors.New("codex: no session is open")
 	}
+	if modeID == customMode && (a.opts.approvalPolicy != "" || a.opts.sandbox != "") {
+		// Back to what the session options approval_policy and sandbox
+		// asked for.
+		a.settings.mode, a.settings.approval, a.settings.sandbox = customMode, a.opts.approvalPolicy, a.opts.sandbox
+		return nil
+	}
 	p := presetByID(modeID)
 	if p == nil {
 		return invalid(OptMode, fmt.Sprintf("%q is not a mode of codex: expected %s", modeID, presetList()))
@@ -355,6 +362,8 @@ func Commands() []sdk.Command {
 	return []sdk.Command{
 		{Name: "new", Description: "start a new codex conversation in this session (the old one is left as it is)"},
 		{Name: "compact", Description: "summarize the conversation to free context"},
+		{Name: "review", Description: "have codex review the workspace's uncommitted changes, or what the instructions say",
+			InputHint: "optional review instructions"},
 	}
 }
 
@@ -365,30 +374,39 @@ func (a *agent) reportCommands() {
 	}
 }
 
-// slashCommand is the command a prompt runs, if it is exactly one.
-func slashCommand(prompt []sdk.ContentBlock) (string, bool) {
+// slashCommand is the command a prompt runs, if it is one: a single text
+// block "/NAME", or "/NAME ARGUMENT" for a command that takes one.
+func slashCommand(prompt []sdk.ContentBlock) (name, arg string, ok bool) {
 	if len(prompt) != 1 || (prompt[0].Type != "" && prompt[0].Type != sdk.BlockText) {
-		return "", false
+		return "", "", false
 	}
-	name, ok := strings.CutPrefix(strings.TrimSpace(prompt[0].Text), "/")
+	text, ok := strings.CutPrefix(strings.TrimSpace(prompt[0].Text), "/")
 	if !ok {
-		return "", false
+		return "", "", false
 	}
+	name, arg, _ = strings.Cut(text, " ")
+	arg = strings.TrimSpace(arg)
 	for _, c := range Commands() {
-		if c.Name == name {
-			return name, true
+		if c.Name == name && (arg == "" || c.InputHint != "") {
+			return name, arg, true
 		}
 	}
-	return "", false
+	return "", "", false
 }
 
 // runCommand runs a slash command as the turn.
-func (a *agent) runCommand(ctx context.Context, t *turnRun, cmd string) (sdk.StopReason, error) {
+func (a *agent) runCommand(ctx context.Context, t *turnRun, cmd, arg string) (sdk.StopReason, error) {
 	switch cmd {
 	case "new":
 		return a.newThread(ctx, t.turn)
 	case "compact":
 		return t.run(ctx, "thread/compact/start", map[string]string{"threadId": t.threadID})
+	case "review":
+		target := map[string]string{"type": "uncommittedChanges"}
+		if arg != "" {
+			target = map[string]string{"type": "custom", "instructions": arg}
+		}
+		return t.run(ctx, "review/start", map[string]any{"threadId": t.threadID, "target": target})
 	}
 	return "", fmt.Errorf("codex: unknown command /%s", cmd)
 }

@@ -81,7 +81,7 @@ func TestSessionSettings(t *testing.T) {
 	}
 	// The session-level commands were reported as the session opened.
 	cmds := p.Until(turnWait, "available commands", func(u sdktest.Update) bool { return u.Kind == "available_commands" })
-	if ac, ok := cmds[len(cmds)-1].SessionUpdate().(*journal.AvailableCommands); !ok || len(ac.Commands) != 2 || ac.Commands[0].Name != "new" {
+	if ac, ok := cmds[len(cmds)-1].SessionUpdate().(*journal.AvailableCommands); !ok || len(ac.Commands) != 3 || ac.Commands[0].Name != "new" {
 		t.Errorf("available commands %s", sdktest.Describe(cmds))
 	}
 
@@ -222,7 +222,7 @@ func TestCommandOutputAndScope(t *testing.T) {
 }
 
 // /new starts a fresh thread, saved at once: the new handle is reported
-// and resumes; /compact runs codex's compaction.
+// and resumes; /compact runs codex's compaction, /review its review.
 func TestNewAndCompactCommands(t *testing.T) {
 	h := newHome(t, true)
 	p, info := openSurface(t, h, sdk.NewSessionRequest{})
@@ -239,6 +239,9 @@ func TestNewAndCompactCommands(t *testing.T) {
 	if ups, _ := run(t, p, "/compact", "end_turn"); !strings.Contains(sdktest.Messages(ups), "compacted") {
 		t.Errorf("/compact: %s", sdktest.Describe(ups))
 	}
+	if ups, _ := run(t, p, "/review the tests only", "end_turn"); sdktest.Messages(ups) != "reviewed the tests only: no findings" {
+		t.Errorf("/review: %s", sdktest.Describe(ups))
+	}
 	// A fresh plugin resumes the new thread, though it has had no turn.
 	p2 := start(t, h)
 	if got, err := resume(t, p2, h, newHandle); err != nil || got != newHandle {
@@ -252,5 +255,22 @@ func TestAuthRequired(t *testing.T) {
 	ups, st := p.Turn(plugintest.Prompt(t, p, "http 401 Incorrect API key provided"), turnWait)
 	if st.StopReason != "failed" || !st.AuthRequired {
 		t.Errorf("stop %+v: %s", st, sdktest.Describe(ups))
+	}
+}
+
+// A name codex gives the thread is the session's title; the name /new
+// gives its thread to save it is not.
+func TestThreadNameIsTheTitle(t *testing.T) {
+	h := newHome(t, true)
+	p, _ := openSurface(t, h, sdk.NewSessionRequest{})
+	ups, _ := run(t, p, "/new", "end_turn")
+	more, _ := run(t, p, "name Fixing the parser", "end_turn")
+	ups = append(ups, more...)
+	var titles []string
+	for _, u := range kinds(ups, "session_info") {
+		titles = append(titles, u.SessionUpdate().(*journal.SessionInfo).Title)
+	}
+	if !slices.Equal(titles, []string{"Fixing the parser"}) {
+		t.Errorf("titles %q; want codex's name only", titles)
 	}
 }

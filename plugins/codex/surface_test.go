@@ -206,6 +206,18 @@ func TestSettings(t *testing.T) {
 	if _, ok := a.acknowledged()["mode"]; ok {
 		t.Error("a custom mode was acknowledged as the session option mode")
 	}
+	// Chosen again after a preset, it returns to the options; given back
+	// on a resume, it defers to them.
+	if err := a.SetMode(t.Context(), "full-access"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetMode(t.Context(), customMode); err != nil || a.settings.approval != "untrusted" || a.settings.sandbox != "workspace-write" {
+		t.Errorf("back to custom: %v, %+v", err, a.settings)
+	}
+	o, err = parseOptions(map[string]string{"mode": "custom", "approval_policy": "untrusted", "sandbox": "workspace-write"})
+	if ap, sb := o.policy(); err != nil || ap != "untrusted" || sb != "workspace-write" {
+		t.Errorf("mode custom on a resume: %v, %s, %s", err, ap, sb)
+	}
 }
 
 func TestMCPConfig(t *testing.T) {
@@ -233,13 +245,14 @@ func TestMCPConfig(t *testing.T) {
 }
 
 func TestSlashCommandsAndScopes(t *testing.T) {
-	for text, want := range map[string]string{"/new": "new", " /compact ": "compact", "/new please": "", "new": "", "/review": ""} {
-		got, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock(text)})
-		if got != want || ok != (want != "") {
-			t.Errorf("slashCommand(%q) = %q, %v", text, got, ok)
+	for text, want := range map[string]string{"/new": "new", " /compact ": "compact", "/new please": "", "new": "", "/undo": "",
+		"/review": "review", "/review  the tests only": "review the tests only"} {
+		name, arg, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock(text)})
+		if got := strings.TrimSpace(name + " " + arg); got != want || ok != (want != "") {
+			t.Errorf("slashCommand(%q) = %q, %q, %v", text, name, arg, ok)
 		}
 	}
-	if _, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock("/new"), sdk.TextBlock("more")}); ok {
+	if _, _, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock("/new"), sdk.TextBlock("more")}); ok {
 		t.Error("a prompt of two blocks ran a command")
 	}
 	if s := commandScope("printf made > x && echo done"); s != "exec:printf" {

@@ -242,7 +242,7 @@ func (t *turnRun) handle(m *message) (outcome, bool) {
 	switch m.Method {
 	case "turn/started":
 		var n turnNotification
-		if t.decode(m, &n) && n.Turn.ID == t.turnID {
+		if t.decode(m, &n) && (n.Turn.ID == t.turnID || n.Turn.RootTurnID == t.turnID) {
 			t.a.turnStarted(t.turn)
 		}
 	case "turn/completed":

@@ -18,6 +18,7 @@
 //	                    MCP servers, writable roots)
 //	echo TEXT           reply with the whole prompt (images shown as
 //	                    [image URL…])
+//	name TEXT           name the thread TEXT (thread/name/updated)
 //	perm                an item/permissions/requestApproval request;
 //	                    replies "permissions: RESULT"
 //	think               a reasoning item (summary deltas), then a message
@@ -295,7 +296,7 @@ func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // Requests.
 
-var knownMethods = []string{"initialize", "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/read", "thread/list", "thread/name/set", "thread/compact/start", "turn/start", "turn/steer", "turn/interrupt", "model/list", "account/read", "config/read"}
+var knownMethods = []string{"initialize", "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/read", "thread/list", "thread/name/set", "thread/compact/start", "review/start", "turn/start", "turn/steer", "turn/interrupt", "model/list", "account/read", "config/read"}
 
 // models are what model/list answers, in 0.171.0's shape.
 func models() []any {
@@ -371,6 +372,8 @@ func (s *server) request(m inMsg) {
 		s.threadNameSet(m)
 	case "thread/compact/start":
 		s.compactStart(m)
+	case "review/start":
+		s.reviewStart(m)
 	default:
 		s.fail(m.ID, -32600, fmt.Sprintf("Invalid request: unknown variant `%s`, expected one of `%s`", m.Method, strings.Join(knownMethods, "`, `")))
 	}
@@ -562,6 +565,61 @@ func (s *server) compactStart(m inMsg) {
 		s.notify("item/started", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
 		item["completedAtMs"] = nowMs()
 		s.notify("item/completed", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
+		s.mu.Lock()
+		th.active = nil
+		s.mu.Unlock()
+		s.notify("turn/completed", map[string]any{"threadId": th.id, "turn": turnJSON(tu.id, "completed", nil, started, time.Now().Unix())})
+	}()
+}
+
+// reviewStart runs a review as 0.171.0 does: the answer names the root
+// turn, whose items (enteredReviewMode, exitedReviewMode with the review,
+// an agentMessage repeating it) and turn/completed name it too, while
+// turn/started announces an inner turn of another id with the root's as
+// its rootTurnId.
+func (s *server) reviewStart(m inMsg) {
+	var p struct {
+		ThreadID string `json:"threadId"`
+		Target   struct {
+			Type         string `json:"type"`
+			Instructions string `json:"instructions"`
+		} `json:"target"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	s.mu.Lock()
+	th := s.threads[p.ThreadID]
+	var tu *turn
+	if th != nil && th.active == nil {
+		tu = &turn{id: newID(), Turn: fakecli.NewTurn()}
+		th.active = tu
+	}
+	s.mu.Unlock()
+	if tu == nil {
+		s.fail(m.ID, -32600, "thread not found or busy: "+p.ThreadID)
+		return
+	}
+	s.result(m.ID, map[string]any{"turn": turnJSON(tu.id, "inProgress", nil, nil, nil), "reviewThreadId": th.id})
+	go func() {
+		started := time.Now().Unix()
+		what := "current changes"
+		if p.Target.Type == "custom" {
+			what = p.Target.Instructions
+		}
+		item := func(typ, review string) {
+			it := map[string]any{"type": typ, "id": newID(), "review": review, "startedAtMs": nowMs(), "completedAtMs": nil}
+			s.notify("item/started", map[string]any{"item": it, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+			it["completedAtMs"] = nowMs()
+			s.notify("item/completed", map[string]any{"item": it, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
+		}
+		item("enteredReviewMode", what)
+		inner := turnJSON(newID(), "inProgress", nil, started, nil)
+		inner["rootTurnId"] = tu.id
+		s.notify("turn/started", map[string]any{"threadId": th.id, "turn": inner})
+		review := "reviewed " + what + ": no findings"
+		item("exitedReviewMode", review)
+		msg := map[string]any{"type": "agentMessage", "id": "msg_" + newID(), "text": review, "phase": nil}
+		s.notify("item/started", map[string]any{"item": msg, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
+		s.notify("item/completed", map[string]any{"item": msg, "threadId": th.id, "turnId": tu.id, "completedAtMs": nowMs()})
 		s.mu.Lock()
 		th.active = nil
 		s.mu.Unlock()
@@ -851,6 +909,15 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		return ok
 	case "echo":
 		s.message(th, tu, []string{text}, 0)
+		return ok
+	case "name":
+		// Codex naming the thread itself, as thread/name/set reports it.
+		name := strings.TrimSpace(strings.TrimPrefix(text, "name"))
+		s.mu.Lock()
+		th.name = name
+		s.mu.Unlock()
+		s.notify("thread/name/updated", map[string]any{"threadId": th.id, "threadName": name})
+		s.message(th, tu, []string{"named"}, 0)
 		return ok
 	case "env":
 		v, set := "", false
