@@ -257,6 +257,16 @@ func (a *agent) setMode(modeID string) error {
 // the next turn on. A model whose efforts do not include the current one
 // gets its default effort.
 func (a *agent) SetConfigOption(ctx context.Context, id, value string) ([]sdk.ConfigOption, error) {
+	opts, err := a.setConfigOption(id, value)
+	if err == nil && id == OptMode && a.reporter != nil {
+		// The mode is a mode too: a client following modes sees it.
+		a.reporter.CurrentMode(value)
+	}
+	return opts, err
+}
+
+// setConfigOption is SetConfigOption's change, under a.mu.
+func (a *agent) setConfigOption(id, value string) ([]sdk.ConfigOption, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.conn == nil {
@@ -266,9 +276,6 @@ func (a *agent) SetConfigOption(ctx context.Context, id, value string) ([]sdk.Co
 	case OptMode:
 		if err := a.setMode(value); err != nil {
 			return nil, err
-		}
-		if a.reporter != nil {
-			a.reporter.CurrentMode(value)
 		}
 	case OptModel:
 		m := a.model(value)

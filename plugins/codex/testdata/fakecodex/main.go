@@ -538,15 +538,12 @@ func (s *server) threadNameSet(m inMsg) {
 	s.notify("thread/name/updated", map[string]any{"threadId": th.id, "threadName": p.Name})
 }
 
-// compactStart answers {} and runs the compaction as a turn of its own
-// (turn/started, a contextCompaction item, turn/completed), as 0.171.0.
-func (s *server) compactStart(m inMsg) {
-	var p struct {
-		ThreadID string `json:"threadId"`
-	}
-	_ = json.Unmarshal(m.Params, &p)
+// commandTurn starts the turn a command (compaction, review) runs on
+// thread id, or answers the request with an error when the thread is
+// unknown or busy (a nil turn).
+func (s *server) commandTurn(m inMsg, id string) (*thread, *turn) {
 	s.mu.Lock()
-	th := s.threads[p.ThreadID]
+	th := s.threads[id]
 	var tu *turn
 	if th != nil && th.active == nil {
 		tu = &turn{id: newID(), Turn: fakecli.NewTurn()}
@@ -554,7 +551,20 @@ func (s *server) compactStart(m inMsg) {
 	}
 	s.mu.Unlock()
 	if tu == nil {
-		s.fail(m.ID, -32600, "thread not found or busy: "+p.ThreadID)
+		s.fail(m.ID, -32600, "thread not found or busy: "+id)
+	}
+	return th, tu
+}
+
+// compactStart answers {} and runs the compaction as a turn of its own
+// (turn/started, a contextCompaction item, turn/completed), as 0.171.0.
+func (s *server) compactStart(m inMsg) {
+	var p struct {
+		ThreadID string `json:"threadId"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	th, tu := s.commandTurn(m, p.ThreadID)
+	if tu == nil {
 		return
 	}
 	s.result(m.ID, map[string]any{})
@@ -586,16 +596,8 @@ func (s *server) reviewStart(m inMsg) {
 		} `json:"target"`
 	}
 	_ = json.Unmarshal(m.Params, &p)
-	s.mu.Lock()
-	th := s.threads[p.ThreadID]
-	var tu *turn
-	if th != nil && th.active == nil {
-		tu = &turn{id: newID(), Turn: fakecli.NewTurn()}
-		th.active = tu
-	}
-	s.mu.Unlock()
+	th, tu := s.commandTurn(m, p.ThreadID)
 	if tu == nil {
-		s.fail(m.ID, -32600, "thread not found or busy: "+p.ThreadID)
 		return
 	}
 	s.result(m.ID, map[string]any{"turn": turnJSON(tu.id, "inProgress", nil, nil, nil), "reviewThreadId": th.id})
