@@ -1,6 +1,7 @@
 package scripted
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +100,44 @@ func TestParseMalformed(t *testing.T) {
 			t.Errorf("parse(%q) error = %q, want it to give the syntax %q", tt.text, msg, tt.usage)
 		}
 	}
+}
+
+// Any prompt text parses to a well-formed command or to an error that
+// names the agent and gives the syntax.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"count 3 100ms", "sleep 2s", "fail x", "edit a.txt b c", "/title T", "usage 1 2", "exitplan", "", "//x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		c, err := parse(text)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "scripted: cannot run ") || !strings.Contains(err.Error(), "expected ") {
+				t.Fatalf("parse(%q) error %q does not give the syntax", text, err)
+			}
+			return
+		}
+		if c.op == opEdit && (c.path == "" || c.text == "") {
+			t.Fatalf("parse(%q) = an edit without a path or text: %+v", text, c)
+		}
+		if c.n < 0 || c.d < 0 {
+			t.Fatalf("parse(%q) = %+v: negative", text, c)
+		}
+	})
+}
+
+// workspacePath never resolves outside the workspace.
+func FuzzWorkspacePath(f *testing.F) {
+	for _, s := range []string{"a.txt", "../x", "/w/a", "a/../../b", "./.", "/w/../w2/x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		const ws = "/w"
+		got, err := workspacePath(ws, path)
+		if err != nil {
+			return
+		}
+		if rel, rerr := filepath.Rel(ws, got); rerr != nil || !filepath.IsLocal(rel) {
+			t.Fatalf("workspacePath(%q) = %q, outside %s", path, got, ws)
+		}
+	})
 }
