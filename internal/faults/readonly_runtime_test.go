@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -80,7 +81,14 @@ func writerRole() int {
 			for got < want && time.Now().Before(deadline) {
 				got = 0
 				_ = h.Store().Replay(ctx, id, 1, func(e leasestore.Entry) error {
-					if e.Kind == leasestore.KindUpdate || e.Kind == leasestore.KindStop {
+					// The plugin's updates and stops; the host's own (the
+					// title it derives from the first prompt) have no
+					// plugin seq.
+					var rec struct {
+						PluginSeq uint64 `json:"pluginSeq"`
+					}
+					if (e.Kind == leasestore.KindUpdate || e.Kind == leasestore.KindStop) &&
+						json.Unmarshal(e.Payload, &rec) == nil && rec.PluginSeq > 0 {
 						got++
 					}
 					return nil
