@@ -198,7 +198,11 @@ func CheckSettings(caps pluginclient.Capabilities, options map[string]string, se
 
 func optionDeclared(specs []pluginclient.OptionSpec, name string) bool {
 	for _, o := range specs {
-		if o.Name == name || (strings.HasSuffix(o.Name, ".") && strings.HasPrefix(name, o.Name) && len(name) > len(o.Name)) {
+		if strings.HasSuffix(o.Name, ".") {
+			if strings.HasPrefix(name, o.Name) && len(name) > len(o.Name) {
+				return true
+			}
+		} else if o.Name == name {
 			return true
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/agenthost/agenthost/host"
 )
 
 // fuzzSmallMax is the request limit the fuzzer mostly works against: small
@@ -471,4 +473,49 @@ func truncate(b []byte) []byte {
 		return b
 	}
 	return append(bytes.Clone(b[:n]), "..."...)
+}
+
+// FuzzListCursor: a cursor from a client is refused or read, never a
+// panic; one the server made reads back as what it encoded.
+func FuzzListCursor(f *testing.F) {
+	f.Add(listCursor{ID: "s-1"}.encode())
+	f.Add("nonsense")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := decodeCursor(s)
+		if err != nil {
+			return
+		}
+		again, err := decodeCursor(c.encode())
+		if err != nil || again.ID != c.ID || !again.CreatedAt.Equal(c.CreatedAt) {
+			t.Fatalf("cursor %q read as %+v, re-encoded reads as %+v (%v)", s, c, again, err)
+		}
+	})
+}
+
+// FuzzPromptBlocks: any prompt the ACP library decodes converts, or is
+// refused as content the agent does not take; each converted block has a
+// type, and every one but text carries valid JSON.
+func FuzzPromptBlocks(f *testing.F) {
+	f.Add(`[{"type":"text","text":"hi"},{"type":"image","mimeType":"image/png","data":"AA=="}]`)
+	f.Add(`[{"type":"resource_link","uri":"file:///a","name":"a"}]`)
+	f.Add(`[{"type":"resource","resource":{"uri":"file:///a","text":"x"}}]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		var blocks []acp.ContentBlock
+		if json.Unmarshal([]byte(s), &blocks) != nil {
+			return
+		}
+		out, err := promptBlocks(blocks)
+		if err != nil {
+			if !errors.Is(err, host.ErrUnsupportedContent) {
+				t.Fatalf("prompt %s: %v", s, err)
+			}
+			return
+		}
+		for _, b := range out {
+			if b.Type == "" || (b.Type != "text" && !json.Valid([]byte(b.JSON))) {
+				t.Fatalf("prompt %s converted to %+v", s, b)
+			}
+		}
+	})
 }
