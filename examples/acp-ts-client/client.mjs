@@ -23,96 +23,31 @@
 //  10. a long turn cancelled: stopReason "cancelled"
 //  11. a provider refusing the credentials: the prompt fails with -32000
 //
-// Usage: node client.mjs WORKSPACE AGENT_COMMAND [ARG...]
+// Run again with --resume SESSION, against a new agenthost acp on the
+// same state directory (the first one gone, and its plugin with it), it
+// resumes the session and checks what the host kept: the mode and model
+// set last, the MCP server, and the "allow always" grant (an edit is not
+// asked).
+//
+// Usage: node client.mjs [--resume SESSION] WORKSPACE AGENT_COMMAND [ARG...]
 //   e.g. node client.mjs /tmp/ws agenthost --state-dir /tmp/ah acp --agent scripted
 // The SDK is imported from $AGENTHOST_ACP_SDK (a directory npm installed it
-// into, as make acp-sdk does) when set, else from node's own resolution.
-// The agent's stderr goes to $AGENT_STDERR when set.
+// into, as make acp-sdk does) when set, else from node's own resolution
+// (lib.mjs). The agent's stderr goes to $AGENT_STDERR when set.
 
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
-import { pathToFileURL } from 'node:url';
 
-async function loadSDK() {
-  const dir = process.env.AGENTHOST_ACP_SDK;
-  if (!dir) return import('@agentclientprotocol/sdk');
-  const require = createRequire(path.join(path.resolve(dir), 'package.json'));
-  return import(pathToFileURL(require.resolve('@agentclientprotocol/sdk')).href);
-}
-
-// A 1×1 PNG.
-const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=';
-const WAIT_MS = 10000;
-
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
-
-function ok(step, detail) {
-  console.log(`ok ${step}: ${detail}`);
-}
-
-// Updates is every session/update the client got, with a way to wait for
-// one that has not come yet.
-class Updates {
-  constructor() {
-    this.all = [];
-    this.waiters = [];
-  }
-  push(n) {
-    this.all.push(n);
-    for (const w of this.waiters.splice(0)) w();
-  }
-  // waitFor resolves with the first update from index from on that pred
-  // accepts.
-  async waitFor(what, pred, from = 0) {
-    const deadline = Date.now() + WAIT_MS;
-    for (let i = from; ; ) {
-      for (; i < this.all.length; i++) if (pred(this.all[i].update)) return this.all[i].update;
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no ${what} within ${WAIT_MS} ms; got ${this.all.slice(from).map((n) => n.update.sessionUpdate)}`);
-      await new Promise((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiters.push(() => (clearTimeout(t), resolve()));
-      });
-    }
-  }
-  // text is the agent's message chunks from index from on.
-  text(from) {
-    return this.all
-      .slice(from)
-      .filter((n) => n.update.sessionUpdate === 'agent_message_chunk')
-      .map((n) => n.update.content.text)
-      .join('');
-  }
-}
+import { PNG, check, ok, run, withAgent } from './lib.mjs';
 
 async function main() {
-  const [workspace, ...agentCommand] = process.argv.slice(2);
-  if (!workspace || agentCommand.length === 0) throw new Error('usage: node client.mjs WORKSPACE AGENT_COMMAND [ARG...]');
-  const acp = await loadSDK();
+  let args = process.argv.slice(2);
+  let resume;
+  if (args[0] === '--resume') [, resume, ...args] = args;
+  const [workspace, ...agentCommand] = args;
+  if (!workspace || agentCommand.length === 0) throw new Error('usage: node client.mjs [--resume SESSION] WORKSPACE AGENT_COMMAND [ARG...]');
 
-  const agentStderr = process.env.AGENT_STDERR ? fs.openSync(process.env.AGENT_STDERR, 'a') : 'inherit';
-  const child = spawn(agentCommand[0], agentCommand.slice(1), { stdio: ['pipe', 'pipe', agentStderr] });
-  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-
-  const updates = new Updates();
-  const permissions = []; // every session/request_permission, with its answer
-  let answerKind = 'allow_once';
-  const app = acp
-    .client()
-    .onNotification(acp.methods.client.session.update, ({ params }) => updates.push(params))
-    .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
-      const option = params.options.find((o) => o.kind === answerKind);
-      permissions.push({ params, answered: option?.optionId });
-      return option ? { outcome: { outcome: 'selected', optionId: option.optionId } } : { outcome: { outcome: 'cancelled' } };
-    });
-
-  await app.connectWith(stream, async (agent) => {
+  await withAgent(agentCommand, async ({ acp, agent, updates, permissions, answer, prompter, cancel }) => {
     // 1. initialize
     const init = await agent.request(acp.methods.agent.initialize, {
       protocolVersion: acp.PROTOCOL_VERSION,
@@ -124,8 +59,28 @@ async function main() {
     check(!pc.audio, 'no audio: the scripted agent does not declare it');
     ok('initialize', `protocol ${init.protocolVersion}, promptCapabilities ${JSON.stringify(pc)}`);
 
-    // 2. session/new with settings
     const mcpServer = { name: 'files', command: '/bin/true', args: ['--serve'], env: [{ name: 'ROOT', value: workspace }] };
+    const mcpLine = `mcp: files (stdio) /bin/true --serve ROOT=${workspace}\n`;
+    const file = path.join(workspace, 'notes.txt');
+    if (resume) {
+      // The session again, from a host that never saw it run.
+      const r = await agent.request(acp.methods.agent.session.resume, { sessionId: resume, cwd: workspace });
+      const m = (r.configOptions ?? []).find((o) => o.id === 'model');
+      check(r.modes?.currentModeId === 'default' && m?.currentValue === 'smart', `resumed in mode default with model smart, got ${JSON.stringify(r)}`);
+      const [, say] = prompter(resume);
+      let t = await say('settings');
+      check(t.text === 'mode default, model smart, effort medium', `the agent's settings after the resume, got ${JSON.stringify(t.text)}`);
+      t = await say('mcp');
+      check(t.text === mcpLine, `the MCP server passed again, got ${JSON.stringify(t.text)}`);
+      answer.kind = 'reject_once'; // were it asked, it would be refused
+      t = await say('edit notes.txt third');
+      check(permissions.length === 0, `no permission request after the resume, got ${permissions.length}`);
+      check(t.text === 'edited notes.txt' && fs.readFileSync(file, 'utf8') === 'third\n', `the edit made, got ${JSON.stringify(t.text)}`);
+      ok('resume', 'mode default, model smart, the MCP server and the "allow always" grant survived the host and its plugin');
+      return;
+    }
+
+    // 2. session/new with settings
     const from = updates.all.length;
     const s = await agent.request(acp.methods.agent.session.new, {
       cwd: workspace,
@@ -143,18 +98,13 @@ async function main() {
     check(cmds.availableCommands.some((c) => c.name === 'edit'), `an edit command, got ${cmds.availableCommands.map((c) => c.name)}`);
     ok('session/new', `session ${sessionId}: modes ${modeIds}, model ${model.currentValue}, ${cmds.availableCommands.length} commands`);
 
-    const prompt = async (blocks) => {
-      const at = updates.all.length;
-      const res = await agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: blocks });
-      return { stopReason: res.stopReason, text: updates.text(at), at };
-    };
-    const say = (text) => prompt([{ type: 'text', text }]);
+    const [prompt, say] = prompter(sessionId);
 
     // 3. what reached the agent
     let r = await say('settings');
     check(r.text === 'mode default, model fast, effort medium', `the agent's settings, got ${JSON.stringify(r.text)}`);
     r = await say('mcp');
-    check(r.text === `mcp: files (stdio) /bin/true --serve ROOT=${workspace}\n`, `the MCP server reached the agent, got ${JSON.stringify(r.text)}`);
+    check(r.text === mcpLine, `the MCP server reached the agent, got ${JSON.stringify(r.text)}`);
     ok('settings', `the agent has ${JSON.stringify('mode default, model fast, effort medium')} and ${JSON.stringify(r.text.trim())}`);
 
     // 4. set mode; the agent leaves plan mode by itself
@@ -189,9 +139,8 @@ async function main() {
     ok('image prompt', `the agent received the image (${png} bytes), the resource and the link`);
 
     // 7. an edit asks, with its diff; allow always
-    const file = path.join(workspace, 'notes.txt');
     fs.writeFileSync(file, 'old\n');
-    answerKind = 'allow_always';
+    answer.kind = 'allow_always';
     r = await say('edit notes.txt hello');
     check(permissions.length === 1, `one permission request, got ${permissions.length}`);
     const req = permissions[0].params;
@@ -205,7 +154,7 @@ async function main() {
     ok('permission with a diff', `${req.toolCall.title}: diff ${JSON.stringify(diff.oldText)} -> ${JSON.stringify(diff.newText)}, options ${kinds}; answered ${permissions[0].answered}; tool_call ${call.toolCallId} shows the diff too`);
 
     // 8. the second edit is not asked
-    answerKind = 'reject_once'; // were it asked, it would be refused
+    answer.kind = 'reject_once'; // were it asked, it would be refused
     r = await say('edit notes.txt again');
     check(permissions.length === 1, `no second permission request, got ${permissions.length}`);
     check(r.text === 'edited notes.txt' && fs.readFileSync(file, 'utf8') === 'again\n', `the second edit made, got ${JSON.stringify(r.text)}`);
@@ -221,35 +170,15 @@ async function main() {
     const held = say('sleep 30s');
     await updates.waitFor('the long turn', (u) => u.sessionUpdate === 'user_message_chunk' && u.content.text === 'sleep 30s', at);
     const cancelledAt = Date.now();
-    await agent.notify(acp.methods.agent.session.cancel, { sessionId });
-    // Cancelling is idempotent: repeat it until the prompt is answered, in
-    // case the first reached the host before the agent had the prompt.
-    const again = setInterval(() => agent.notify(acp.methods.agent.session.cancel, { sessionId }).catch(() => {}), 1000);
-    try {
-      r = await held;
-    } finally {
-      clearInterval(again);
-    }
+    r = await cancel(sessionId, held);
     check(r.stopReason === 'cancelled', `stopReason cancelled, got ${r.stopReason}`);
     ok('cancel', `stopReason cancelled after ${Date.now() - cancelledAt} ms`);
 
     // 11. auth required
-    try {
-      await say('auth');
-      check(false, 'the auth prompt succeeded');
-    } catch (err) {
-      check(err.code === -32000, `code -32000 (auth required), got ${err.code}: ${err.message}`);
-      ok('auth required', `${err.code} ${err.message}`);
-    }
+    const refused = await say('auth').then(() => null, (err) => err);
+    check(refused?.code === -32000, `code -32000 (auth required), got ${refused?.code}: ${refused?.message}`);
+    ok('auth required', `${refused.code} ${refused.message}`);
   });
-
-  child.stdin.end();
-  const { code, signal } = await exited;
-  check(code === 0, `the agent exited with ${code ?? signal}`);
-  console.log('done');
 }
 
-main().catch((err) => {
-  console.error(`acp-ts-client: ${err.stack || err.message}`);
-  process.exit(1);
-});
+run('acp-ts-client', main);

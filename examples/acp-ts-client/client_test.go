@@ -2,7 +2,7 @@ package acptsclient
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,41 +11,61 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
-// sdkDir is where the ACP TypeScript SDK is installed: $AGENTHOST_ACP_SDK
-// (make test sets it), else the cache make acp-sdk installs into.
-func sdkDir(t *testing.T) string {
+// agenthostBin is agenthost, built once for the package's tests.
+var agenthostBin string
+
+// TestMain builds agenthost where the tests can run: with node and the
+// SDK; without, they skip.
+func TestMain(m *testing.M) {
+	_, noNode := exec.LookPath("node")
+	if _, noSDK := findSDK(); noNode != nil || noSDK != nil {
+		os.Exit(m.Run())
+	}
+	os.Exit(buildtest.Main(m, map[*string]string{&agenthostBin: "../../cmd/agenthost"}))
+}
+
+// findSDK returns where the ACP TypeScript SDK is installed:
+// $AGENTHOST_ACP_SDK (make test sets it), else the cache make acp-sdk
+// installs into.
+func findSDK() (string, error) {
 	dir := os.Getenv("AGENTHOST_ACP_SDK")
 	if dir == "" {
 		dir = filepath.Join("..", "..", ".cache", "acp-sdk")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@agentclientprotocol", "sdk", "package.json")); err != nil {
-		t.Skipf("the ACP TypeScript SDK is not installed in %s: make acp-sdk installs it (it needs npm)", dir)
+		return "", fmt.Errorf("the ACP TypeScript SDK is not installed in %s: make acp-sdk installs it (it needs npm)", dir)
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
+	return filepath.Abs(dir)
 }
 
-// TestACPTypeScriptSDKClient runs client.mjs, a client on the official ACP
-// TypeScript SDK, against agenthost acp with the scripted agent: each
-// step it prints is one the SDK's client checked, and the workspace and
-// the host's state show the outcome.
-func TestACPTypeScriptSDKClient(t *testing.T) {
+// need returns node and the SDK's directory, or skips the test saying
+// what is missing.
+func need(t *testing.T) (node, sdk string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed")
 	}
-	sdk := sdkDir(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "agenthost")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/agenthost").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	sdk, err = findSDK()
+	if err != nil {
+		t.Skip(err)
 	}
+	return node, sdk
+}
+
+// TestACPTypeScriptSDKClient runs client.mjs, a client on the official ACP
+// TypeScript SDK, against agenthost acp with the scripted agent: each
+// step it prints is one the SDK's client checked, and the workspace shows
+// the outcome. A second run, against a new host on the same state
+// directory, resumes the session and finds its settings and grants kept.
+func TestACPTypeScriptSDKClient(t *testing.T) {
+	t.Parallel()
+	node, sdk := need(t)
+	bin, dir := agenthostBin, t.TempDir()
 	state, ws, agentLog := filepath.Join(dir, "state"), filepath.Join(dir, "ws"), filepath.Join(dir, "agent.log")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
@@ -58,33 +78,45 @@ func TestACPTypeScriptSDKClient(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "client.mjs", ws,
-		bin, "--state-dir", state, "--log-level", "debug", "acp", "--agent", "scripted", "--shutdown-sessions")
-	cmd.Env = append(os.Environ(), "AGENTHOST_ACP_SDK="+sdk, "AGENT_STDERR="+agentLog)
-	output, err := cmd.CombinedOutput()
-	text := string(output)
-	if err != nil {
-		log, _ := os.ReadFile(agentLog)
-		t.Fatalf("node client.mjs: %v\n%s\nagenthost acp's log:\n%s", err, text, log)
-	}
-	t.Logf("node client.mjs:\n%s", text)
-	for _, step := range []string{"initialize", "session/new", "settings", "session/set_mode", "session/set_config_option",
-		"image prompt", "permission with a diff", "allow always", "title", "cancel", "auth required"} {
-		if !strings.Contains(text, "\nok "+step+": ") && !strings.HasPrefix(text, "ok "+step+": ") {
-			t.Errorf("the client did not get through %q", step)
+	// run runs client.mjs with args before the workspace, against a new
+	// agenthost acp on the state directory.
+	run := func(args ...string) string {
+		t.Helper()
+		args = append(append([]string{"client.mjs"}, args...), ws,
+			bin, "--state-dir", state, "--log-level", "debug", "acp", "--agent", "scripted", "--shutdown-sessions")
+		cmd := exec.CommandContext(ctx, node, args...)
+		cmd.Env = append(os.Environ(), "AGENTHOST_ACP_SDK="+sdk, "AGENT_STDERR="+agentLog)
+		output, err := cmd.CombinedOutput()
+		text := string(output)
+		if err != nil {
+			log, _ := os.ReadFile(agentLog)
+			t.Fatalf("node %s: %v\n%s\nagenthost acp's log:\n%s", strings.Join(args, " "), err, text, log)
 		}
+		t.Logf("node %s:\n%s", strings.Join(args, " "), text)
+		// The SDK logs what it could not read (a message off the schema)
+		// rather than failing the call that carried it.
+		for _, bad := range []string{"Invalid message", "Error handling notification"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("the SDK logged %q", bad)
+			}
+		}
+		if !strings.HasSuffix(text, "\ndone\n") {
+			t.Error("the client did not finish")
+		}
+		return text
 	}
-	if !strings.HasSuffix(text, "\ndone\n") {
-		t.Error("the client did not finish")
-	}
-	// The SDK logs what it could not read (a message off the schema)
-	// rather than failing the call that carried it.
-	for _, bad := range []string{"Invalid message", "Error handling notification"} {
-		if strings.Contains(text, bad) {
-			t.Errorf("the SDK logged %q", bad)
+	passed := func(text string, steps ...string) {
+		t.Helper()
+		for _, step := range steps {
+			if !regexp.MustCompile(`(?m)^ok ` + regexp.QuoteMeta(step) + `: `).MatchString(text) {
+				t.Errorf("the client did not get through %q", step)
+			}
 		}
 	}
 
+	text := run()
+	passed(text, "initialize", "session/new", "settings", "session/set_mode", "session/set_config_option",
+		"image prompt", "permission with a diff", "allow always", "title", "cancel", "auth required")
 	// The outcome, outside the client: the edits made, the plan-mode one
 	// not.
 	if b, err := os.ReadFile(filepath.Join(ws, "notes.txt")); err != nil || string(b) != "again\n" {
@@ -94,24 +126,14 @@ func TestACPTypeScriptSDKClient(t *testing.T) {
 		t.Error("plan.txt was written in plan mode")
 	}
 
-	// The host stored the settings the session ended with.
+	// A new host resumes the session with what the first one kept: the
+	// mode and model set last, the MCP server, the "allow always" grant.
 	m := regexp.MustCompile(`(?m)^ok session/new: session (\S+):`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatal("no session id in the output")
 	}
-	out, err := exec.Command(bin, "--state-dir", state, "sessions", "show", "--json", m[1]).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sessions show: %v\n%s", err, out)
-	}
-	var shown struct {
-		Session struct {
-			Options map[string]string `json:"options"`
-		} `json:"session"`
-	}
-	if err := json.Unmarshal(out, &shown); err != nil {
-		t.Fatalf("sessions show --json: %v\n%s", err, out)
-	}
-	if o := shown.Session.Options; o["model"] != "smart" || o["mode"] != "default" {
-		t.Errorf("the stored options: %v, want model smart (set_config_option) and mode default (exitplan)", o)
+	passed(run("--resume", m[1]), "initialize", "resume")
+	if b, err := os.ReadFile(filepath.Join(ws, "notes.txt")); err != nil || string(b) != "third\n" {
+		t.Errorf("notes.txt after the resumed edit: %q, %v", b, err)
 	}
 }

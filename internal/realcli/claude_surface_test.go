@@ -360,3 +360,54 @@ func TestClaudePlanExit(t *testing.T) {
 		t.Errorf("stored options %v, want mode acceptEdits", st.Options)
 	}
 }
+
+// session/set_mode while a turn runs: the mode reaches the CLI at once, so
+// a Write the model asks for later in the same turn runs without asking.
+func TestClaudeSetModeMidTurn(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	target := filepath.Join(r.workspace, "later.txt")
+	slow := modelserver.Reply{Text: strings.Repeat("planning ", 20), Delay: 40 * time.Millisecond, // 60 deltas: 2.4 s
+		Tools: []modelserver.ToolCall{{Name: "Write", Input: `{"file_path":` + asJSONString(target) + `,"content":"later"}`}}}
+	r.script(slow, modelserver.Text("Written."))
+	id := cl.newSession(r, nil)
+	turn := cl.promptAsync(id, "write it after a while")
+	cl.waitChunks(3)
+	cl.setMode(id, "acceptEdits")
+	end := <-turn
+	if end.err != nil || end.stop != acp.StopReasonEndTurn {
+		t.Fatalf("the turn ended %q, %v", end.stop, end.err)
+	}
+	if n := len(cl.permissionRequests()); n != 0 {
+		t.Errorf("%d permission requests: the mode set mid-turn did not reach the CLI", n)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "later" {
+		t.Errorf("the Write after the mode change: %q %v", b, err)
+	}
+}
+
+// Settings the claude agent does not take are refused with invalid params
+// naming them: an unknown option (by the host, from the declared list), a
+// bad value (by the plugin), the old name of a renamed option.
+func TestClaudeRefusedSettings(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	for _, tt := range []struct {
+		opts map[string]string
+		name string
+	}{
+		{map[string]string{"temperature": "2"}, "temperature"},
+		{map[string]string{claude.OptMode: "yolo"}, claude.OptMode},
+		{map[string]string{claude.OptEffort: "extreme"}, claude.OptEffort},
+		{map[string]string{"permission_mode": "plan"}, "permission_mode"},
+	} {
+		err := cl.tryNewSession(r, tt.opts)
+		var aerr *apiclient.Error
+		if !errors.As(err, &aerr) || aerr.Code != api.CodeInvalidParams || !strings.Contains(aerr.Message, tt.name) {
+			t.Errorf("session/new with %v: %v, want invalid params naming %s", tt.opts, err, tt.name)
+		}
+	}
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("the model server saw %d requests", n)
+	}
+}

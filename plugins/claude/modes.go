@@ -234,7 +234,7 @@ func (a *agent) noteMode(mode string, emit func(sdk.Update) error) {
 }
 
 // drainIdle handles what the CLI printed between turns, before the next
-// prompt: a mode change is reported through the Reporter, a stray control
+// prompt: a mode change and a title are reported through the Reporter, a stray control
 // request refused; the rest (the replayed output of a set_model) is the
 // CLI's bookkeeping. A closed stream is left for the turn to find.
 func (a *agent) drainIdle(c *cli) {
@@ -249,6 +249,8 @@ func (a *agent) drainIdle(c *cli) {
 				a.log.Warn("claude's stream broke between turns", "error", ev.err)
 			case ev.msg.Type == "system" && (ev.msg.Subtype == "status" || ev.msg.Subtype == "init"):
 				a.noteMode(ev.msg.PermissionMode, report)
+			case ev.msg.Type == "system" && ev.msg.Subtype == "session_title_changed" && ev.msg.Title != "":
+				a.rep.Title(ev.msg.Title)
 			case ev.msg.Type == "control_request":
 				_ = c.write(successResponse(ev.msg.RequestID, permissionDeny{Behavior: "deny", Message: "no turn is running"}))
 			}
