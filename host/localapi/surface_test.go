@@ -297,8 +297,8 @@ func TestSettingsSurviveRestart(t *testing.T) {
 	}
 }
 
-// A prompt after the plugin died resumes the session with its stored
-// settings.
+// A prompt, or a setting, after the plugin died resumes the session with
+// its stored settings.
 func TestSettingsSurvivePluginDeath(t *testing.T) {
 	sh := newSurface(t, nil, nil)
 	c := dial(t, sh.sock)
@@ -320,6 +320,22 @@ func TestSettingsSurvivePluginDeath(t *testing.T) {
 	}
 	if len(got.MCPServers) != 1 || got.MCPServers[0].Name != "fs" {
 		t.Errorf("the resume after the plugin died got MCP servers %+v", got.MCPServers)
+	}
+	// A config option set after another death resumes the session too.
+	s, ok = sh.h.Session(created.SessionID)
+	if !ok {
+		t.Fatal("the session does not run")
+	}
+	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	c.mustCall("session/set_config_option", map[string]any{"sessionId": created.SessionID, "configId": "model", "value": "m1"}, nil)
+	if n := len(sh.events("resume")); n != 2 {
+		t.Errorf("%d resumes, want 2", n)
+	}
+	if got := storedSession(t, c, created.SessionID).Options; got["model"] != "m1" || got["mode"] != "plan" {
+		t.Errorf("stored options %v", got)
 	}
 }
 
