@@ -671,6 +671,36 @@ func TestPermissionSurvivesReadoption(t *testing.T) {
 	waitUntil(t, "the turn answered", func() bool { return slices.Contains(agentTexts(b), "answered no") })
 }
 
+// Two clients follow a session: both are asked; the first answer counts,
+// and the other client's question is withdrawn ($/cancel_request).
+func TestPermissionAnsweredElsewhereIsWithdrawn(t *testing.T) {
+	sh := newSurface(t, nil, nil)
+	ws := t.TempDir()
+	askedA, answeredB := make(chan struct{}), make(chan struct{})
+	a := dial(t, sh.sock)
+	a.answer = func(string, json.RawMessage) any {
+		close(askedA)
+		<-answeredB
+		time.Sleep(200 * time.Millisecond) // the user of A was slower
+		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "never"}}
+	}
+	var created sessionResult
+	a.mustCall(api.MethodSessionNew, newParams(ws, nil), &created)
+	id := created.SessionID
+	b := dial(t, sh.sock)
+	b.answer = func(string, json.RawMessage) any {
+		defer close(answeredB)
+		<-askedA // both were asked
+		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "once"}}
+	}
+	b.mustCall(api.MethodSessionResume, map[string]any{"sessionId": id, "cwd": ws}, nil)
+	b.mustCall(api.MethodSessionPrompt, textPrompt(id, "ask edit"), nil)
+	if texts := agentTexts(b); len(texts) == 0 || texts[len(texts)-1] != "answered once" {
+		t.Errorf("the agent's answer %q", texts)
+	}
+	a.waitNotes("$/cancel_request", 1)
+}
+
 func TestPermissionTimesOut(t *testing.T) {
 	sh := newSurface(t, func(c *host.Config) { c.PermissionTimeout = 300 * time.Millisecond }, nil)
 	ws := t.TempDir()
