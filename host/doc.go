@@ -79,6 +79,24 @@
 // never the plugin's stream itself, and one that reconnects from the last
 // seq it saw misses nothing.
 //
+// # Settings, permissions, titles
+//
+// A session's settings (the options its agent acknowledged, its MCP
+// servers, its modes and config options as the agent last reported them,
+// its title, the permission scopes answered "allow always") are stored
+// with its record by leasestore.RecordSettings at the session's fence, and
+// the Session keeps them in memory (settings.go). Every start of a session
+// that exists, a resume, a prompt after its plugin died, a start after a
+// restart, passes the stored options and servers; a readopted plugin needs
+// none, and the stored modes and config options answer for it. An agent's
+// capabilities (capabilities.go) are learned from its plugin's Identify
+// once per host; CheckSettings refuses settings it does not declare,
+// checkContent prompt blocks. Permission requests (permission.go) are
+// pending from before they are journaled until answered, so a client asks
+// only those the plugin still waits on; the host answers a request of a
+// scope allowed always itself, and one nobody answers within
+// Config.PermissionTimeout with "cancelled".
+//
 // # Embedding
 //
 // A host is Linux-only (pidfds). Plugins inherit every descriptor of the

@@ -39,6 +39,22 @@ const DefaultPermissionTimeout = 10 * time.Minute
 type pendingPermission struct {
 	req   *journal.PermissionRequest
 	timer *time.Timer
+	done  chan struct{} // closed once the request is no longer pending
+}
+
+// closedChan is what PermissionDone returns for a request not pending.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// PermissionDone returns a channel closed once the request is no longer
+// pending (answered by any client or by the host, timed out, or its
+// session ended): a client still asking may withdraw the question.
+func (s *Session) PermissionDone(requestID string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.perms[requestID]; ok {
+		return p.done
+	}
+	return closedChan
 }
 
 // PermissionPending reports whether the plugin still waits for an answer
@@ -176,7 +192,7 @@ func (s *Session) addPermission(req *journal.PermissionRequest) {
 	}
 	id := req.RequestID
 	timeout := s.h.cfg.PermissionTimeout
-	p := &pendingPermission{req: req}
+	p := &pendingPermission{req: req, done: make(chan struct{})}
 	p.timer = time.AfterFunc(timeout, func() { s.expirePermission(id, timeout) })
 	s.perms[id] = p
 	s.permOrder = append(s.permOrder, id)
@@ -188,6 +204,7 @@ func (s *Session) forgetPermission(id string) {
 	defer s.mu.Unlock()
 	if p, ok := s.perms[id]; ok {
 		p.timer.Stop()
+		close(p.done)
 		delete(s.perms, id)
 		s.permOrder = slices.DeleteFunc(s.permOrder, func(x string) bool { return x == id })
 	}
@@ -199,6 +216,7 @@ func (s *Session) stopPermissions() {
 	defer s.mu.Unlock()
 	for id, p := range s.perms {
 		p.timer.Stop()
+		close(p.done)
 		delete(s.perms, id)
 	}
 	s.permOrder = nil

@@ -42,9 +42,9 @@ func TestCheckSettings(t *testing.T) {
 func TestTitleOf(t *testing.T) {
 	long := strings.Repeat("é", 100)
 	for in, want := range map[string]string{
-		"fix the tests":             "fix the tests",
+		"fix the tests":              "fix the tests",
 		"\n\n  first line  \nsecond": "first line",
-		long:                        strings.Repeat("é", TitleLength-1) + "…",
+		long:                         strings.Repeat("é", TitleLength-1) + "…",
 	} {
 		if got := titleOf(in); got != want {
 			t.Errorf("titleOf(%q) = %q, want %q", in, got, want)

@@ -205,20 +205,9 @@ func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (
 // of the turn has been sent.
 func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	id := string(p.SessionId)
-	s, ok := a.srv.Host.Session(id)
-	if !ok && a.followerOf(id) != nil {
-		// This connection has the session open, but its plugin is gone
-		// (it died, or was stopped): the client expects its next prompt
-		// to go on with the conversation, as it would have had the
-		// plugin lived, so resume it here rather than refuse.
-		rs, err := a.resume(ctx, id, "", nil)
-		if err != nil {
-			return acp.PromptResponse{}, apiError(fmt.Errorf("session %q's plugin is gone and resuming it failed: %w", id, err))
-		}
-		s, ok = rs, true
-	}
-	if !ok {
-		return acp.PromptResponse{}, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
+	s, err := a.running(ctx, id)
+	if err != nil {
+		return acp.PromptResponse{}, err
 	}
 	blocks, err := promptBlocks(p.Prompt)
 	if err != nil {
@@ -293,10 +282,22 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 	return out, nil
 }
 
-// running returns the session id runs in this host, or a not-found error
-// telling the client to load or resume it.
-func (a *agent) running(id string) (*host.Session, error) {
+// running returns the session id runs in this host. On a connection that
+// has the session open but whose plugin is gone (it died, or was stopped),
+// the client expects its next request to go on with the conversation, as
+// it would have had the plugin lived, so the session is resumed (with its
+// stored settings) rather than the request refused. Otherwise a session
+// not running is a not-found error telling the client to load or resume
+// it.
+func (a *agent) running(ctx context.Context, id string) (*host.Session, error) {
 	if s, ok := a.srv.Host.Session(id); ok {
+		return s, nil
+	}
+	if a.followerOf(id) != nil {
+		s, err := a.resume(ctx, id, "", nil)
+		if err != nil {
+			return nil, apiError(fmt.Errorf("session %q's plugin is gone and resuming it failed: %w", id, err))
+		}
 		return s, nil
 	}
 	return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
@@ -306,7 +307,7 @@ func (a *agent) running(id string) (*host.Session, error) {
 // one; the mode is stored as the session's "mode" option, so every resume
 // keeps it, and the agent's current_mode_update reaches every follower.
 func (a *agent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	s, err := a.running(string(p.SessionId))
+	s, err := a.running(ctx, string(p.SessionId))
 	if err != nil {
 		return acp.SetSessionModeResponse{}, err
 	}
@@ -323,7 +324,7 @@ func (a *agent) SetSessionConfigOption(ctx context.Context, p acp.SetSessionConf
 		return acp.SetSessionConfigOptionResponse{}, errf("only config options of type select are supported")
 	}
 	v := p.ValueId
-	s, err := a.running(string(v.SessionId))
+	s, err := a.running(ctx, string(v.SessionId))
 	if err != nil {
 		return acp.SetSessionConfigOptionResponse{}, err
 	}

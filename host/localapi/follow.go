@@ -150,13 +150,27 @@ func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 	}
 	// Ask without holding up the journal: the plugin's turn waits, not
 	// the stream of updates.
+	// A question answered elsewhere (another client, the host) is
+	// withdrawn: the library sends the client $/cancel_request.
+	rctx, withdraw := context.WithCancel(ctx)
+	resolved := s.PermissionDone(q.RequestID)
 	f.wg.Go(func() {
-		resp, err := f.a.conn.RequestPermission(ctx, req)
+		select {
+		case <-resolved:
+			withdraw()
+		case <-rctx.Done():
+		}
+	})
+	f.wg.Go(func() {
+		defer withdraw()
+		resp, err := f.a.conn.RequestPermission(rctx, req)
 		select {
 		case <-ctx.Done():
 			return // the client stopped following: still pending
 		case <-f.a.conn.Done():
 			return // the client left: still pending
+		case <-resolved:
+			return // answered elsewhere
 		default:
 		}
 		option := ""

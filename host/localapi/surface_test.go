@@ -297,8 +297,8 @@ func TestSettingsSurviveRestart(t *testing.T) {
 	}
 }
 
-// A prompt after the plugin died resumes the session with its stored
-// settings.
+// A prompt, or a setting, after the plugin died resumes the session with
+// its stored settings.
 func TestSettingsSurvivePluginDeath(t *testing.T) {
 	sh := newSurface(t, nil, nil)
 	c := dial(t, sh.sock)
@@ -320,6 +320,22 @@ func TestSettingsSurvivePluginDeath(t *testing.T) {
 	}
 	if len(got.MCPServers) != 1 || got.MCPServers[0].Name != "fs" {
 		t.Errorf("the resume after the plugin died got MCP servers %+v", got.MCPServers)
+	}
+	// A config option set after another death resumes the session too.
+	s, ok = sh.h.Session(created.SessionID)
+	if !ok {
+		t.Fatal("the session does not run")
+	}
+	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	c.mustCall("session/set_config_option", map[string]any{"sessionId": created.SessionID, "configId": "model", "value": "m1"}, nil)
+	if n := len(sh.events("resume")); n != 2 {
+		t.Errorf("%d resumes, want 2", n)
+	}
+	if got := storedSession(t, c, created.SessionID).Options; got["model"] != "m1" || got["mode"] != "plan" {
+		t.Errorf("stored options %v", got)
 	}
 }
 
@@ -653,6 +669,36 @@ func TestPermissionSurvivesReadoption(t *testing.T) {
 	}
 	b.mustCall(api.MethodSessionResume, map[string]any{"sessionId": id, "cwd": ws}, nil)
 	waitUntil(t, "the turn answered", func() bool { return slices.Contains(agentTexts(b), "answered no") })
+}
+
+// Two clients follow a session: both are asked; the first answer counts,
+// and the other client's question is withdrawn ($/cancel_request).
+func TestPermissionAnsweredElsewhereIsWithdrawn(t *testing.T) {
+	sh := newSurface(t, nil, nil)
+	ws := t.TempDir()
+	askedA, answeredB := make(chan struct{}), make(chan struct{})
+	a := dial(t, sh.sock)
+	a.answer = func(string, json.RawMessage) any {
+		close(askedA)
+		<-answeredB
+		time.Sleep(200 * time.Millisecond) // the user of A was slower
+		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "never"}}
+	}
+	var created sessionResult
+	a.mustCall(api.MethodSessionNew, newParams(ws, nil), &created)
+	id := created.SessionID
+	b := dial(t, sh.sock)
+	b.answer = func(string, json.RawMessage) any {
+		defer close(answeredB)
+		<-askedA // both were asked
+		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "once"}}
+	}
+	b.mustCall(api.MethodSessionResume, map[string]any{"sessionId": id, "cwd": ws}, nil)
+	b.mustCall(api.MethodSessionPrompt, textPrompt(id, "ask edit"), nil)
+	if texts := agentTexts(b); len(texts) == 0 || texts[len(texts)-1] != "answered once" {
+		t.Errorf("the agent's answer %q", texts)
+	}
+	a.waitNotes("$/cancel_request", 1)
 }
 
 func TestPermissionTimesOut(t *testing.T) {

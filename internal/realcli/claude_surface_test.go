@@ -385,3 +385,29 @@ func TestClaudeSetModeMidTurn(t *testing.T) {
 		t.Errorf("the Write after the mode change: %q %v", b, err)
 	}
 }
+
+// Settings the claude agent does not take are refused with invalid params
+// naming them: an unknown option (by the host, from the declared list), a
+// bad value (by the plugin), the old name of a renamed option.
+func TestClaudeRefusedSettings(t *testing.T) {
+	t.Parallel()
+	r, _, cl := startClaude(t)
+	for _, tt := range []struct {
+		opts map[string]string
+		name string
+	}{
+		{map[string]string{"temperature": "2"}, "temperature"},
+		{map[string]string{claude.OptMode: "yolo"}, claude.OptMode},
+		{map[string]string{claude.OptEffort: "extreme"}, claude.OptEffort},
+		{map[string]string{"permission_mode": "plan"}, "permission_mode"},
+	} {
+		err := cl.tryNewSession(r, tt.opts)
+		var aerr *apiclient.Error
+		if !errors.As(err, &aerr) || aerr.Code != api.CodeInvalidParams || !strings.Contains(aerr.Message, tt.name) {
+			t.Errorf("session/new with %v: %v, want invalid params naming %s", tt.opts, err, tt.name)
+		}
+	}
+	if n := len(r.srv.Requests()); n != 0 {
+		t.Errorf("the model server saw %d requests", n)
+	}
+}

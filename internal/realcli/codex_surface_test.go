@@ -2,10 +2,13 @@ package realcli_test
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,6 +306,83 @@ func TestCodexSettingsSurviveHostAndPluginDeath(t *testing.T) {
 	c.resumeSession(t, r, id)
 	c.mustPrompt(id, "third", "end_turn")
 	check(3, "after the plugin's death")
+}
+
+// An http MCP server (streamable HTTP, on loopback) reaches codex with
+// its headers: codex lists its tools, and the model is offered them.
+func TestCodexHTTPMCPServer(t *testing.T) {
+	t.Parallel()
+	mcp := newHTTPMCP(t)
+	r := newRig(t, codexCLI)
+	s := r.start()
+	c := r.dial(s)
+	server := acp.McpServer{Http: &acp.McpServerHttpInline{Type: "http", Name: "web", Url: mcp.URL + "/mcp",
+		Headers: []acp.HttpHeader{{Name: "X-Agenthost-Test", Value: "secret-7"}}}}
+	id := string(c.newCodexSessionWith(r, nil, []acp.McpServer{server}).SessionId)
+	r.script(modelserver.Text("ok"))
+	c.mustPrompt(id, "hello", "end_turn")
+	if body := string(r.nextRequest(1).Body); !strings.Contains(body, "mcp__web") {
+		t.Error("the model request does not offer the http MCP server's tools (mcp__web)")
+	}
+	if got := mcp.seen(); !slices.Contains(got, "tools/list secret-7") {
+		t.Errorf("the http MCP server saw %v; want tools/list with the session's header", got)
+	}
+}
+
+// httpMCP is the smallest streamable-HTTP MCP server: JSON answers to
+// initialize and tools/list (one tool), 202 to notifications. It records
+// each method with the test header it came with.
+type httpMCP struct {
+	*httptest.Server
+	mu     sync.Mutex
+	method []string
+}
+
+func newHTTPMCP(t *testing.T) *httpMCP {
+	m := &httpMCP{}
+	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"params"`
+		}
+		if err := json.NewDecoder(req.Body).Decode(&msg); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		m.mu.Lock()
+		m.method = append(m.method, msg.Method+" "+req.Header.Get("X-Agenthost-Test"))
+		m.mu.Unlock()
+		if len(msg.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		var result any = map[string]any{}
+		switch msg.Method {
+		case "initialize":
+			result = map[string]any{"protocolVersion": msg.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "httpmcp", "version": "1.0.0"}}
+		case "tools/list":
+			result = map[string]any{"tools": []any{map[string]any{"name": "lookup", "description": "looks things up",
+				"inputSchema": map[string]any{"type": "object", "properties": map[string]any{}}}}}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
+	}))
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (m *httpMCP) seen() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.method)
 }
 
 // configValues and configCurrent read a config option of a result.
