@@ -10,10 +10,29 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // TestNodeClient runs client.mjs against a real agenthost serve: it must
 // create a session, stream a turn, cancel one, catch up after reconnecting
@@ -35,7 +54,7 @@ func TestNodeClient(t *testing.T) {
 	state := filepath.Join(dir, "s")
 
 	serve := exec.Command(bin, "--state-dir", state, "--log-level", "debug", "serve", "--shutdown-sessions")
-	var serveErr bytes.Buffer
+	var serveErr syncBuffer // read while the host still writes it
 	serve.Stderr = &serveErr
 	out, err := serve.StdoutPipe()
 	if err != nil {
