@@ -199,6 +199,14 @@ func (a *agent) rejectAlways(scope string) {
 	a.mu.Unlock()
 }
 
+// roots are the session's workspace and add_dirs, the directories an
+// "edit" scope covers.
+func (a *agent) roots() (string, []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.workspace, slices.Clone(a.cfg.addDirs)
+}
+
 func (a *agent) rejectedAlways(scope string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
