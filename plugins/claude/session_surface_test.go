@@ -23,6 +23,34 @@ import (
 
 // stdinRequests are the control requests of subtype the plugin wrote to
 
+// set_mode reports the "mode" config option that changed with it, and
+// set_config_option of mode the current mode, as session-level updates:
+// a client following either sees every change (codex reports both too).
+func TestModeChangesReportBoth(t *testing.T) {
+	_, h := openSession(t)
+	modeOption := func(u sdktest.Update) string {
+		if x, ok := u.SessionUpdate().(*journal.ConfigOptions); ok && u.TurnID == "" {
+			for _, o := range x.Options {
+				if o.ID == "mode" {
+					return o.CurrentValue
+				}
+			}
+		}
+		return ""
+	}
+	if err := h.SetMode(t.Context(), "acceptEdits"); err != nil {
+		t.Fatal(err)
+	}
+	h.Until(10*time.Second, "config options with mode acceptEdits", func(u sdktest.Update) bool { return modeOption(u) == "acceptEdits" })
+	if _, err := h.SetConfigOption(t.Context(), "mode", "plan"); err != nil {
+		t.Fatal(err)
+	}
+	h.Until(10*time.Second, "current mode plan", func(u sdktest.Update) bool {
+		x, ok := u.SessionUpdate().(*journal.CurrentMode)
+		return ok && u.TurnID == "" && x.ModeID == "plan"
+	})
+}
+
 // An edit of a file outside the workspace and add_dirs (a dotfile in the
 // home directory, say) has no "always" scope: allowing it always would
 // let the host approve every later edit anywhere. The request offers only
