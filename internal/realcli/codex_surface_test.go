@@ -157,9 +157,10 @@ func TestCodexPatchDiff(t *testing.T) {
 	}
 }
 
-// "Allow always" on a command: the host remembers its scope
-// (exec:printf), and the next command of that program runs without the
-// client being asked, though codex asks the plugin again.
+// "Allow always" on a command: the host remembers its exact command as
+// the scope ("exec:touch one.txt"), durably with the session; a compound
+// command with a redirection has no scope, so answering it "allow
+// always" grants nothing and codex asks again for it.
 func TestCodexAllowAlways(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, codexCLI)
@@ -169,15 +170,18 @@ func TestCodexAllowAlways(t *testing.T) {
 		return acp.PermissionOptionKindAllowAlways
 	}
 	id := c.newSession(r, askingOptions)
-	r.script(codexExec("printf one > one.txt"), codexExec("printf two > two.txt"), modelserver.Text("Both done."))
+	r.script(codexExec("touch one.txt"), codexExec("printf two > two.txt"), modelserver.Text("Both done."))
 	c.mustPrompt(id, "write two files", "end_turn")
 	for _, f := range []string{"one.txt", "two.txt"} {
 		if _, err := os.Stat(filepath.Join(r.workspace, f)); err != nil {
 			t.Errorf("%s: %v; want both commands run", f, err)
 		}
 	}
-	if asked := c.permissionRequests(); len(asked) != 1 {
-		t.Errorf("the client was asked %d times; want once, the second command allowed by the remembered scope", len(asked))
+	if asked := c.permissionRequests(); len(asked) != 2 {
+		t.Errorf("the client was asked %d times; want twice, no scope covering the redirection", len(asked))
+	}
+	if got := c.storedSession(id).AllowedScopes; !slices.Equal(got, []string{"exec:touch one.txt"}) {
+		t.Errorf("the session's allowed scopes %q; want only the exact command exec:touch one.txt", got)
 	}
 }
 

@@ -58,8 +58,8 @@
 // structuredPatch; the result's usage a usage update. A can_use_tool
 // control request becomes turn.RequestPermission with the whole tool call
 // and four answers (allow, allow_always, reject, reject_always) and the
-// scope "allow always" covers (tools.go's alwaysScope); ExitPlanMode's
-// offers the modes to go on in instead. Its answer is the control
+// scope "allow always" covers (below); ExitPlanMode's offers the modes
+// to go on in instead. Its answer is the control
 // response; a control_cancel_request withdraws it. Cancelling a turn sends the
 // interrupt control request; a CLI that has not ended the turn 1.5 s
 // later is stopped and the turn ends cancelled all the same, inside the
@@ -69,6 +69,26 @@
 // the prompt again, once. Close stops the CLI under cliproc's rule
 // (stdin EOF, on which the CLI flushes its transcript; SIGTERM; SIGKILL;
 // the waits sharing the Close deadline, each at most OptStopGrace).
+//
+// # What an allow-always covers
+//
+// The host remembers an allow_always answer per PermissionRequest.AlwaysScope,
+// durably, and answers every later request of that scope itself, unseen
+// by the user; so a scope covers only what the user saw (tools.go's
+// alwaysScope, the rules of plugins/internal/allowscope):
+//   - Bash: the exact command, "Bash(git status)"; `git status -s` is
+//     another scope. A command with ; & | < > $ ` ( ) or a line break, a
+//     quote that does not parse, a first word that assigns (X=1 make) or
+//     may expand, or a shell or wrapper as its program (sh, bash, env,
+//     sudo, xargs, nohup, timeout, npx, eval, source …) has no scope.
+//   - Edit, MultiEdit, Write, NotebookEdit: "edit", shared, only for a file
+//     inside the workspace or an add_dirs directory (symbolic links
+//     resolved); an edit elsewhere (~/.bashrc) has no scope.
+//   - Any other tool: its name.
+//
+// A request without a scope offers only allow and reject; an "always"
+// answer to it counts once. allow_always also passes the CLI's own rule
+// suggestions back (never a mode switch), which the CLI applies itself.
 //
 // # Hazards
 //

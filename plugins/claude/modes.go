@@ -199,6 +199,14 @@ func (a *agent) rejectAlways(scope string) {
 	a.mu.Unlock()
 }
 
+// roots are the session's workspace and add_dirs, the directories an
+// "edit" scope covers.
+func (a *agent) roots() (string, []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.workspace, slices.Clone(a.cfg.addDirs)
+}
+
 func (a *agent) rejectedAlways(scope string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -272,8 +280,24 @@ func (a *agent) running() *cli {
 }
 
 // SetMode implements sdk.ModeSetter with the control protocol's
-// set_permission_mode, between turns or while one runs.
+// set_permission_mode, between turns or while one runs. The host journals
+// the current mode; the "mode" config option changed with it, so the
+// config options are reported too.
 func (a *agent) SetMode(ctx context.Context, modeID string) error {
+	if err := a.setMode(ctx, modeID); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	opts := a.configOptionsLocked()
+	a.mu.Unlock()
+	if a.rep != nil {
+		a.rep.ConfigOptions(opts)
+	}
+	return nil
+}
+
+// setMode is SetMode without its report.
+func (a *agent) setMode(ctx context.Context, modeID string) error {
 	if !slices.ContainsFunc(a.modes(), func(m sdk.Mode) bool { return m.ID == modeID }) {
 		return invalid(OptMode, "%q is not one of this session's modes (%s)", modeID, strings.Join(modeIDs(a.modes()), ", "))
 	}
@@ -322,8 +346,13 @@ func (a *agent) SetConfigOption(ctx context.Context, id, value string) ([]sdk.Co
 	}
 	switch id {
 	case OptMode:
-		if err := a.SetMode(ctx, value); err != nil {
+		if err := a.setMode(ctx, value); err != nil {
 			return nil, err
+		}
+		// The host journals the config options; the mode changed too,
+		// and a client following modes must see it.
+		if a.rep != nil {
+			a.rep.CurrentMode(value)
 		}
 	case OptModel:
 		if c := a.running(); c != nil {

@@ -129,7 +129,7 @@ func FuzzDecodeLine(f *testing.F) {
 			_ = toolTitle(b.Name, b.Input)
 			_, _ = todoPlan(b.Name, b.Input)
 			_ = toolInfoOf(b.Name, b.Input)
-			_ = alwaysScope(b.Name, b.Input)
+			_ = alwaysScope(b.Name, b.Input, "/w", nil)
 			for _, name := range []string{"Edit", "MultiEdit", "Write"} {
 				_, _ = toolResultUpdate(name, m.ToolUseResult)
 			}

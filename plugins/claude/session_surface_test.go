@@ -22,6 +22,75 @@ import (
 // prompts.
 
 // stdinRequests are the control requests of subtype the plugin wrote to
+
+// set_mode reports the "mode" config option that changed with it, and
+// set_config_option of mode the current mode, as session-level updates:
+// a client following either sees every change (codex reports both too).
+func TestModeChangesReportBoth(t *testing.T) {
+	_, h := openSession(t)
+	modeOption := func(u sdktest.Update) string {
+		if x, ok := u.SessionUpdate().(*journal.ConfigOptions); ok && u.TurnID == "" {
+			for _, o := range x.Options {
+				if o.ID == "mode" {
+					return o.CurrentValue
+				}
+			}
+		}
+		return ""
+	}
+	if err := h.SetMode(t.Context(), "acceptEdits"); err != nil {
+		t.Fatal(err)
+	}
+	h.Until(10*time.Second, "config options with mode acceptEdits", func(u sdktest.Update) bool { return modeOption(u) == "acceptEdits" })
+	if _, err := h.SetConfigOption(t.Context(), "mode", "plan"); err != nil {
+		t.Fatal(err)
+	}
+	h.Until(10*time.Second, "current mode plan", func(u sdktest.Update) bool {
+		x, ok := u.SessionUpdate().(*journal.CurrentMode)
+		return ok && u.TurnID == "" && x.ModeID == "plan"
+	})
+}
+
+// An edit of a file outside the workspace and add_dirs (a dotfile in the
+// home directory, say) has no "always" scope: allowing it always would
+// let the host approve every later edit anywhere. The request offers only
+// the once answers, and an "always" answer sent anyway counts once.
+func TestEditOutsideWorkspaceHasNoAlwaysScope(t *testing.T) {
+	f, h := openSession(t)
+	target := filepath.Join(t.TempDir(), ".bashrc")
+	if err := os.WriteFile(target, []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	turn := plugintest.Prompt(t, h, "edit "+target+" old new")
+	ups := h.Until(10*time.Second, "permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+	req := ups[len(ups)-1].SessionUpdate().(*journal.PermissionRequest)
+	var kinds []string
+	for _, o := range req.Options {
+		kinds = append(kinds, string(o.Kind))
+	}
+	if req.AlwaysScope != "" || !slices.Equal(kinds, []string{"allow_once", "reject_once"}) {
+		t.Errorf("outside edit: scope %q options %v; want no scope and only the once answers", req.AlwaysScope, kinds)
+	}
+	plugintest.Answer(t, h, req.RequestID, optAllowAlways)
+	h.Turn(turn, 10*time.Second)
+	if b, _ := os.ReadFile(target); string(b) != "new\n" {
+		t.Errorf("the file holds %q; the edit allowed once should have run", b)
+	}
+	// The workspace's files still share "edit".
+	inside := filepath.Join(f.workspace, "in.txt")
+	if err := os.WriteFile(inside, []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	turn = plugintest.Prompt(t, h, "edit "+inside+" old new")
+	ups = h.Until(10*time.Second, "permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+	if req := ups[len(ups)-1].SessionUpdate().(*journal.PermissionRequest); req.AlwaysScope != "edit" {
+		t.Errorf("workspace edit: scope %q, want edit", req.AlwaysScope)
+	} else {
+		plugintest.Answer(t, h, req.RequestID, optAllow)
+	}
+	h.Turn(turn, 10*time.Second)
+}
+
 // the CLI with pid.
 func (f *fixture) stdinRequests(pid int, subtype string) []map[string]any {
 	var out []map[string]any

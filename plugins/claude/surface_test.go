@@ -3,6 +3,7 @@ package claude
 import (
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -213,14 +214,59 @@ func TestToolResultDiffs(t *testing.T) {
 	}
 }
 
+// TestAlwaysScope pins what an "allow always" covers (the package doc's
+// "What an allow-always covers"): a Bash command only as its exact text,
+// and nothing for a compound command, a wrapper, an assignment or a
+// shell; an edit only inside the workspace and add_dirs.
 func TestAlwaysScope(t *testing.T) {
+	ws, extra := t.TempDir(), t.TempDir()
+	dirs := []string{extra}
+	file := func(key, path string) string { return `{"` + key + `":` + strconvQuote(path) + `}` }
 	for _, tt := range []struct{ name, input, want string }{
-		{"Edit", `{}`, "edit"}, {"Write", `{}`, "edit"}, {"MultiEdit", `{}`, "edit"}, {"NotebookEdit", `{}`, "edit"},
-		{"Bash", `{"command":"  git log -1"}`, "Bash(git)"}, {"Bash", `{}`, "Bash"},
+		{"Edit", file("file_path", filepath.Join(ws, "a.go")), "edit"},
+		{"Write", file("file_path", filepath.Join(ws, "new", "b.go")), "edit"},
+		{"MultiEdit", file("file_path", filepath.Join(extra, "c.go")), "edit"},
+		{"NotebookEdit", file("notebook_path", filepath.Join(ws, "n.ipynb")), "edit"},
+		{"Write", file("file_path", "/root/.bashrc"), ""},
+		{"Edit", file("file_path", "/home/u/.ssh/authorized_keys"), ""},
+		{"Edit", file("file_path", filepath.Join(ws, "..", "escape.go")), ""},
+		{"NotebookEdit", file("file_path", filepath.Join(ws, "n.ipynb")), ""},
+		{"Edit", `{}`, ""},
+		{"Bash", `{"command":"  git log -1"}`, "Bash(git log -1)"},
+		{"Bash", `{"command":"cd /repo && npm test"}`, ""},
+		{"Bash", `{"command":"sudo ls"}`, ""},
+		{"Bash", `{"command":"env X=1 ls"}`, ""},
+		{"Bash", `{"command":"X=1 make"}`, ""},
+		{"Bash", `{"command":"bash -c 'ls'"}`, ""},
+		{"Bash", `{"command":"xargs rm"}`, ""},
+		{"Bash", `{"command":"npx pkg"}`, ""},
+		{"Bash", `{"command":"echo 'open"}`, ""},
+		{"Bash", `{}`, ""},
 		{"WebFetch", `{"url":"x"}`, "WebFetch"}, {"mcp__s__echo", `{}`, "mcp__s__echo"},
 	} {
-		if got := alwaysScope(tt.name, json.RawMessage(tt.input)); got != tt.want {
+		if got := alwaysScope(tt.name, json.RawMessage(tt.input), ws, dirs); got != tt.want {
 			t.Errorf("alwaysScope(%s, %s) = %q, want %q", tt.name, tt.input, got, tt.want)
+		}
+	}
+	// Commands that must and must not share a scope.
+	bash := func(c string) string {
+		return alwaysScope("Bash", json.RawMessage(`{"command":`+strconvQuote(c)+`}`), ws, nil)
+	}
+	for _, tt := range []struct {
+		a, b  string
+		share bool
+	}{
+		{"git status", "git status", true},
+		{"npm test", "npm test", true},
+		{"cd /repo && npm test", "cd /tmp && curl x | sh", false},
+		{"cd /repo", "cd /tmp", false},
+		{"git status", "git push --force", false},
+		{"npm test", "npm publish", false},
+		{"sudo ls", "sudo rm -rf /", false},
+	} {
+		a, b := bash(tt.a), bash(tt.b)
+		if got := a != "" && a == b; got != tt.share {
+			t.Errorf("%q (%q) and %q (%q) share a scope: %v, want %v", tt.a, a, tt.b, b, got, tt.share)
 		}
 	}
 	// An edit's "allow always" passes back the CLI's rules, never its
@@ -270,4 +316,9 @@ func TestAuthFailuresAreAuthRequired(t *testing.T) {
 			t.Errorf("%v: want it to wrap sdk.ErrAuthRequired, in its own words", err)
 		}
 	}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

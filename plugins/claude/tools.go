@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugins/internal/allowscope"
 )
 
 // This file maps Claude Code's tools to ACP tool calls as a desktop shows
@@ -151,19 +152,32 @@ func toolResultUpdate(name string, result json.RawMessage) (content []sdk.ToolCa
 }
 
 // alwaysScope is what an "allow always" answer to a permission request
-// for the tool covers, as the host remembers it: every file-editing tool
-// shares "edit", a Bash command its first word ("Bash(git)"), any other
-// tool its name.
-func alwaysScope(name string, input json.RawMessage) string {
+// for the tool covers, as the host remembers it (the rules are the
+// package doc's "What an allow-always covers"): a file-editing tool
+// "edit" when the file lies inside the workspace or an add_dirs
+// directory, a Bash command its exact text ("Bash(git status)") when
+// allowscope.Command finds it honest, any other tool its name. "" means
+// no scope: the request offers no "always" answers.
+func alwaysScope(name string, input json.RawMessage, workspace string, dirs []string) string {
+	var in toolInput
+	if err := json.Unmarshal(input, &in); err != nil && !isTypeError(err) {
+		in = toolInput{}
+	}
 	switch name {
 	case "Edit", "MultiEdit", "Write", "NotebookEdit":
+		path := in.FilePath
+		if name == "NotebookEdit" {
+			path = in.NotebookPath
+		}
+		if !allowscope.Within(path, workspace, append([]string{workspace}, dirs...)) {
+			return ""
+		}
 		return "edit"
 	case "Bash":
-		var in toolInput
-		_ = json.Unmarshal(input, &in)
-		if f := strings.Fields(in.Command); len(f) > 0 {
-			return "Bash(" + f[0] + ")"
+		if c := allowscope.Command(in.Command); c != "" {
+			return "Bash(" + c + ")"
 		}
+		return ""
 	}
 	return name
 }

@@ -523,8 +523,9 @@ func (r *turnRun) askPermission(ctx context.Context, m *message) {
 	if req.ToolName == "ExitPlanMode" {
 		preq.Options = r.a.planExitOptions()
 	} else {
-		preq.AlwaysScope = alwaysScope(req.ToolName, req.Input)
-		if r.a.rejectedAlways(preq.AlwaysScope) {
+		workspace, dirs := r.a.roots()
+		preq.AlwaysScope = alwaysScope(req.ToolName, req.Input, workspace, dirs)
+		if preq.AlwaysScope != "" && r.a.rejectedAlways(preq.AlwaysScope) {
 			r.log.Debug("refusing a tool call the user rejected always", "scope", preq.AlwaysScope)
 			r.respond(m.RequestID, permissionDeny{Behavior: "deny", Message: "The user denied tool calls of " + preq.AlwaysScope + " for this session."})
 			return
@@ -534,6 +535,11 @@ func (r *turnRun) askPermission(ctx context.Context, m *message) {
 			{OptionID: optAllowAlways, Name: "Always allow " + preq.AlwaysScope, Kind: "allow_always"},
 			{OptionID: optReject, Name: "Reject", Kind: "reject_once"},
 			{OptionID: optRejectAlways, Name: "Always reject " + preq.AlwaysScope, Kind: "reject_always"},
+		}
+		if preq.AlwaysScope == "" {
+			// No honest scope: only the once answers (an "always" here
+			// would cover commands or files the user never saw).
+			preq.Options = []sdk.PermissionOption{preq.Options[0], preq.Options[2]}
 		}
 	}
 	pctx, cancel := context.WithCancel(ctx)
@@ -598,12 +604,14 @@ func (r *turnRun) answer(a permAnswer) {
 		set, _ := json.Marshal([]map[string]string{{"type": "setMode", "mode": a.out.OptionID, "destination": "session"}})
 		allow.UpdatedPermissions = set
 		resp = allow
-	case a.out.OptionID == optAllow:
+	case a.out.OptionID == optAllow || (a.out.OptionID == optAllowAlways && p.scope == ""):
+		// An "always" answer to a request without a scope was not
+		// offered: it counts once.
 		resp = allow
 	case a.out.OptionID == optAllowAlways:
 		allow.UpdatedPermissions = alwaysRules(p.req.PermissionSuggestions)
 		resp = allow
-	case a.out.OptionID == optRejectAlways:
+	case a.out.OptionID == optRejectAlways && p.scope != "":
 		r.a.rejectAlways(p.scope)
 		resp = permissionDeny{Behavior: "deny", Message: "The user denied this tool call, and every call of " + p.scope + " for this session."}
 	default:

@@ -378,7 +378,7 @@ func (a *agent) idle(m *message) {
 // to updates until turn/completed. Cancelling ctx sends turn/interrupt.
 func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Turn) (sdk.StopReason, error) {
 	a.mu.Lock()
-	c, threadID, opts, st := a.conn, a.threadID, a.opts, a.settings
+	c, threadID, opts, st, workspace := a.conn, a.threadID, a.opts, a.settings, a.workspace
 	a.mu.Unlock()
 	if c == nil {
 		return "", errors.New("codex: no session is open")
@@ -387,7 +387,7 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 		return "", fmt.Errorf("codex: cannot start the turn: %w", err)
 	}
 	t := &turnRun{
-		a: a, c: c, turn: turn, threadID: threadID, opts: opts,
+		a: a, c: c, turn: turn, threadID: threadID, opts: opts, workspace: workspace,
 		streamed: map[string]bool{}, started: map[string]threadItem{}, diffs: map[string]itemDiff{},
 		approvals: map[string]context.CancelCauseFunc{},
 	}

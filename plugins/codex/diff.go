@@ -105,8 +105,40 @@ type hunk struct {
 }
 
 // parseHunks reads unified-diff hunks; lines before the first hunk
-// (file headers) are skipped.
+// (file headers) are skipped. Hunks must be in order, without overlap, and
+// each new start must be where its old start lands after the hunks
+// before it: applied to a file they could otherwise not be undone (the
+// diff shown after codex writes is the hunks reversed, placed by their
+// new starts).
 func parseHunks(diff string) ([]hunk, error) {
+	hs, err := readHunks(diff)
+	if err != nil {
+		return nil, err
+	}
+	delta, end := 0, 0
+	for _, h := range hs {
+		oldAt, newAt := h.start(h.oldStart, '-'), h.start(h.newStart, '+')
+		if oldAt < end || newAt != oldAt+delta {
+			return nil, fmt.Errorf("hunk @@ -%d +%d @@ is out of order or its starts disagree", h.oldStart, h.newStart)
+		}
+		end = oldAt + h.countSide('-')
+		delta += h.countSide('+') - h.countSide('-')
+	}
+	return hs, nil
+}
+
+// start is the index of the first line the hunk covers on one side, from
+// that side's header start: a side with no lines starts after line from,
+// any other at it. It is negative for a start of 0 on a side with lines.
+func (h hunk) start(from int, op byte) int {
+	if h.countSide(op) == 0 {
+		return from
+	}
+	return from - 1
+}
+
+// readHunks splits the diff into hunks.
+func readHunks(diff string) ([]hunk, error) {
 	var hs []hunk
 	lines := strings.SplitAfter(diff, "\n")
 	for _, raw := range lines {
@@ -178,14 +210,7 @@ func applyHunks(text string, hunks []hunk, reverse bool) (string, error) {
 		if reverse {
 			from, keep, add = h.newStart, '+', '-'
 		}
-		// A hunk of an empty side starts after line from; others at it.
-		at := from - 1
-		if at < 0 {
-			at = 0
-		}
-		if h.countSide(keep) == 0 {
-			at = from
-		}
+		at := h.start(from, keep)
 		if at < pos || at > len(src) {
 			return "", errDiffMismatch
 		}
@@ -194,7 +219,9 @@ func applyHunks(text string, hunks []hunk, reverse bool) (string, error) {
 		for _, l := range h.lines {
 			switch l.op {
 			case ' ', keep:
-				if pos >= len(src) || strings.TrimSuffix(src[pos], "\n") != strings.TrimSuffix(l.text, "\n") {
+				// Exactly, newline included: a line the diff says ends
+				// the file without one matches only such a line.
+				if pos >= len(src) || src[pos] != l.text {
 					return "", errDiffMismatch
 				}
 				if l.op == ' ' {
@@ -207,6 +234,13 @@ func applyHunks(text string, hunks []hunk, reverse bool) (string, error) {
 		}
 	}
 	out = append(out, src[pos:]...)
+	for _, l := range out[:max(len(out)-1, 0)] {
+		if !strings.HasSuffix(l, "\n") {
+			// A line without its newline ("\ No newline at end of
+			// file") that does not end the file.
+			return "", errDiffMismatch
+		}
+	}
 	return strings.Join(out, ""), nil
 }
 

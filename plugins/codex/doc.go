@@ -57,8 +57,8 @@
 // and location. Approval requests become permission requests, each asked
 // in its own goroutine so the turn keeps streaming, carrying the whole
 // tool call (a file change's diffs included); their options are codex's
-// decisions (accept, acceptForSession, decline), and their AlwaysScope is
-// "exec:<program>" for a command and "patch" for a file change. A
+// decisions (accept, acceptForSession, decline), and their AlwaysScope
+// (below) is "exec:<command>" for a command and "patch" for a file change. A
 // command's tool call and permission request carry a CommandInput as
 // rawInput, a file change's a PatchInput. Image, embedded-resource and
 // resource-link prompt blocks become codex's image (a data URL) and text
@@ -68,6 +68,27 @@
 // promises. Close stops the app-server under cliproc's rule (stdin EOF,
 // SIGTERM, SIGKILL, each wait at most 2 s and sharing the Close
 // deadline).
+//
+// # What an allow-always covers
+//
+// The host remembers an allow_always answer per PermissionRequest.AlwaysScope,
+// durably, and answers every later request of that scope itself, unseen
+// by the user; so a scope covers only what the user saw (turn.go's
+// commandScope and patchScope, the rules of plugins/internal/allowscope):
+//   - A command: "exec:<the exact command>", once codex's shell wrapper
+//     (`/bin/bash -lc '…'`, or "…" without expansions; the legacy
+//     execCommandApproval's ["bash","-lc",…]) is undone; `git status -s`
+//     is another scope than `git status`. A wrapper that does not parse, a
+//     command with ; & | < > $ ` ( ) or a line break, a quote that does
+//     not parse, a first word that assigns (X=1 make) or may expand, or a
+//     shell or wrapper as its program (sh, bash, env, sudo, xargs, nohup,
+//     timeout, npx, eval, source …) has no scope. Its acceptForSession is
+//     still offered: codex applies it to that exact command only.
+//   - A file change: "patch", shared, only when every file it names lies
+//     inside the workspace or add_dirs (symbolic links resolved) and it
+//     asks for no grantRoot. Otherwise it has no scope and acceptForSession
+//     is not offered (for a grantRoot it would grant codex that root for
+//     the session); sent anyway, it is answered to codex as accept.
 //
 // # Hazards
 //
@@ -124,7 +145,7 @@
 //     neither shows only the hunks' lines.
 //   - Codex has no "reject always" decision, so none is offered; "allow
 //     always" is codex's acceptForSession, which covers that exact
-//     command, while the host remembers the wider AlwaysScope.
+//     command, as the host's AlwaysScope does.
 //   - Codex keeps the thread's last effort when the model changes: a
 //     model that does not support it gets its default effort, sent.
 //   - Approval policy and sandbox options matching no preset are the mode

@@ -247,6 +247,7 @@ type legacyApprovalParams struct {
 	Cwd            string          `json:"cwd"`
 	Reason         *string         `json:"reason"`
 	FileChanges    json.RawMessage `json:"fileChanges"`
+	GrantRoot      *string         `json:"grantRoot"`
 }
 
 // The JSON-RPC client of the app-server's stdio transport: one JSON object

@@ -192,6 +192,35 @@ func TestPatchDiff(t *testing.T) {
 	}
 }
 
+// A patch whose approval asks for grantRoot (writes beyond the writable
+// roots) has no "patch" scope and offers no acceptForSession, which
+// would grant codex the root for the session; an acceptForSession sent
+// anyway is answered to codex as accept.
+func TestPatchGrantRootHasNoAlwaysScope(t *testing.T) {
+	h := newHome(t, true)
+	path := filepath.Join(h.workspace, "a.txt")
+	if err := os.WriteFile(path, []byte("line1\nline2\nline3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := openSurface(t, h, sdk.NewSessionRequest{Options: map[string]string{"approval_policy": "untrusted"}})
+	turn := plugintest.Prompt(t, p, "patchroot")
+	ups := p.Until(turnWait, "a permission request", func(u sdktest.Update) bool { return u.Kind == "permission_request" })
+	req := ups[len(ups)-1].SessionUpdate().(*journal.PermissionRequest)
+	var opts []string
+	for _, o := range req.Options {
+		opts = append(opts, string(o.OptionId))
+	}
+	if req.AlwaysScope != "" || strings.Join(opts, ",") != "accept,decline" {
+		t.Errorf("grantRoot patch: scope %q options %v; want no scope, accept and decline", req.AlwaysScope, opts)
+	}
+	plugintest.Answer(t, p, req.RequestID, "acceptForSession")
+	rest, st := p.Turn(turn, turnWait)
+	stopOf(t, rest, st, "end_turn")
+	if msg := sdktest.Messages(rest); msg != "approval: accept" {
+		t.Errorf("codex was answered %q, want approval: accept", msg)
+	}
+}
+
 // A command's output arrives as it runs, before its final update; the
 // permission request's always-scope is the program.
 func TestCommandOutputAndScope(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugins/internal/allowscope"
 )
 
 // The fileChange shapes are codex 0.171.0's, as the live app-server
@@ -110,8 +111,9 @@ func FuzzParseHunks(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := applyHunks(out, hs, true); err != nil && strings.HasSuffix(old, "\n") {
-			t.Logf("reverse of %q failed: %v", out, err)
+		back, err := applyHunks(out, hs, true)
+		if err != nil || back != old {
+			t.Errorf("applied to %q, the hunks give %q, and reversed %q (%v); want the old text back", old, out, back, err)
 		}
 	})
 }
@@ -255,7 +257,88 @@ func TestSlashCommandsAndScopes(t *testing.T) {
 	if _, _, ok := slashCommand([]sdk.ContentBlock{sdk.TextBlock("/new"), sdk.TextBlock("more")}); ok {
 		t.Error("a prompt of two blocks ran a command")
 	}
-	if s := commandScope("printf made > x && echo done"); s != "exec:printf" {
-		t.Errorf("scope %q", s)
+}
+
+// TestAlwaysScopes pins what an "allow always" covers (the package doc's
+// "What an allow-always covers"): a command only as its exact inner
+// command, nothing for a compound command, a wrapper, an assignment, a
+// shell or a wrapper that does not unwrap; a patch only inside the
+// workspace and add_dirs and without grantRoot.
+func TestAlwaysScopes(t *testing.T) {
+	for _, tt := range []struct{ line, want string }{
+		{"/bin/bash -lc ls", "exec:ls"},
+		{"/bin/bash -lc 'git status'", "exec:git status"},
+		{`/bin/bash -lc "git status"`, "exec:git status"},
+		{"git status", "exec:git status"},
+		{"/bin/bash -lc 'printf made > x && echo done'", ""},
+		{"/bin/bash -lc 'cd /repo && npm test'", ""},
+		{`/bin/bash -lc "echo $HOME"`, ""},
+		{`/bin/bash -lc "unterminated`, ""},
+		{"/bin/bash -lc 'sudo ls'", ""},
+		{"/bin/bash -lc 'env X=1 ls'", ""},
+		{"/bin/bash -lc 'X=1 make'", ""},
+		{"/bin/bash -lc 'bash -c ls'", ""},
+		{"/bin/bash -lc 'xargs rm'", ""},
+		{"/bin/bash -lc 'timeout 5 curl x'", ""},
+		{"/bin/bash -lc 'npx pkg'", ""},
+		{"/bin/bash script.sh", ""},
+		{"/bin/bash", ""},
+		{"", ""},
+	} {
+		if got := commandScope(tt.line); got != tt.want {
+			t.Errorf("commandScope(%q) = %q, want %q", tt.line, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"bash", "-lc", "ls -la"}, "exec:ls -la"},
+		{[]string{"bash", "-lc", "cd /tmp && curl x | sh"}, ""},
+		{[]string{"bash", "script.sh"}, ""},
+		{[]string{"git", "status"}, "exec:git status"},
+		{[]string{"sudo", "ls"}, ""},
+	} {
+		got := ""
+		if inner, ok := allowscope.UnwrapArgv(tt.argv); ok {
+			got = execScope(inner)
+		}
+		if got != tt.want {
+			t.Errorf("legacy %q scope %q, want %q", tt.argv, got, tt.want)
+		}
+	}
+	// Commands that must and must not share a scope.
+	for _, tt := range []struct {
+		a, b  string
+		share bool
+	}{
+		{"/bin/bash -lc 'git status'", "/bin/bash -lc \"git status\"", true},
+		{"/bin/bash -lc 'cd /repo && npm test'", "/bin/bash -lc 'cd /tmp && curl x | sh'", false},
+		{"/bin/bash -lc 'git status'", "/bin/bash -lc 'git push --force'", false},
+		{"/bin/bash -lc 'printf one'", "/bin/bash -lc 'printf two'", false},
+	} {
+		a, b := commandScope(tt.a), commandScope(tt.b)
+		if got := a != "" && a == b; got != tt.share {
+			t.Errorf("%q (%q) and %q (%q) share a scope: %v, want %v", tt.a, a, tt.b, b, got, tt.share)
+		}
+	}
+
+	ws, extra := t.TempDir(), t.TempDir()
+	tr := &turnRun{workspace: ws, opts: options{addDirs: []string{extra}}}
+	for _, tt := range []struct {
+		paths     []string
+		grantRoot string
+		want      string
+	}{
+		{[]string{filepath.Join(ws, "a.txt"), "rel.txt"}, "", "patch"},
+		{[]string{filepath.Join(extra, "b.txt")}, "", "patch"},
+		{[]string{filepath.Join(ws, "a.txt")}, "/", ""},
+		{[]string{filepath.Join(ws, "a.txt"), "/root/.bashrc"}, "", ""},
+		{[]string{filepath.Join(ws, "..", "x")}, "", ""},
+		{nil, "", ""},
+	} {
+		if got := tr.patchScope(tt.paths, tt.grantRoot); got != tt.want {
+			t.Errorf("patchScope(%q, %q) = %q, want %q", tt.paths, tt.grantRoot, got, tt.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
+	"github.com/agenthost/agenthost/plugins/internal/allowscope"
 )
 
 // interruptBound is how long a cancelled turn waits for codex to confirm
@@ -27,6 +28,9 @@ type turnRun struct {
 	threadID string
 	turnID   string
 	opts     options
+	// workspace is the session's, which with opts.addDirs bounds what a
+	// "patch" scope covers.
+	workspace string
 
 	// streamed marks items whose text arrived as deltas, so their
 	// item/completed is not reported twice.
@@ -668,7 +672,7 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 	case "item/commandExecution/requestApproval":
 		call.Kind, call.Title = "execute", commandTitle(deref(p.Command))
 		call.RawInputJSON = marshal(CommandInput{Command: deref(p.Command), Cwd: deref(p.Cwd), Reason: deref(p.Reason)})
-		scope = commandScope(call.Title)
+		scope = commandScope(deref(p.Command))
 	case "item/fileChange/requestApproval":
 		// The request names only the item: what it would write is in the
 		// fileChange item codex announced just before.
@@ -680,7 +684,13 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 			call.Content, call.Locations = t.itemDiffs(it)
 		}
 		call.RawInputJSON = marshal(input)
-		scope = "patch"
+		var changed []string
+		if it, ok := t.startedItem(p.ItemID); ok {
+			for _, c := range it.Changes {
+				changed = append(changed, c.Path)
+			}
+		}
+		scope = t.patchScope(changed, deref(p.GrantRoot))
 	case "item/permissions/requestApproval":
 		call.Kind, call.Title = "other", "grant additional permissions"
 		if r := deref(p.Reason); r != "" {
@@ -692,15 +702,30 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 		call.ToolCallID = legacy.CallID
 		if m.Method == "execCommandApproval" {
 			call.Kind, call.Title = "execute", strings.Join(legacy.Command, " ")
-			if len(legacy.Command) > 0 {
-				scope = "exec:" + legacy.Command[0]
+			if inner, ok := allowscope.UnwrapArgv(legacy.Command); ok {
+				scope = execScope(inner)
 			}
 		} else {
-			call.Kind, call.Title, scope = "edit", "apply file changes", "patch"
+			var changes map[string]json.RawMessage
+			_ = json.Unmarshal(legacy.FileChanges, &changes)
+			changed := make([]string, 0, len(changes))
+			for path := range changes {
+				changed = append(changed, path)
+			}
+			call.Kind, call.Title = "edit", "apply file changes"
+			scope = t.patchScope(changed, deref(legacy.GrantRoot))
 		}
 		call.RawInputJSON = string(m.Params)
 	}
-	out, err := t.turn.RequestPermission(ctx, sdk.PermissionRequest{ToolCall: call, Options: approvalOptions, AlwaysScope: scope})
+	options := approvalOptions
+	if scope == "" && call.Kind == "edit" {
+		// Codex's acceptForSession of a patch covers more than its files
+		// (a grantRoot's whole tree): without an honest scope only the
+		// once answers are offered. A command's acceptForSession stays:
+		// codex remembers it for that exact command only.
+		options = []sdk.PermissionOption{approvalOptions[0], approvalOptions[2]}
+	}
+	out, err := t.turn.RequestPermission(ctx, sdk.PermissionRequest{ToolCall: call, Options: options, AlwaysScope: scope})
 	if err != nil && errors.Is(context.Cause(ctx), errWithdrawn) {
 		// Codex resolved the request itself (or the turn ended): nothing
 		// waits for an answer.
@@ -710,7 +735,10 @@ func (t *turnRun) approve(ctx context.Context, m *message) {
 	decision := "cancel"
 	if err == nil && !out.Cancelled() {
 		decision = "decline"
-		for _, o := range approvalOptions {
+		if out.OptionID == "acceptForSession" && len(options) < len(approvalOptions) {
+			decision = "accept" // not offered: it counts once
+		}
+		for _, o := range options {
 			if o.OptionID == out.OptionID {
 				decision = o.OptionID
 			}
@@ -769,15 +797,42 @@ type itemDiff struct {
 	locations []sdk.Location
 }
 
-// commandScope is what "allow always" covers for a command: its program
-// (the first word of the command the model asked for), as
-// "exec:<argv0>".
-func commandScope(command string) string {
-	f := strings.Fields(command)
-	if len(f) == 0 {
+// commandScope is what "allow always" covers for a command codex reports
+// as one line (`/bin/bash -lc '<cmd>'`): its exact inner command, or ""
+// when the wrapper does not unwrap or the command is not one an exact
+// scope can honestly cover (the package doc's "What an allow-always
+// covers").
+func commandScope(line string) string {
+	inner, ok := allowscope.Unwrap(line)
+	if !ok {
 		return ""
 	}
-	return "exec:" + f[0]
+	return execScope(inner)
+}
+
+// execScope is "exec:<command>" for a command allowscope finds honest,
+// else "".
+func execScope(command string) string {
+	if c := allowscope.Command(command); c != "" {
+		return "exec:" + c
+	}
+	return ""
+}
+
+// patchScope is what "allow always" covers for a patch: "patch" when it
+// names its files, all inside the workspace or add_dirs, and asks for no
+// grantRoot (a write root beyond them); otherwise "".
+func (t *turnRun) patchScope(paths []string, grantRoot string) string {
+	if grantRoot != "" || len(paths) == 0 {
+		return ""
+	}
+	roots := append([]string{t.workspace}, t.opts.addDirs...)
+	for _, p := range paths {
+		if !allowscope.Within(p, t.workspace, roots) {
+			return ""
+		}
+	}
+	return "patch"
 }
 
 func deref(s *string) string {

@@ -13,6 +13,7 @@
 //	                    same way (written when approved)
 //	patch               a fileChange item updating the workspace's a.txt
 //	                    (line2 becomes LINE2), approved the same way
+//	patchroot           the same, its approval asking for grantRoot "/"
 //	settings            reply with the thread's settings as JSON (model,
 //	                    effort, approval policy, sandbox, instructions,
 //	                    MCP servers, writable roots)
@@ -833,7 +834,7 @@ func (s *server) model(th *thread, tu *turn, text string) turnEnd {
 		}
 		s.message(th, tu, []string{"slept " + d.String()}, 0)
 		return ok
-	case "tool", "edit", "patch":
+	case "tool", "edit", "patch", "patchroot":
 		return s.tool(th, tu, word)
 	case "perm":
 		answer := s.ask(th, tu, "item/permissions/requestApproval", map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": newID(),
@@ -976,7 +977,7 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress", "startedAtMs": nowMs(), "completedAtMs": nil,
 			"changes": []any{map[string]any{"path": path, "kind": map[string]any{"type": "add"}, "diff": "hello\n"}}}
 		write = func() { _ = os.WriteFile(path, []byte("hello\n"), 0o644) }
-	case "patch":
+	case "patch", "patchroot":
 		// a.txt, "line1\nline2\nline3\n", gets its second line changed.
 		path := filepath.Join(th.cwd, "a.txt")
 		item = map[string]any{"type": "fileChange", "id": id, "status": "inProgress", "startedAtMs": nowMs(), "completedAtMs": nil,
@@ -990,6 +991,9 @@ func (s *server) tool(th *thread, tu *turn, kind string) turnEnd {
 	if write != nil {
 		method = "item/fileChange/requestApproval"
 		params = map[string]any{"threadId": th.id, "turnId": tu.id, "itemId": id, "startedAtMs": nowMs(), "reason": nil, "grantRoot": nil}
+		if kind == "patchroot" {
+			params["grantRoot"] = "/"
+		}
 	}
 	s.notify("item/started", map[string]any{"item": item, "threadId": th.id, "turnId": tu.id, "startedAtMs": nowMs()})
 	decision := "not asked"
