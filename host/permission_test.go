@@ -91,3 +91,45 @@ func TestAnAnswerRefusedAsUnknownForgetsTheRequest(t *testing.T) {
 		t.Errorf("the request is still pending after the plugin refused it as unknown: %+v", s.PendingPermissions())
 	}
 }
+
+// The title derived from a prompt is journaled in the prompt's commit, so
+// it is stored even when the plugin then refuses the prompt: a journaled
+// title is never left unstored, for the next prompt to derive a second.
+func TestARefusedPromptsTitleIsStored(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "titled", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Prompt(ctx, "sleep 30s")
+		first <- err
+	}()
+	waitFor(t, "the first turn to run", func() bool {
+		rec, err := h.store.Get(ctx, "titled")
+		return err == nil && rec.Title == "sleep 30s"
+	})
+	// As if the host knew of no turn and no title (a readopted plugin's
+	// turn not yet seen): the plugin, still running its turn, refuses.
+	s.mu.Lock()
+	s.turn, s.state.title = "", ""
+	s.mu.Unlock()
+	if _, err := s.Prompt(ctx, "refused one"); err == nil {
+		t.Fatal("a prompt while the plugin runs a turn was taken")
+	}
+	rec, err := h.store.Get(ctx, "titled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Title != "refused one" || s.Title() != "refused one" {
+		t.Errorf("after a refused prompt journaled the title %q, the store has %q and the session %q", "refused one", rec.Title, s.Title())
+	}
+	if err := s.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
