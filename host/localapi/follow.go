@@ -100,7 +100,8 @@ func (f *follower) run(ctx context.Context, from uint64) {
 
 // askLate asks the requests the session registers pending after their
 // journal entry went by (the host failed to answer one itself; a
-// readopted plugin's), until the follower or the session ends. A session
+// readopted plugin's), until the follower, its connection or the session
+// ends. A session
 // started again meanwhile (a resume) is not watched: its late requests
 // reach this client when it follows again.
 func (f *follower) askLate(ctx context.Context, s *host.Session, wake <-chan struct{}) {
@@ -109,6 +110,8 @@ func (f *follower) askLate(ctx context.Context, s *host.Session, wake <-chan str
 		case <-ctx.Done():
 			return
 		case <-s.Done():
+			return
+		case <-f.a.conn.Done():
 			return
 		case <-wake:
 		}
