@@ -82,23 +82,6 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 	}
 }
 
-// knownCapabilities returns the agent's capabilities when this host
-// learned them already, without starting anything.
-func (h *Host) knownCapabilities(agent string) (pluginclient.Capabilities, bool) {
-	h.mu.Lock()
-	e, ok := h.caps[agent]
-	h.mu.Unlock()
-	if !ok {
-		return pluginclient.Capabilities{}, false
-	}
-	select {
-	case <-e.done:
-		return e.caps, e.err == nil
-	default:
-		return pluginclient.Capabilities{}, false
-	}
-}
-
 // learnCapabilities keeps what a session's plugin declared, unless the
 // agent's are known already.
 func (h *Host) learnCapabilities(agent string, caps pluginclient.Capabilities) {

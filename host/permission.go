@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -91,7 +92,19 @@ func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID stri
 		req = p.req
 	}
 	s.mu.Unlock()
-	if err := s.proc.att.AnswerPermission(ctx, requestID, pluginclient.Answer(optionID)); err != nil {
+	// Bounded as the host's own answers are: a wedged plugin must not
+	// hold up the caller (a client's follower, and with it unfollow and
+	// session/close).
+	actx, cancel := context.WithTimeout(ctx, s.h.cfg.StopTimeout)
+	err := s.proc.att.AnswerPermission(actx, requestID, pluginclient.Answer(optionID))
+	cancel()
+	if err != nil {
+		if errors.Is(err, pluginclient.ErrUnknownRequest) {
+			// The plugin waits on it no longer (answered otherwise, or
+			// asked by an earlier process of the session): nobody is to
+			// be asked it again.
+			s.forgetPermission(requestID)
+		}
 		return err
 	}
 	s.forgetPermission(requestID)
@@ -106,20 +119,27 @@ func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID stri
 	return nil
 }
 
-// grantScope stores scope as answered "allow always".
+// grantScope stores scope as answered "allow always", then answers later
+// requests of it: a grant the store did not take is not kept in memory
+// either (the user is asked again rather than the grant silently lost at
+// the next restart), and the failure is reported.
 func (s *Session) grantScope(ctx context.Context, scope string) error {
 	s.settingsMu.Lock()
 	defer s.settingsMu.Unlock()
 	s.mu.Lock()
-	if slices.Contains(s.state.allowed, scope) {
-		s.mu.Unlock()
+	granted := slices.Contains(s.state.allowed, scope)
+	s.mu.Unlock()
+	if granted {
 		return nil
 	}
+	if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, leasestore.RecordSettings{Fence: s.fence, AllowScope: scope}); err != nil {
+		err = fmt.Errorf("session %q: store the permission scope %q allowed always (later requests of it are asked again): %w", s.id, scope, err)
+		s.h.report(JournalScope, err)
+		return err
+	}
+	s.mu.Lock()
 	s.state.allowed = append(s.state.allowed, scope)
 	s.mu.Unlock()
-	if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, leasestore.RecordSettings{Fence: s.fence, AllowScope: scope}); err != nil {
-		return fmt.Errorf("session %q: store the permission scope %q allowed always: %w", s.id, scope, err)
-	}
 	s.h.log.Info("permission scope allowed always", "session", s.id, "scope", scope)
 	return nil
 }
@@ -128,13 +148,15 @@ func (s *Session) grantScope(ctx context.Context, scope string) error {
 // allow_always option (else allow_once) when its scope was granted; ""
 // when a client must be asked.
 func (s *Session) autoAnswer(req *journal.PermissionRequest) string {
-	if req.AlwaysScope == "" {
-		return ""
-	}
 	s.mu.Lock()
-	granted := slices.Contains(s.state.allowed, req.AlwaysScope)
+	allowed := s.state.allowed
 	s.mu.Unlock()
-	if !granted {
+	return grantedOption(allowed, req)
+}
+
+// grantedOption is autoAnswer's answer given the scopes allowed always.
+func grantedOption(allowed []string, req *journal.PermissionRequest) string {
+	if req.AlwaysScope == "" || !slices.Contains(allowed, req.AlwaysScope) {
 		return ""
 	}
 	once := ""
@@ -174,12 +196,25 @@ func (s *Session) notePermissions(batch []*pluginclient.Update, first uint64) []
 			auto = append(auto, grantedAnswer{req: req, option: opt})
 			continue
 		}
-		s.addPermission(req)
+		s.addPermission(req, false)
 	}
 	return auto
 }
 
-func (s *Session) addPermission(req *journal.PermissionRequest) {
+// PermissionsAdded returns a channel closed the next time a request is
+// registered pending after its journal entry: one the host failed to
+// answer itself, or one a readopted plugin asked before this host. A
+// client's follower, already past that entry, asks PendingPermissions
+// again when it closes.
+func (s *Session) PermissionsAdded() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.permWake
+}
+
+// addPermission registers req as pending; late: its journal entry may
+// already be behind the followers, so they are woken.
+func (s *Session) addPermission(req *journal.PermissionRequest, late bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.perms[req.RequestID]; ok {
@@ -189,6 +224,10 @@ func (s *Session) addPermission(req *journal.PermissionRequest) {
 	case <-s.done:
 		return
 	default:
+	}
+	if late {
+		close(s.permWake)
+		s.permWake = make(chan struct{})
 	}
 	id := req.RequestID
 	timeout := s.h.cfg.PermissionTimeout
@@ -245,9 +284,15 @@ func (s *Session) answerGranted(ctx context.Context, auto []grantedAnswer) {
 		actx, cancel := context.WithTimeout(ctx, s.h.cfg.StopTimeout)
 		err := s.proc.att.AnswerPermission(actx, id, pluginclient.Answer(g.option))
 		cancel()
+		if errors.Is(err, pluginclient.ErrUnknownRequest) {
+			// Not waited on any more (an earlier process asked it, or
+			// it was answered): nobody is to be asked it.
+			s.h.log.Debug("a permission request of a scope allowed always is no longer pending", "session", s.id, "request", id)
+			continue
+		}
 		if err != nil {
 			s.h.log.Warn("answer a permission request of a scope allowed always; asking a client instead", "session", s.id, "request", id, "error", err)
-			s.addPermission(g.req)
+			s.addPermission(g.req, true)
 			continue
 		}
 		s.h.log.Debug("answered a permission request of a scope allowed always", "session", s.id, "request", id, "option", g.option)

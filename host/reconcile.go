@@ -235,21 +235,24 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	// produced none, or a restore from backup lost the ones it journaled
 	// (and the plugin, whose outbox dropped them once acknowledged, cannot
 	// send them again). Its stream then starts wherever its outbox does.
-	pending := h.unansweredPermissions(ctx, s.ID)
-	sess, ok := a.launch(ctx, handle, journal, last+1, last == 0, stateOf(rec))
+	// The requests the plugin asked before the previous host went away
+	// still wait: the next client that follows is asked (one the plugin
+	// gave up on meanwhile is refused by it as unknown, and forgotten),
+	// or the host answers one of a scope allowed always itself.
+	var auto []grantedAnswer
+	st := stateOf(rec)
+	for _, q := range h.unansweredPermissions(ctx, s.ID) {
+		if opt := grantedOption(st.allowed, q); opt != "" {
+			auto = append(auto, grantedAnswer{req: q, option: opt})
+			continue
+		}
+		a.pending = append(a.pending, q)
+	}
+	sess, ok := a.launch(ctx, handle, journal, last+1, last == 0, st)
 	if !ok {
 		return a.fence, errors.New("the host is closing")
 	}
-	// The requests the plugin asked before the previous host went away
-	// still wait: the next client that follows is asked (one the plugin
-	// gave up on meanwhile is refused by it as unknown).
-	for _, q := range pending {
-		if opt := sess.autoAnswer(q); opt != "" {
-			sess.answerGranted(ctx, []grantedAnswer{{req: q, option: opt}})
-			continue
-		}
-		sess.addPermission(q)
-	}
+	sess.answerGranted(ctx, auto)
 	return a.fence, nil
 }
 
@@ -322,10 +325,21 @@ const permissionWindow = 1024
 
 // unansweredPermissions returns the permission requests among the
 // journal's newest entries that no permission_resolved answers, oldest
-// first. A failure to read leaves them to time out in the plugin.
+// first: only those of the current plugin process, whose turn may wait on
+// them (an earlier process that died mid-request took its requests with
+// it), so the list restarts at every lifecycle entry that marks a process
+// start or end. Registered pending, they are asked of the next client and
+// bounded by Config.PermissionTimeout. A failure to read is logged as an
+// error: the plugin waits on them with no timeout of its own, and this
+// host, not knowing them, neither asks a client nor times them out, so the
+// turn waits until it is cancelled.
 func (h *Host) unansweredPermissions(ctx context.Context, id string) []*journal.PermissionRequest {
 	last, err := h.store.LastSeq(ctx, id)
-	if err != nil || last == 0 {
+	if err != nil {
+		h.log.Error("find the journal's end to read unanswered permission requests; a turn waiting on one waits until cancelled", "session", id, "error", err)
+		return nil
+	}
+	if last == 0 {
 		return nil
 	}
 	from := uint64(1)
@@ -335,14 +349,27 @@ func (h *Host) unansweredPermissions(ctx context.Context, id string) []*journal.
 	var reqs []*journal.PermissionRequest
 	answered := map[string]bool{}
 	err = h.store.Replay(ctx, id, from, func(e leasestore.Entry) error {
-		if e.Kind != leasestore.KindUpdate || e.Seq > last {
+		if (e.Kind != leasestore.KindUpdate && e.Kind != leasestore.KindLifecycle) || e.Seq > last {
 			return nil
 		}
 		rec, err := journal.Decode(e)
 		if err != nil {
 			return nil
 		}
-		switch u := rec.(*journal.Update).Update.(type) {
+		if l, ok := rec.(*journal.Lifecycle); ok {
+			switch l.Event {
+			case "owner-committed", "owner-proven", "released", "evicted":
+				// A process started or ended: what came before is no
+				// longer waited on.
+				reqs, answered = nil, map[string]bool{}
+			}
+			return nil
+		}
+		u, ok := rec.(*journal.Update)
+		if !ok {
+			return nil
+		}
+		switch u := u.Update.(type) {
 		case *journal.PermissionRequest:
 			reqs = append(reqs, u)
 		case *journal.PermissionResolved:
@@ -351,7 +378,7 @@ func (h *Host) unansweredPermissions(ctx context.Context, id string) []*journal.
 		return nil
 	})
 	if err != nil {
-		h.log.Warn("read the journal for unanswered permission requests", "session", id, "error", err)
+		h.log.Error("read the journal for unanswered permission requests; a turn waiting on one waits until cancelled", "session", id, "error", err)
 		return nil
 	}
 	var out []*journal.PermissionRequest

@@ -46,6 +46,7 @@ type Session struct {
 	// their ids in arrival order (see permission.go).
 	perms     map[string]*pendingPermission
 	permOrder []string
+	permWake  chan struct{} // closed and replaced by a late registration
 
 	fromSeq uint64 // first plugin update to ask for
 	// violation is the protocol breach the session was stopped for; it
@@ -66,7 +67,7 @@ var ErrDetached = errors.New("host detached from the session; its plugin keeps r
 func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pluginProc, journal leasestore.Journal, fromSeq uint64) *Session {
 	return &Session{
 		h: h, id: id, agent: agent, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
-		waiters: map[string]chan TurnResult{}, perms: map[string]*pendingPermission{}, pumpDone: make(chan struct{}), done: make(chan struct{}),
+		waiters: map[string]chan TurnResult{}, perms: map[string]*pendingPermission{}, permWake: make(chan struct{}), pumpDone: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 

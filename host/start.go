@@ -14,6 +14,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -230,6 +231,11 @@ type startAttempt struct {
 	// only detaches, and the caller latches the lease at the attempt's
 	// fence. A plugin this host spawned is stopped and its lease released.
 	adopted bool
+	// pending are the permission requests a readopted plugin asked
+	// before this host (see unansweredPermissions): registered before the
+	// session's pump starts, so a permission_resolved the pump journals
+	// for one of them forgets it rather than racing its registration.
+	pending []*journal.PermissionRequest
 }
 
 // reserve reserves the session's lease for a new plugin, creating the
@@ -415,6 +421,9 @@ func (a *startAttempt) launch(ctx context.Context, handle string, journal leases
 	s := newSession(a.h, a.id, a.agent, a.fence, handle, a.proc, journal, fromSeq)
 	s.state = st
 	s.baseUnknown = baseUnknown
+	for _, q := range a.pending {
+		s.addPermission(q, true)
+	}
 	if a.h.register(s) {
 		return s, true
 	}

@@ -67,8 +67,10 @@ func checkContent(caps pluginclient.Capabilities, blocks []pluginclient.ContentB
 // declare refuses the prompt (ErrUnsupportedContent). The first prompt of
 // a session without a title gives it one (see deriveTitle).
 func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.ContentBlock) (TurnResult, error) {
-	caps, _ := s.h.knownCapabilities(s.agent)
-	if err := checkContent(caps, blocks); err != nil {
+	// The session's own plugin declared what it takes (its Identify, at
+	// start or reattach): the host-wide cache may be empty while an
+	// initialize probe runs, or after one failed.
+	if err := checkContent(s.proc.caps, blocks); err != nil {
 		return TurnResult{}, fmt.Errorf("session %q: %w", s.id, err)
 	}
 	turnID := "turn-" + rand.Text()[:16]
@@ -107,9 +109,16 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		notRun()
 		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
 	}
+	// Counted as dispatching from here: a cancel while the title is
+	// stored is delivered once the turn exists in the plugin.
 	s.mu.Lock()
 	s.dispatching++
 	s.mu.Unlock()
+	// The title is journaled: store it now, whether or not the plugin
+	// takes the prompt, so the next prompt derives no second one.
+	if err := s.noteTitle(ctx, title); err != nil {
+		s.h.report(JournalScope, err)
+	}
 	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: turnID, Prompt: blocks})
 	s.mu.Lock()
 	s.dispatching--
@@ -138,10 +147,6 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
 		return TurnResult{}, fmt.Errorf("prompt session %q: %w", s.id, err)
-	}
-	// Stored once the turn runs: a cancel meanwhile would find no turn.
-	if err := s.noteTitle(ctx, title); err != nil {
-		s.h.report(JournalScope, err)
 	}
 	select {
 	case r := <-ch:

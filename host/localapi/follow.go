@@ -7,6 +7,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
@@ -69,9 +70,11 @@ func (f *follower) run(ctx context.Context, from uint64) {
 	// The requests the plugin waits on that arrived before this client
 	// followed (none followed, or another did): asked now.
 	if s, ok := f.a.srv.Host.Session(f.id); ok {
+		wake := s.PermissionsAdded()
 		for _, q := range s.PendingPermissions() {
 			f.ask(ctx, q)
 		}
+		f.wg.Go(func() { f.askLate(ctx, s, wake) })
 	}
 	_ = f.a.srv.Host.Store().Tail(ctx, f.id, from, func(e leasestore.Entry) error {
 		rec, err := journal.Decode(e)
@@ -93,6 +96,30 @@ func (f *follower) run(ctx context.Context, from uint64) {
 		}
 		return nil
 	})
+}
+
+// askLate asks the requests the session registers pending after their
+// journal entry went by (the host failed to answer one itself; a
+// readopted plugin's), until the follower, its connection or the session
+// ends. A session
+// started again meanwhile (a resume) is not watched: its late requests
+// reach this client when it follows again.
+func (f *follower) askLate(ctx context.Context, s *host.Session, wake <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Done():
+			return
+		case <-f.a.conn.Done():
+			return
+		case <-wake:
+		}
+		wake = s.PermissionsAdded()
+		for _, q := range s.PendingPermissions() {
+			f.ask(ctx, q)
+		}
+	}
 }
 
 // turnChan returns the channel closed when the turn's stop is sent.
@@ -164,21 +191,27 @@ func (f *follower) ask(ctx context.Context, q *journal.PermissionRequest) {
 	f.wg.Go(func() {
 		defer withdraw()
 		resp, err := f.a.conn.RequestPermission(rctx, req)
+		if err != nil {
+			// No outcome from the client: it left, stopped following,
+			// the question was withdrawn, or the write to a peer that
+			// just closed failed (the library reports that before the
+			// connection's Done closes). The request stays pending for
+			// the next client that follows; the host's
+			// PermissionTimeout bounds the wait.
+			f.a.srv.log().Debug("a permission question got no answer from the client", "session", f.id, "request", q.RequestID, "error", err)
+			return
+		}
 		select {
-		case <-ctx.Done():
-			return // the client stopped following: still pending
-		case <-f.a.conn.Done():
-			return // the client left: still pending
 		case <-resolved:
 			return // answered elsewhere
 		default:
 		}
 		option := ""
-		if err == nil && resp.Outcome.Selected != nil {
+		if resp.Outcome.Selected != nil {
 			option = string(resp.Outcome.Selected.OptionId)
 		}
 		if err := s.AnswerPermission(context.WithoutCancel(ctx), q.RequestID, option); err != nil {
-			f.a.srv.log().Debug("answer a permission request", "session", f.id, "request", q.RequestID, "error", err)
+			f.a.srv.log().Warn("answer a permission request", "session", f.id, "request", q.RequestID, "error", err)
 		}
 	})
 }

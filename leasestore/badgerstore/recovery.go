@@ -352,7 +352,11 @@ func (o *opener) restore(reason string) error {
 	if err := o.settleRestored(); err != nil {
 		return err
 	}
-	if db, err = badger.Open(badgerOptions(storeDir, o.log)); err != nil {
+	// This process just closed the restored store: a child it is
+	// starting meanwhile (a plugin, a probe) holds a copy of its locked
+	// descriptor until the child's exec, so the reopen waits that out
+	// as every open does (see lockWait).
+	if db, err = openBadgerWaiting(storeDir, o.log); err != nil {
 		return fmt.Errorf("%w: reopen restored store: %v", leasestore.ErrDamaged, err)
 	}
 	o.db = db
