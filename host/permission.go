@@ -26,8 +26,9 @@ import (
 // Config.PermissionTimeout is answered "cancelled" by the host, and
 // logged, so a turn never waits forever for a user who is gone.
 //
-// A request with an always-scope (claude: "edit", "Bash(git)"; codex:
-// "exec:git", "patch") is answered by the host itself, with its
+// A request with an always-scope (a name the agent chooses for what an
+// "always" covers, such as one exact command, or file edits inside the
+// workspace) is answered by the host itself, with its
 // allow_always option (allow_once when it offers none), once a client
 // chose an allow_always option for that scope before: the scope is
 // stored with the session (leasestore.Session.AllowedScopes), so the grant

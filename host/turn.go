@@ -83,7 +83,24 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 	}
 	s.turn = turnID
 	s.waiters[turnID] = ch
+	// Counted as dispatching from the moment the turn is the session's: a
+	// client sees the prompt's echo as soon as it is journaled, below,
+	// and may cancel at once; that cancel finds no turn in the plugin yet,
+	// so it is remembered and delivered once the plugin has the turn.
+	s.dispatching++
 	s.mu.Unlock()
+	// dispatched ends the dispatch and says whether a cancel arrived
+	// during it that the plugin must still be given.
+	dispatched := func(ran bool) (recancel bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.dispatching--
+		recancel = s.cancelPending && ran
+		if s.dispatching == 0 {
+			s.cancelPending = false
+		}
+		return recancel
+	}
 	forget := func() {
 		s.mu.Lock()
 		delete(s.waiters, turnID)
@@ -106,28 +123,17 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		entries = append(entries, titleEntry(title))
 	}
 	if _, err := s.journal.Append(ctx, entries...); err != nil {
+		dispatched(false)
 		notRun()
 		return TurnResult{}, fmt.Errorf("journal prompt of session %q: %w", s.id, err)
 	}
-	// Counted as dispatching from here: a cancel while the title is
-	// stored is delivered once the turn exists in the plugin.
-	s.mu.Lock()
-	s.dispatching++
-	s.mu.Unlock()
 	// The title is journaled: store it now, whether or not the plugin
 	// takes the prompt, so the next prompt derives no second one.
 	if err := s.noteTitle(ctx, title); err != nil {
 		s.h.report(JournalScope, err)
 	}
 	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: turnID, Prompt: blocks})
-	s.mu.Lock()
-	s.dispatching--
-	recancel := s.cancelPending && err == nil
-	if s.dispatching == 0 {
-		s.cancelPending = false
-	}
-	s.mu.Unlock()
-	if recancel {
+	if dispatched(err == nil) {
 		// The turn now exists in the plugin: deliver the cancel it missed.
 		if cerr := s.Cancel(context.WithoutCancel(ctx)); cerr != nil {
 			s.h.log.Warn("deliver a cancel that arrived while the prompt was dispatched", "session", s.id, "error", cerr)

@@ -12,8 +12,8 @@
 //	            is reported as "answered OPTION" (or "cancelled")
 //	title T     reports the session's title T between turns
 //	commands    reports two slash commands
-//	handle H    reports a new provider handle H, as after claude's /clear
-//	plan        switches to mode plan itself, as claude leaving plan mode does
+//	handle H    reports a new provider handle H, as after a command that starts a new conversation
+//	plan        switches to mode plan itself, as an agent leaving plan mode on its own does
 //	auth        fails the turn for want of credentials
 //	sleep D     waits D (or until cancelled)
 //
