@@ -17,17 +17,20 @@ import (
 // The ACP plan row: an agent's plan reaches the client as a plan
 // session/update, journaled once. Claude's comes from its TodoWrite
 // tool, codex's from turn/plan/updated, which its update_plan tool
-// causes. Neither pinned CLI offers its plan tool by default:
+// causes. Neither pinned CLI offers its plan tool by default, so both
+// plugins turn it on by default, and these scenarios set no option for it:
 //   - claude 2.1.332 enables TodoWrite only with its task tools off
 //     (CLAUDE_CODE_ENABLE_TASKS=false) and, for its newer models, with
-//     CLAUDE_CODE_ENABLE_TODO_TOOLS=true; with the task tools on it
-//     offers TaskCreate/TaskUpdate instead, which are no plan. TodoWrite
-//     is then deferred behind ToolSearch (not in the request's tools) yet
-//     callable.
+//     CLAUDE_CODE_ENABLE_TODO_TOOLS=true, which the plugin sets in the
+//     CLI's environment unless the session or the operator does; with
+//     the task tools on it offers TaskCreate/TaskUpdate instead, which
+//     are no plan. TodoWrite is then deferred behind ToolSearch (not in
+//     the request's tools) yet callable.
 //   - codex 0.171.0 offers update_plan only with the config override
-//     tools.update_plan.enabled=true, as a function tool for a model it
-//     has no metadata for (realcli.ModelCodexFunctions) and on the
-//     code-mode exec tool's tools object for its default model.
+//     tools.update_plan.enabled=true, which the plugin passes unless the
+//     session's config option decides it; codex offers it as a function
+//     tool for a model it has no metadata for (realcli.ModelCodexFunctions)
+//     and on the code-mode exec tool's tools object for its default model.
 
 // wantPlan is the plan both scenarios have the model write: one entry of
 // each status.
@@ -53,7 +56,7 @@ func TestClaudePlan(t *testing.T) {
 	}
 	input := asJSON(t, map[string]any{"todos": todos})
 	r.script(modelserver.Tool("TodoWrite", input), modelserver.Text("Planned."))
-	id := cl.newSession(r, map[string]string{"env.CLAUDE_CODE_ENABLE_TASKS": "false", "env.CLAUDE_CODE_ENABLE_TODO_TOOLS": "true"})
+	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "make a plan", "end_turn")
 
 	if asked := cl.permissionRequests(); len(asked) != 0 {
@@ -70,10 +73,7 @@ func TestClaudePlan(t *testing.T) {
 // statuses (its in_progress arrives as turn/plan/updated's inProgress).
 func TestCodexPlan(t *testing.T) {
 	t.Parallel()
-	r, s, c, id := newCodexSession(t, map[string]string{
-		codex.OptModel:  realcli.ModelCodexFunctions,
-		codex.OptConfig: `{"tools.update_plan.enabled":true}`,
-	})
+	r, s, c, id := newCodexSession(t, map[string]string{codex.OptModel: realcli.ModelCodexFunctions})
 	type step struct {
 		Step   string `json:"step"`
 		Status string `json:"status"`

@@ -131,7 +131,7 @@ func (a *agent) open(ctx context.Context, workspace string, opts map[string]stri
 	if cfg.mcpConfig, err = mcpConfig(servers); err != nil {
 		return sdk.SessionInfo{}, err
 	}
-	env := withVars(cliEnv(os.Environ(), workspace, cfg.allowCredentials), cfg.env)
+	env := withVars(withDefaults(cliEnv(os.Environ(), workspace, cfg.allowCredentials), planVars), cfg.env)
 	bypass := bypassAllowed(env)
 	if cfg.mode == modeBypass && !bypass {
 		return sdk.SessionInfo{}, invalid(OptMode, "claude refuses bypassPermissions to root (unless the CLI's environment has IS_SANDBOX=1, e.g. the option env.IS_SANDBOX=1 in a sandbox)")

@@ -114,6 +114,17 @@
 //     developer's shell never overrides the user's login; the agenthost
 //     binary strips the same list before the plugin starts. CLAUDECODE is
 //     always removed: it would make the CLI think it runs nested.
+//   - Claude Code 2.1.332 offers its newer models no TodoWrite by
+//     default, only the task tools (TaskCreate, TaskGet, TaskList,
+//     TaskUpdate, TaskStop), or neither. TodoWrite's todos are the ACP
+//     plan; the task tools have no plan form (each call touches one task),
+//     so a client would never see a plan. The plugin therefore sets
+//     CLAUDE_CODE_ENABLE_TASKS=false and CLAUDE_CODE_ENABLE_TODO_TOOLS=true
+//     in the CLI's environment (env.go's planVars), each only as a default:
+//     a session's env.NAME option wins, then the plugin's own environment
+//     (the operator's), so env.CLAUDE_CODE_ENABLE_TASKS=true brings the
+//     task tools back. 2.1.332 defers TodoWrite behind ToolSearch (the
+//     model request does not list it), yet the model can call it.
 //   - The credential check cannot see a login kept in the macOS keychain:
 //     OptSkipAuthCheck skips it, and a session without credentials after
 //     all fails its first turn with an authentication error.

@@ -93,6 +93,30 @@ func cliEnv(environ []string, workspace string, allowCredentials bool) []string 
 	return out
 }
 
+// planVars turn Claude Code's TodoWrite tool on, which the CLI's newer
+// models lack by default: 2.1.332 offers TodoWrite only with its task
+// tools off (CLAUDE_CODE_ENABLE_TASKS=false) and, for those models, with
+// CLAUDE_CODE_ENABLE_TODO_TOOLS=true; otherwise it offers the task tools
+// (TaskCreate, TaskGet, TaskList, TaskUpdate, TaskStop) or neither.
+// TodoWrite's todos are what the plugin reports as the ACP plan; the task
+// tools have no plan form (each call touches one task, never the list), so
+// with them a client would see no plan. Each is a default only: a session's
+// env.NAME option wins, then the plugin's environment (the operator's).
+var planVars = []string{"CLAUDE_CODE_ENABLE_TASKS=false", "CLAUDE_CODE_ENABLE_TODO_TOOLS=true"}
+
+// withDefaults is env plus each NAME=VALUE of defaults whose NAME env
+// does not set.
+func withDefaults(env, defaults []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range defaults {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // configDir is Claude Code's configuration directory: $CLAUDE_CONFIG_DIR,
 // or ~/.claude.
 func configDir() string {

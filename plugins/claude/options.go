@@ -42,8 +42,9 @@ const (
 	// ":", each passed as --add-dir. Each must be an absolute directory.
 	OptAddDirs = "add_dirs"
 	// OptEnvPrefix prefixes an option that sets one variable of the CLI's
-	// environment: env.NAME=VALUE. Provider credentials cannot be set so
-	// (see CredentialVariables).
+	// environment: env.NAME=VALUE, over the plugin's environment and its
+	// defaults (planVars). Provider credentials cannot be set so (see
+	// CredentialVariables).
 	OptEnvPrefix = "env."
 	// OptMaxTurns is passed as --max-turns.
 	OptMaxTurns = "max_turns"

@@ -73,6 +73,8 @@ func TestArgvAndEnvironment(t *testing.T) {
 			t.Errorf("the CLI's environment lacks %s", kept)
 		}
 	}
+	// By default the CLI offers TodoWrite (a plan), not its task tools.
+	assertVars(t, inv[0].Env, "CLAUDE_CODE_ENABLE_TASKS=false", "CLAUDE_CODE_ENABLE_TODO_TOOLS=true")
 
 	// What the plugin wrote: initialize, then the user turn, exactly.
 	lines := f.stdinLines(inv[0].Pid)
@@ -103,6 +105,41 @@ func TestArgvAndEnvironment(t *testing.T) {
 	}
 	if id.AgentVersion != TestedVersion || id.Handle != handle {
 		t.Errorf("Identify: version %q handle %q, want %q and %q", id.AgentVersion, id.Handle, TestedVersion, handle)
+	}
+}
+
+// TestPlanToolVariablesOverridable: the variables that turn TodoWrite on
+// are defaults; the plugin's environment (the operator's) overrides them,
+// and a session's env.NAME option overrides both.
+func TestPlanToolVariablesOverridable(t *testing.T) {
+	f := newFixture(t)
+	h := f.start(t, "CLAUDE_CODE_ENABLE_TASKS=1", "CLAUDE_CODE_ENABLE_TODO_TOOLS=false")
+	f.open(t, h, map[string]string{OptEnvPrefix + "CLAUDE_CODE_ENABLE_TASKS": "true"})
+	if _, stop := h.Run("count 1", wait); stop.StopReason != "end_turn" {
+		t.Fatalf("turn: %v", stop)
+	}
+	inv := f.sessions()
+	if len(inv) != 1 {
+		t.Fatalf("want one CLI started, got %d", len(inv))
+	}
+	assertVars(t, inv[0].Env, "CLAUDE_CODE_ENABLE_TASKS=true", "CLAUDE_CODE_ENABLE_TODO_TOOLS=false")
+}
+
+// assertVars fails the test unless env sets each NAME of want exactly
+// once, to want's value.
+func assertVars(t *testing.T, env []string, want ...string) {
+	t.Helper()
+	for _, kv := range want {
+		name, _, _ := strings.Cut(kv, "=")
+		var got []string
+		for _, e := range env {
+			if strings.HasPrefix(e, name+"=") {
+				got = append(got, e)
+			}
+		}
+		if !slices.Equal(got, []string{kv}) {
+			t.Errorf("the CLI's environment sets %s as %q; want exactly %s", name, got, kv)
+		}
 	}
 }
 

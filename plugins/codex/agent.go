@@ -258,6 +258,7 @@ func (a *agent) threadStartParams(workspace string, o options, mcp map[string]an
 	approval, sandbox := o.policy()
 	cfg := map[string]any{}
 	maps.Copy(cfg, o.config)
+	enableUpdatePlan(cfg)
 	if o.effort != "" {
 		cfg["model_reasoning_effort"] = o.effort
 	}
@@ -265,13 +266,45 @@ func (a *agent) threadStartParams(workspace string, o options, mcp map[string]an
 		cfg["sandbox_workspace_write.writable_roots"] = o.addDirs
 	}
 	maps.Copy(cfg, mcp)
-	if len(cfg) == 0 {
-		cfg = nil
-	}
 	return threadStartParams{
 		Model: o.model, Cwd: workspace, ApprovalPolicy: approval, Sandbox: sandbox, Config: cfg, Ephemeral: o.ephemeral,
 		BaseInstructions: o.systemPrompt, DeveloperInstructions: o.appendSystemPrompt,
 	}
+}
+
+// updatePlanKey is the config override that gives the model codex's
+// update_plan tool, whose calls codex reports as turn/plan/updated: the
+// ACP plan. Codex 0.171.0 leaves the tool off by default, so a client
+// would never see a plan.
+const updatePlanKey = "tools.update_plan.enabled"
+
+// enableUpdatePlan turns update_plan on in the thread's config overrides
+// cfg unless the session's OptConfig decides it: the key itself, or
+// "tools.update_plan", or a "tools" table naming update_plan. A "tools"
+// table without it gets update_plan inside (a copy, never the session's
+// own map), because codex would apply the table and the dotted key in no
+// set order, and a table replaces what the key set.
+func enableUpdatePlan(cfg map[string]any) {
+	_, key := cfg[updatePlanKey]
+	_, table := cfg["tools.update_plan"]
+	if key || table {
+		return
+	}
+	tools, ok := cfg["tools"]
+	if !ok {
+		cfg[updatePlanKey] = true
+		return
+	}
+	t, ok := tools.(map[string]any)
+	if !ok {
+		return // not a table: codex judges it
+	}
+	if _, ok := t["update_plan"]; ok {
+		return
+	}
+	t = maps.Clone(t)
+	t["update_plan"] = map[string]any{"enabled": true}
+	cfg["tools"] = t
 }
 
 // resumeError says why thread/resume failed in terms a user can act on.

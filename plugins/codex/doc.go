@@ -146,6 +146,15 @@
 //   - Codex has no "reject always" decision, so none is offered; "allow
 //     always" is codex's acceptForSession, which covers that exact
 //     command, as the host's AlwaysScope does.
+//   - Codex 0.171.0 offers the model no update_plan tool by default, and
+//     update_plan is what codex reports as turn/plan/updated, the ACP
+//     plan: without it a client never sees a plan. The plugin therefore
+//     passes the config override tools.update_plan.enabled=true to every
+//     thread/start and thread/resume unless the session's config option
+//     decides update_plan itself ({"tools.update_plan.enabled":false}
+//     turns it off; a "tools" table gains update_plan unless it names it).
+//     The override also beats a setting in config.toml, so the session
+//     option is the way to turn it off.
 //   - Codex keeps the thread's last effort when the model changes: a
 //     model that does not support it gets its default effort, sent.
 //   - Approval policy and sandbox options matching no preset are the mode

@@ -58,7 +58,8 @@ const (
 	// "danger-full-access"; OptMode, when set, wins over it.
 	OptSandbox = "sandbox"
 	// OptConfig is a JSON object of config.toml overrides passed to the
-	// thread, e.g. {"model_verbosity":"low"}.
+	// thread, e.g. {"model_verbosity":"low"}, over the plugin's own
+	// (tools.update_plan.enabled=true unless it decides update_plan).
 	OptConfig = "config"
 	// OptEphemeral, when "true", opens a thread codex never saves: it
 	// cannot be resumed, so its handle is never reported as resumable.

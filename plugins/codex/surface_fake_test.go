@@ -91,6 +91,10 @@ func TestSessionSettings(t *testing.T) {
 		!slices.Equal(s.WritableRoots, []string{"/data"}) {
 		t.Errorf("codex runs with %+v", s)
 	}
+	// update_plan is on by default: the model can make a plan.
+	if s.MCPConfig["tools.update_plan.enabled"] != true {
+		t.Errorf("the thread's config %v; want tools.update_plan.enabled true", s.MCPConfig)
+	}
 	if ups, _ := run(t, p, "env FAKE_VAR", "end_turn"); sdktest.Messages(ups) != "hello" {
 		t.Errorf("env.FAKE_VAR reached codex as %q", sdktest.Messages(ups))
 	}

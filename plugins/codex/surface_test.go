@@ -342,3 +342,35 @@ func TestAlwaysScopes(t *testing.T) {
 		}
 	}
 }
+
+// Every thread gets update_plan (the ACP plan) unless the session's
+// config option decides it; a session's own "tools" table keeps its
+// entries and gains update_plan, and the session's map is left as given.
+func TestUpdatePlanByDefault(t *testing.T) {
+	for config, want := range map[string]string{
+		``:                                    `{"tools.update_plan.enabled":true}`,
+		`{"model_verbosity":"low"}`:           `{"model_verbosity":"low","tools.update_plan.enabled":true}`,
+		`{"tools.update_plan.enabled":false}`: `{"tools.update_plan.enabled":false}`,
+		`{"tools.update_plan":{"enabled":false}}`:     `{"tools.update_plan":{"enabled":false}}`,
+		`{"tools":{"update_plan":{"enabled":false}}}`: `{"tools":{"update_plan":{"enabled":false}}}`,
+		`{"tools":{"web_search":true}}`:               `{"tools":{"update_plan":{"enabled":true},"web_search":true}}`,
+	} {
+		opts := map[string]string{}
+		if config != "" {
+			opts[OptConfig] = config
+		}
+		o, err := parseOptions(opts)
+		if err != nil {
+			t.Fatalf("%s: %v", config, err)
+		}
+		p := (&agent{}).threadStartParams("/w", o, nil)
+		if got := marshal(p.Config); got != want {
+			t.Errorf("config option %s: the thread's config %s; want %s", config, got, want)
+		}
+		if config != "" {
+			if got := marshal(o.config); got != config {
+				t.Errorf("config option %s was changed to %s", config, got)
+			}
+		}
+	}
+}
