@@ -64,6 +64,13 @@ type agent struct {
 	// they are now; turn/start carries them, so a change applies from
 	// the next turn.
 	settings settings
+	// sent are the settings the thread carries since a turn/start that
+	// carried them ran (codex keeps a turn's overrides for the next
+	// turns). turn/start carries the settings only when they differ:
+	// overriding them on every turn cost codex 0.171.0 about 7 ms before
+	// its first delta (make bench, first-token row). Zero after an open
+	// and after /new, so a thread's first turn always carries them.
+	sent settings
 	// models are what model/list answered at the session's opening.
 	models []modelInfo
 	// ownNames are thread names the plugin set itself (to save a thread
@@ -246,7 +253,7 @@ func (a *agent) handshake(ctx context.Context, c *conn, p *cliproc.Process, work
 
 	st := newSettings(o, res)
 	a.mu.Lock()
-	a.settings, a.models, a.opts = st, models, o
+	a.settings, a.models, a.opts, a.sent = st, models, o, settings{}
 	info := sdk.SessionInfo{Handle: res.Thread.ID, Options: a.acknowledged(), Modes: a.modeState(), ConfigOptions: a.configOptions()}
 	a.mu.Unlock()
 	return info, res.Thread.ID, nil
@@ -431,7 +438,36 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 	if err != nil {
 		return "", err
 	}
-	return t.run(ctx, "turn/start", st.turnStart(threadID, input, opts.addDirs))
+	params, carried := a.nextTurnStart(threadID, st, input, opts.addDirs)
+	reason, err := t.run(ctx, "turn/start", params)
+	if err == nil && carried {
+		a.noteSent(threadID, st)
+	}
+	return reason, err
+}
+
+// nextTurnStart is the turn/start of thread threadID for settings st: it
+// carries them only when they differ from those the thread has (see
+// agent.sent); carried says whether it does.
+func (a *agent) nextTurnStart(threadID string, st settings, input []userInput, addDirs []string) (p turnStartParams, carried bool) {
+	a.mu.Lock()
+	same := a.sent == st
+	a.mu.Unlock()
+	if same {
+		return turnStartParams{ThreadID: threadID, Input: input}, false
+	}
+	return st.turnStart(threadID, input, addDirs), true
+}
+
+// noteSent records that thread threadID carries settings st, once a
+// turn/start that carried them ran; nothing if the session moved to
+// another thread meanwhile.
+func (a *agent) noteSent(threadID string, st settings) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.threadID == threadID {
+		a.sent = st
+	}
 }
 
 // Close stops the app-server under cliproc's rule: stdin EOF, then

@@ -455,6 +455,7 @@ func (a *agent) newThread(ctx context.Context, turn *sdk.Turn) (sdk.StopReason, 
 	old := a.threadID
 	a.threadID = res.Thread.ID
 	a.resumable = !o.ephemeral
+	a.sent = settings{} // a new thread: its first turn carries them
 	a.mu.Unlock()
 	a.log.Info("codex /new: a new thread", "old", old, "thread", res.Thread.ID)
 	if !o.ephemeral {

@@ -374,3 +374,34 @@ func TestUpdatePlanByDefault(t *testing.T) {
 		}
 	}
 }
+
+// turn/start carries the settings on a thread's first turn and after a
+// change, and not on turns that would repeat what the thread has: codex
+// keeps a turn's overrides, and overriding them again costs it time
+// before its first delta.
+func TestTurnStartCarriesSettingsOnlyWhenChanged(t *testing.T) {
+	o, _ := parseOptions(map[string]string{"model": "m1"})
+	res := threadResult{Model: "m1", ApprovalPolicy: []byte(`"on-request"`), Sandbox: []byte(`{"type":"readOnly","networkAccess":false}`)}
+	a := testAgent(o, res, testModels)
+	a.threadID = "th"
+	p, carried := a.nextTurnStart("th", a.settings, nil, nil)
+	if !carried || p.Model != "m1" || p.ApprovalPolicy == "" {
+		t.Fatalf("first turn: %+v carried=%v; want the settings", p, carried)
+	}
+	a.noteSent("th", a.settings)
+	if p, carried := a.nextTurnStart("th", a.settings, nil, nil); carried || p.Model != "" || p.ApprovalPolicy != "" || p.SandboxPolicy != nil {
+		t.Errorf("an unchanged turn: %+v carried=%v; want no overrides", p, carried)
+	}
+	if _, err := a.SetConfigOption(t.Context(), "model", "m2"); err != nil {
+		t.Fatal(err)
+	}
+	if p, carried := a.nextTurnStart("th", a.settings, nil, nil); !carried || p.Model != "m2" {
+		t.Errorf("after set_config_option model=m2: %+v carried=%v; want m2 carried", p, carried)
+	}
+	// A turn of a thread the session left records nothing.
+	a.threadID = "other"
+	a.noteSent("th", a.settings)
+	if _, carried := a.nextTurnStart("other", a.settings, nil, nil); !carried {
+		t.Error("a note for a thread the session left made the new thread's turn skip its settings")
+	}
+}
