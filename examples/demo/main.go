@@ -76,7 +76,9 @@ func (d *demo) run() error {
 		return err
 	}
 	d.root = root
-	d.bin = filepath.Join(d.root, "bin", "agenthost")
+	if d.bin == "" {
+		d.bin = filepath.Join(d.root, "bin", "agenthost")
+	}
 
 	narrate.Step("1. Building bin/agenthost: one binary holding the host, its command line and the built-in plugins.")
 	if err := serveproc.Build(context.Background(), d.root, d.bin); err != nil {
@@ -300,6 +302,11 @@ func (d *demo) check() error {
 		}
 		switch r := e.rec.(type) {
 		case *journal.Update:
+			if r.PluginSeq == 0 {
+				// The host's own: the title it derived from the first
+				// prompt, journaled with the prompt.
+				continue
+			}
 			pluginSeqs = append(pluginSeqs, r.PluginSeq)
 			if c, isChunk := r.Update.(*journal.Chunk); isChunk && c.Kind == journal.KindAgentMessageChunk {
 				texts = append(texts, c.Content.Text())
