@@ -22,20 +22,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { PNG, check, ok, run, withAgent } from './lib.mjs';
+import { PNG, check, initialize, ok, run, withAgent } from './lib.mjs';
 
 async function main() {
   const [workspace, model, nextModel, ...agentCommand] = process.argv.slice(2);
   if (!nextModel || agentCommand.length === 0) throw new Error('usage: node claude.mjs WORKSPACE MODEL NEXT_MODEL AGENT_COMMAND [ARG...]');
 
   await withAgent(agentCommand, async ({ acp, agent, updates, permissions, answer, prompter, cancel }) => {
-    const init = await agent.request(acp.methods.agent.initialize, {
-      protocolVersion: acp.PROTOCOL_VERSION,
-      clientCapabilities: {},
-      clientInfo: { name: 'acp-ts-client', version: '1' },
-    });
-    const pc = init.agentCapabilities?.promptCapabilities ?? {};
-    check(pc.image === true && pc.embeddedContext === true, `promptCapabilities image and embeddedContext, got ${JSON.stringify(pc)}`);
+    const { init, pc } = await initialize(acp, agent);
     ok('initialize', `promptCapabilities ${JSON.stringify(pc)}, authMethods ${(init.authMethods ?? []).map((m) => m.id)}`);
 
     const s = await agent.request(acp.methods.agent.session.new, {

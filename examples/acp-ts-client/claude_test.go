@@ -85,13 +85,7 @@ func TestACPTypeScriptSDKClientWithClaude(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	env := []string{"HOME=" + home, "AGENTHOST_ACP_SDK=" + sdk, "AGENT_STDERR=" + agentLog}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(k, "AGENTHOST_") && !strings.HasPrefix(k, "ANTHROPIC_") && !strings.HasPrefix(k, "CLAUDE") && k != "HOME" {
-			env = append(env, kv)
-		}
-	}
+	env := append(realcli.IsolatedEnv(os.Environ(), home), "AGENTHOST_ACP_SDK="+sdk, "AGENT_STDERR="+agentLog)
 	env = append(env, setup.Credentials...)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

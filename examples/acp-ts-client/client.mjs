@@ -38,7 +38,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { PNG, check, ok, run, withAgent } from './lib.mjs';
+import { PNG, check, initialize, ok, run, withAgent } from './lib.mjs';
 
 async function main() {
   let args = process.argv.slice(2);
@@ -49,13 +49,7 @@ async function main() {
 
   await withAgent(agentCommand, async ({ acp, agent, updates, permissions, answer, prompter, cancel }) => {
     // 1. initialize
-    const init = await agent.request(acp.methods.agent.initialize, {
-      protocolVersion: acp.PROTOCOL_VERSION,
-      clientCapabilities: {},
-      clientInfo: { name: 'acp-ts-client', version: '1' },
-    });
-    const pc = init.agentCapabilities?.promptCapabilities ?? {};
-    check(pc.image === true && pc.embeddedContext === true, `promptCapabilities image and embeddedContext, got ${JSON.stringify(pc)}`);
+    const { init, pc } = await initialize(acp, agent);
     check(!pc.audio, 'no audio: the scripted agent does not declare it');
     ok('initialize', `protocol ${init.protocolVersion}, promptCapabilities ${JSON.stringify(pc)}`);
 

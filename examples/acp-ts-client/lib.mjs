@@ -24,6 +24,20 @@ async function loadSDK() {
 export const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=';
 const WAIT_MS = 10000;
 
+// initialize opens the ACP connection and checks the agent declares
+// image and embedded-context prompts, which both walks send; it returns
+// the initialize result and its promptCapabilities.
+export async function initialize(acp, agent) {
+  const init = await agent.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: {},
+    clientInfo: { name: 'acp-ts-client', version: '1' },
+  });
+  const pc = init.agentCapabilities?.promptCapabilities ?? {};
+  check(pc.image === true && pc.embeddedContext === true, `promptCapabilities image and embeddedContext, got ${JSON.stringify(pc)}`);
+  return { init, pc };
+}
+
 export function check(cond, what) {
   if (!cond) throw new Error(`check failed: ${what}`);
 }

@@ -38,7 +38,7 @@ func TestClaudeSettingsSurviveHostKillAndPluginDeath(t *testing.T) {
 	r.script(modelserver.Text("One."), modelserver.Text("Two."),
 		modelserver.Tool("mcp__echosrv__echo", echo), modelserver.Text("Three."))
 	opts := map[string]string{claude.OptModel: "sonnet", claude.OptMode: "acceptEdits"}
-	res := cl.newCodexSessionWith(r, opts, []acp.McpServer{stdioMCP("echosrv", mcpEchoBin)})
+	res := cl.newSessionWith(r, opts, []acp.McpServer{stdioMCP("echosrv", mcpEchoBin)})
 	id := string(res.SessionId)
 	if res.Modes == nil || res.Modes.CurrentModeId != "acceptEdits" {
 		t.Errorf("session/new's modes %+v, want acceptEdits current", res.Modes)
@@ -145,7 +145,7 @@ func TestClaudeSetConfigOption(t *testing.T) {
 	t.Parallel()
 	r, _, cl := startClaude(t)
 	r.script(modelserver.Text("One."), modelserver.Text("Two."))
-	res := cl.newCodexSessionWith(r, nil, nil)
+	res := cl.newSessionWith(r, nil, nil)
 	id := string(res.SessionId)
 	var ids []string
 	for _, o := range res.ConfigOptions {
@@ -258,12 +258,10 @@ func TestClaudeEditDiffAllowAlways(t *testing.T) {
 	}
 	// The results' diffs: the structured patch's hunk, with its context.
 	var got []string
-	for _, u := range cl.sessionUpdates() {
-		if x, ok := u.(*journal.ToolCallUpdate); ok {
-			for _, c := range x.ToolContent {
-				if c.Diff != nil && c.Diff.OldText != nil {
-					got = append(got, *c.Diff.OldText+" -> "+c.Diff.NewText)
-				}
+	for _, x := range kindOf[*journal.ToolCallUpdate](cl) {
+		for _, c := range x.ToolContent {
+			if c.Diff != nil && c.Diff.OldText != nil {
+				got = append(got, *c.Diff.OldText+" -> "+c.Diff.NewText)
 			}
 		}
 	}

@@ -33,7 +33,7 @@ func TestCodexSettingsAndModes(t *testing.T) {
 	r := newRig(t, codexCLI)
 	s := r.start()
 	c := r.dial(s)
-	res := c.newCodexSessionWith(r, map[string]string{"model": "gpt-6.2-astra", "mode": "full-access", "effort": "high",
+	res := c.newSessionWith(r, map[string]string{"model": "gpt-6.2-astra", "mode": "full-access", "effort": "high",
 		"append_system_prompt": "DEVELOPER-NOTE-7"}, []acp.McpServer{stdioMCP("echo", mcpEcho(t))})
 	id := string(res.SessionId)
 	if res.Modes == nil || res.Modes.CurrentModeId != "full-access" || len(res.Modes.AvailableModes) != 3 {
@@ -146,7 +146,7 @@ func TestCodexPatchDiff(t *testing.T) {
 	reqContent, reqLocs = decodeToolContent(t, tc.Content, tc.Locations)
 	checkDiff("the permission request's tool call", reqContent, reqLocs)
 	var found bool
-	for _, call := range c.toolCalls() {
+	for _, call := range kindOf[*journal.ToolCall](c) {
 		if call.Kind == "edit" {
 			found = true
 			checkDiff("the tool call", call.Content, call.Locations)
@@ -282,7 +282,7 @@ func TestCodexSettingsSurviveHostAndPluginDeath(t *testing.T) {
 	s := r.start()
 	c := r.dial(s)
 	opts := map[string]string{"model": "gpt-6.2-astra", "mode": "full-access"}
-	id := string(c.newCodexSessionWith(r, opts, []acp.McpServer{stdioMCP("echo", mcpEcho(t))}).SessionId)
+	id := string(c.newSessionWith(r, opts, []acp.McpServer{stdioMCP("echo", mcpEcho(t))}).SessionId)
 	r.script(modelserver.Text("one"), modelserver.Text("two"), modelserver.Text("three"))
 	check := func(n int, when string) {
 		t.Helper()
@@ -322,7 +322,7 @@ func TestCodexHTTPMCPServer(t *testing.T) {
 	c := r.dial(s)
 	server := acp.McpServer{Http: &acp.McpServerHttpInline{Type: "http", Name: "web", Url: mcp.URL + "/mcp",
 		Headers: []acp.HttpHeader{{Name: "X-Agenthost-Test", Value: "secret-7"}}}}
-	id := string(c.newCodexSessionWith(r, nil, []acp.McpServer{server}).SessionId)
+	id := string(c.newSessionWith(r, nil, []acp.McpServer{server}).SessionId)
 	r.script(modelserver.Text("ok"))
 	c.mustPrompt(id, "hello", "end_turn")
 	if body := string(r.nextRequest(1).Body); !strings.Contains(body, "mcp__web") {

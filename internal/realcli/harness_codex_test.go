@@ -180,9 +180,9 @@ func mcpEcho(t *testing.T) string {
 	return mcpEchoBin
 }
 
-// newCodexSessionWith opens a codex session with options and MCP servers
+// newSessionWith opens a codex session with options and MCP servers
 // and returns the session/new result.
-func (c *client) newCodexSessionWith(r *rig, options map[string]string, mcp []acp.McpServer) acp.NewSessionResponse {
+func (c *client) newSessionWith(r *rig, options map[string]string, mcp []acp.McpServer) acp.NewSessionResponse {
 	c.t.Helper()
 	if mcp == nil {
 		mcp = []acp.McpServer{}
@@ -264,17 +264,6 @@ func sandboxMode(req modelserver.Request) string {
 	}
 	mode, _, _ := strings.Cut(rest, `\"`)
 	return mode
-}
-
-// toolCalls are the tool calls the client saw.
-func (c *client) toolCalls() []*journal.ToolCall {
-	var out []*journal.ToolCall
-	for _, u := range c.received() {
-		if tc, ok := u.Update.(*journal.ToolCall); ok {
-			out = append(out, tc)
-		}
-	}
-	return out
 }
 
 // rpcCode is the JSON-RPC error code of an API call's error, 0 for none.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -104,15 +103,7 @@ func newRig(t *testing.T, c cli) *rig {
 			t.Fatal(err)
 		}
 	}
-	env := []string{}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "AGENTHOST_") || strings.HasPrefix(k, "ANTHROPIC_") || strings.HasPrefix(k, "OPENAI_") ||
-			strings.HasPrefix(k, "CLAUDE") || strings.HasPrefix(k, "CODEX_") || k == "HOME" {
-			continue
-		}
-		env = append(env, kv)
-	}
+	env := realcli.IsolatedEnv(os.Environ(), home)
 	guard, err := realcli.StartGuard()
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +117,7 @@ func newRig(t *testing.T, c cli) *rig {
 	if err := os.WriteFile(filepath.Join(dir, "agenthost.json"), config, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env = append(env, "HOME="+home, "AGENTHOST_LOG_LEVEL=debug")
+	env = append(env, "AGENTHOST_LOG_LEVEL=debug")
 	env = append(env, setup.Credentials...)
 	r := &rig{t: t, cli: c, srv: srv, dir: dir, home: home, workspace: workspace, env: env}
 	t.Cleanup(func() {
