@@ -34,7 +34,7 @@ func TestReadNewSessionMetaOptions(t *testing.T) {
 		t.Errorf("options: %+v, %v", got, err)
 	}
 	_, err = ReadNewSessionMeta(map[string]any{"agenthost": map[string]any{"options": map[string]any{"max_turns": 3.0}}})
-	if err == nil || !strings.Contains(err.Error(), "_meta.agenthost.options.max_turns is a float64") {
+	if err == nil || !strings.Contains(err.Error(), `_meta.agenthost.options.max_turns must be a JSON string: write "max_turns": "3"`) {
 		t.Errorf("a number as an option: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ func ReadNewSessionMeta(meta map[string]any) (NewSessionMeta, error) {
 		for k, v := range opts {
 			s, ok := v.(string)
 			if !ok {
-				return NewSessionMeta{}, fmt.Errorf("_meta.%s.options.%s is a %T: every session option's value must be a JSON string (write %q as \"%v\")", MetaKey, k, v, k, v)
+				return NewSessionMeta{}, fmt.Errorf("_meta.%s.options.%s must be a JSON string: write \"%s\": \"%v\"", MetaKey, k, k, v)
 			}
 			out.Options[k] = s
 		}

@@ -93,13 +93,7 @@ func (s *Session) AnswerPermission(ctx context.Context, requestID, optionID stri
 		req = p.req
 	}
 	s.mu.Unlock()
-	// Bounded as the host's own answers are: a wedged plugin must not
-	// hold up the caller (a client's follower, and with it unfollow and
-	// session/close).
-	actx, cancel := context.WithTimeout(ctx, s.h.cfg.StopTimeout)
-	err := s.proc.att.AnswerPermission(actx, requestID, pluginclient.Answer(optionID))
-	cancel()
-	if err != nil {
+	if err := s.answerPlugin(ctx, requestID, optionID); err != nil {
 		if errors.Is(err, pluginclient.ErrUnknownRequest) {
 			// The plugin waits on it no longer (answered otherwise, or
 			// asked by an earlier process of the session): nobody is to
@@ -262,15 +256,23 @@ func (s *Session) stopPermissions() {
 	s.permOrder = nil
 }
 
+// answerPlugin gives the plugin the answer to request id (option "" is
+// cancelled), bounded by StopTimeout: a wedged plugin must not hold up the
+// caller (a client's follower, and with it unfollow and session/close,
+// or the pump).
+func (s *Session) answerPlugin(ctx context.Context, id, optionID string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.StopTimeout)
+	defer cancel()
+	return s.proc.att.AnswerPermission(ctx, id, pluginclient.Answer(optionID))
+}
+
 // expirePermission answers a request nobody answered in time: cancelled.
 func (s *Session) expirePermission(id string, after time.Duration) {
 	if !s.PermissionPending(id) {
 		return
 	}
 	s.h.log.Warn("a permission request was not answered in time; the host answers it cancelled", "session", s.id, "request", id, "timeout", after)
-	ctx, cancel := context.WithTimeout(context.Background(), s.h.cfg.StopTimeout)
-	defer cancel()
-	if err := s.proc.att.AnswerPermission(ctx, id, pluginclient.Answer("")); err != nil {
+	if err := s.answerPlugin(context.Background(), id, ""); err != nil {
 		s.h.log.Warn("answer a permission request that timed out", "session", s.id, "request", id, "error", err)
 	}
 	s.forgetPermission(id)
@@ -282,9 +284,7 @@ func (s *Session) expirePermission(id string, after time.Duration) {
 func (s *Session) answerGranted(ctx context.Context, auto []grantedAnswer) {
 	for _, g := range auto {
 		id := g.req.RequestID
-		actx, cancel := context.WithTimeout(ctx, s.h.cfg.StopTimeout)
-		err := s.proc.att.AnswerPermission(actx, id, pluginclient.Answer(g.option))
-		cancel()
+		err := s.answerPlugin(ctx, id, g.option)
 		if errors.Is(err, pluginclient.ErrUnknownRequest) {
 			// Not waited on any more (an earlier process asked it, or
 			// it was answered): nobody is to be asked it.

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -287,15 +288,24 @@ func (s *Session) changeSettings(ctx context.Context, change func(*sessionState)
 	s.settingsMu.Lock()
 	defer s.settingsMu.Unlock()
 	s.mu.Lock()
-	change(&s.state)
-	st := s.state
-	opts := maps.Clone(st.options)
-	if st.credentials != "" {
-		opts[optAllowCredentials] = st.credentials
+	record := func(st sessionState) leasestore.RecordSettings {
+		opts := maps.Clone(st.options)
+		if st.credentials != "" {
+			opts[optAllowCredentials] = st.credentials
+		}
+		return leasestore.RecordSettings{Fence: s.fence, Options: opts, Title: st.title,
+			AgentState: encodeAgentState(st.modes, st.configOptions)}
 	}
-	t := leasestore.RecordSettings{Fence: s.fence, Options: opts, Title: st.title,
-		AgentState: encodeAgentState(st.modes, st.configOptions)}
+	before := record(s.state)
+	change(&s.state)
+	t := record(s.state)
 	s.mu.Unlock()
+	// An agent reports back what a client just set (set_mode, then its
+	// current_mode update), and may repeat its state every turn: a change
+	// that changes nothing is no store write (and no new UpdatedAt).
+	if maps.Equal(before.Options, t.Options) && before.Title == t.Title && bytes.Equal(before.AgentState, t.AgentState) {
+		return nil
+	}
 	if _, err := s.h.store.Apply(context.WithoutCancel(ctx), s.id, t); err != nil {
 		return fmt.Errorf("session %q: store its settings: %w", s.id, err)
 	}

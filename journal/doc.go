@@ -25,8 +25,8 @@
 // this build does not model, byte for byte, so a reader passes it on.
 // Tool calls carry ACP's content (blocks and diffs) and locations; a
 // running tool's output arrives as deltas, each journaled alone under
-// codex-acp's _meta.terminal_output, and ToolOutputs turns them into the
-// output so far for a client that shows no terminals.
+// codex-acp's _meta.terminal_output, so replaying the journal replays the
+// output exactly.
 // ACP converts an update to the ACP library's type for a session/update
 // notification; DecodeUpdate reads the update object of such a
 // notification.

@@ -495,35 +495,3 @@ func TestACPShapesOfTheSessionSurface(t *testing.T) {
 		t.Errorf("output delta as ACP: %+v", out.Meta)
 	}
 }
-
-func TestToolOutputsShowTheOutputSoFar(t *testing.T) {
-	var o ToolOutputs
-	delta := func(id, d, status string) *ToolCallUpdate {
-		return &ToolCallUpdate{ToolCallID: id, Status: status, OutputDelta: d}
-	}
-	text := func(u SessionUpdate) string {
-		c := u.(*ToolCallUpdate).Content
-		if len(c) != 1 {
-			return "<none>"
-		}
-		return c[0].Text()
-	}
-	in := delta("a", "one\n", "in_progress")
-	if got := text(o.Render(in)); got != "one\n" || len(in.Content) != 0 {
-		t.Errorf("first delta: %q (input content %v)", got, in.Content)
-	}
-	_ = o.Render(delta("b", "other", "in_progress"))
-	if got := text(o.Render(delta("a", "two\n", "in_progress"))); got != "one\ntwo\n" {
-		t.Errorf("second delta: %q", got)
-	}
-	if got := text(o.Render(delta("a", "three\n", "completed"))); got != "one\ntwo\nthree\n" {
-		t.Errorf("last delta: %q", got)
-	}
-	if got := text(o.Render(delta("a", "again", "in_progress"))); got != "again" {
-		t.Errorf("a completed call's output was kept: %q", got)
-	}
-	chunk := &Chunk{Kind: KindAgentMessageChunk, Content: TextContent("x")}
-	if o.Render(chunk) != SessionUpdate(chunk) {
-		t.Error("a chunk was rewritten")
-	}
-}

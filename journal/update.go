@@ -112,8 +112,7 @@ type ToolCallUpdate struct {
 	// update. It is journaled as codex-acp sends it, under
 	// _meta.terminal_output ({"terminal_id": the tool call id, "data":
 	// the delta}): each record holds its own delta, so replaying the
-	// journal replays the output exactly. A client that shows no
-	// terminals gets the output so far from ToolOutputs.
+	// journal replays the output exactly.
 	OutputDelta string
 }
 

@@ -570,8 +570,9 @@ const MaxAllowedScopes = 1024
 // answered "allow always", the agent's reported state. Only the holder of
 // the current fence records them, while it holds the lease (reserved or
 // live, not latched), so a host that lost the session cannot overwrite
-// what its successor recorded. A zero field leaves its setting as it is;
-// recording nothing new is a no-op. It journals nothing: the settings are
+// what its successor recorded. A zero field leaves its setting as it is
+// (the record is still written, and its UpdatedAt moves: a caller with
+// nothing new skips the call). It journals nothing: the settings are
 // the record's, and what the agent reported is journaled as its update.
 type RecordSettings struct {
 	Fence uint64
