@@ -80,6 +80,12 @@ const (
 	// than a prompt (set_mode, set_config_option, cancel, a permission
 	// answer); an agent without the feature answers this too.
 	CodeAgentRefused = -32008
+	// CodeOverLimit: this connection is over one of its bounds (how many
+	// subscriptions it holds, how many bytes wait to be sent to it, how
+	// many requests wait to be served): the message names the bound.
+	// Nothing the connection already had is lost: unsubscribe, read what
+	// is queued, or slow down, then retry.
+	CodeOverLimit = -32009
 )
 
 // ErrorData is the data member of a CodeInvalidParams error: what was
