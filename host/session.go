@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -129,14 +130,10 @@ func (s *Session) watch() {
 	<-s.pumpDone
 	s.stopPermissions()
 	ctx := context.Background()
-	if err := s.journal.Close(ctx); err != nil {
-		s.h.report(JournalScope, fmt.Errorf("close the journal of session %q: %w", s.id, err))
-	}
 	detail := "host detached"
 	if detached {
 		s.err = ErrDetached
 	} else {
-		s.proc.release()
 		s.err = s.proc.TermErr()
 		s.mu.Lock()
 		if s.violation != nil {
@@ -147,6 +144,15 @@ func (s *Session) watch() {
 		if s.err != nil {
 			detail = s.err.Error()
 		}
+		// The lease is still this host's: the turn the plugin took with
+		// it ends in the journal now, or never.
+		s.failTurn(ctx, "the plugin is gone: "+detail)
+	}
+	if err := s.journal.Close(ctx); err != nil {
+		s.h.report(JournalScope, fmt.Errorf("close the journal of session %q: %w", s.id, err))
+	}
+	if !detached {
+		s.proc.release()
 		if _, err := s.h.store.Apply(ctx, s.id, leasestore.Release{Fence: s.fence, Detail: detail}); err != nil && !errors.Is(err, leasestore.ErrClosed) {
 			s.h.report(ReleaseScope, fmt.Errorf("release the lease of session %q: %w", s.id, err))
 		}
@@ -163,6 +169,28 @@ func (s *Session) watch() {
 	}
 	s.h.mu.Unlock()
 	close(s.done)
+}
+
+// failTurn ends the session's running turn, if any, with stop reason
+// "failed" and why, journaled, and wakes the Prompt waiting for it: its
+// plugin is gone, and so is the turn_stopped it would have sent. The turn
+// is claimed under the lock, so a Prompt whose dispatch failed at the same
+// time journals no second stop (see PromptContent).
+func (s *Session) failTurn(ctx context.Context, why string) {
+	s.mu.Lock()
+	turn := s.turn
+	if turn != "" {
+		s.turn, s.lastTurn = "", turn
+	}
+	s.mu.Unlock()
+	if turn == "" {
+		return
+	}
+	stop := &journal.Stop{TurnID: turn, StopReason: "failed", Error: why}
+	if _, err := s.journal.Append(ctx, hostEntry(stop)); err != nil {
+		s.h.report(JournalScope, fmt.Errorf("session %q: journal the end of turn %s, whose plugin is gone (the journal shows it running until the session is resumed): %w", s.id, turn, err))
+	}
+	s.finishTurn(TurnResult{TurnID: turn, StopReason: stop.StopReason, Error: stop.Error})
 }
 
 // detach lets the plugin live on with its lease and waits until this

@@ -106,14 +106,17 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		delete(s.waiters, turnID)
 		s.mu.Unlock()
 	}
-	// notRun forgets a turn that never reached the plugin.
-	notRun := func() {
+	// notRun forgets a turn that never reached the plugin, and says
+	// whether it was still the session's: a plugin that died meanwhile
+	// had its turn ended by Session.failTurn.
+	notRun := func() (owned bool) {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		delete(s.waiters, turnID)
-		if s.turn == turnID {
+		if owned = s.turn == turnID; owned {
 			s.turn = ""
 		}
-		s.mu.Unlock()
+		return owned
 	}
 	// The first prompt of a session without a title names it, journaled
 	// in the prompt's own commit.
@@ -140,12 +143,15 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		}
 	}
 	if err != nil {
-		notRun()
 		// The journal already holds the prompt: record that it never ran.
 		// If that fails too, the journal shows a turn that never ends, and
 		// the caller, told only that the dispatch failed, cannot know.
-		if _, jerr := s.journal.Append(context.WithoutCancel(ctx), notDispatchedEntry(turnID, err)); jerr != nil {
-			s.h.report(JournalScope, fmt.Errorf("session %q: journal that turn %s was not dispatched: %w", s.id, turnID, jerr))
+		// A plugin that died meanwhile had the turn ended already
+		// (notRun says so), by Session.failTurn.
+		if notRun() {
+			if _, jerr := s.journal.Append(context.WithoutCancel(ctx), notDispatchedEntry(turnID, err)); jerr != nil {
+				s.h.report(JournalScope, fmt.Errorf("session %q: journal that turn %s was not dispatched: %w", s.id, turnID, jerr))
+			}
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			// gRPC reports the caller's own deadline as a status; let
