@@ -182,6 +182,9 @@ type Host struct {
 	reaped chan struct{} // closed when the reaper's first pass ended
 
 	starting sync.WaitGroup // StartSession calls in flight
+	// startingIDs holds, by session id, the StartSession of that session
+	// running now; closed when it returns (see startTurn).
+	startingIDs map[string]chan struct{}
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -224,8 +227,8 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{},
-		reaped:    make(chan struct{}),
+		decisions: map[string]Decision{}, startingIDs: map[string]chan struct{}{},
+		reaped: make(chan struct{}),
 	}
 	if err := h.reconcile(ctx); err != nil {
 		h.detachAll()

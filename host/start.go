@@ -73,6 +73,16 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if !ok {
 		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
 	}
+	// Starts of one session take turns: the second of two concurrent
+	// resumes finds the session the first started and joins it, rather
+	// than losing the race for its lease.
+	if req.ID != "" {
+		release, err := h.startTurn(ctx, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	h.mu.Lock()
 	closed := h.closed
 	running := h.sessions[req.ID]
@@ -203,6 +213,32 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		return nil, fmt.Errorf("start session %q: the host is closing: %w", a.id, leasestore.ErrClosed)
 	}
 	return s, nil
+}
+
+// startTurn waits until no other StartSession of session id runs, and
+// makes this call the one that does until release is called.
+func (h *Host) startTurn(ctx context.Context, id string) (release func(), err error) {
+	for {
+		h.mu.Lock()
+		busy, ok := h.startingIDs[id]
+		if !ok {
+			done := make(chan struct{})
+			h.startingIDs[id] = done
+			h.mu.Unlock()
+			return func() {
+				h.mu.Lock()
+				delete(h.startingIDs, id)
+				h.mu.Unlock()
+				close(done)
+			}, nil
+		}
+		h.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for another start of session %q: %w", id, ctx.Err())
+		}
+	}
 }
 
 // startAttempt is one attempt to make a plugin the writer of a session:
