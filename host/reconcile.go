@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
@@ -117,6 +118,9 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 		if _, err := h.store.Apply(ctx, s.ID, leasestore.Reconciled{Fence: l.Fence}); err != nil {
 			h.report(ReconcileScope, fmt.Errorf("reconcile session %q: %w", s.ID, err))
 		}
+		// A host that died between a plugin's death and journaling its
+		// turn's end left the turn open.
+		h.closeOpenTurn(ctx, s.ID, "the plugin that ran this turn was gone when the host restarted")
 		return Decision{Action: ActionFree, Probe: res}
 	case l.Claim == leasestore.ClaimConflicted && l.Owner == nil:
 		return latch("conflicted, and no process is named to probe")
@@ -126,6 +130,7 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 			h.report(ReconcileScope, fmt.Errorf("evict session %q: %w", s.ID, err))
 			return Decision{Action: ActionLatched, Probe: res, Reason: err.Error()}
 		}
+		h.closeOpenTurn(ctx, s.ID, "the host restarted and the plugin that ran this turn is gone: "+ev.Detail)
 		return Decision{Action: ActionEvicted, Probe: res, Reason: ev.Detail}
 	case res.ProvenAlive() && l.Claim == leasestore.ClaimLive:
 		if fence, err := h.readopt(ctx, s); err != nil {
@@ -145,6 +150,7 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 		if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err != nil {
 			return latch(err.Error())
 		}
+		h.closeOpenTurn(ctx, s.ID, "the host restarted and stopped the plugin, which never proved itself")
 		return Decision{Action: ActionEvicted, Probe: res, Reason: ev.Detail}
 	case l.Owner == nil && l.Claim == leasestore.ClaimReserved && l.ReservedSpawnToken != "" && res.Outcome == probe.Indeterminate:
 		// The previous host died between spawning a plugin and committing
@@ -159,6 +165,7 @@ func (h *Host) decide(ctx context.Context, s leasestore.Session, res probe.Resul
 			ev, _ := again.Evidence(h.cfg.Now())
 			ev.Detail = "this host stopped the plugin started for the reservation before it was committed"
 			if _, err := h.store.Apply(ctx, s.ID, leasestore.Evict{Fence: l.Fence, Evidence: ev}); err == nil {
+				h.closeOpenTurn(ctx, s.ID, "the host restarted and "+ev.Detail)
 				return Decision{Action: ActionEvicted, Probe: again, Reason: ev.Detail}
 			}
 		}
@@ -207,7 +214,8 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if err != nil {
 		return a.fence, fmt.Errorf("move the lease: %w", err)
 	}
-	if proc.att, _, err = proc.rpc.Attach(ctx, s.ID, a.fence); err != nil {
+	var attached pluginclient.AttachResult
+	if proc.att, attached, err = proc.rpc.Attach(ctx, s.ID, a.fence); err != nil {
 		a.abandon(ctx, "")
 		return a.fence, fmt.Errorf("attach at fence %d: %w", a.fence, err)
 	}
@@ -215,6 +223,11 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if err != nil {
 		a.abandon(ctx, "")
 		return a.fence, fmt.Errorf("find the last journaled update: %w", err)
+	}
+	open, err := h.openTurn(ctx, s.ID)
+	if err != nil {
+		a.abandon(ctx, "")
+		return a.fence, fmt.Errorf("find the open turn: %w", err)
 	}
 	journal, err := a.openJournal(ctx)
 	if err != nil {
@@ -253,6 +266,9 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 		return a.fence, errors.New("the host is closing")
 	}
 	sess.answerGranted(ctx, auto)
+	if open != nil {
+		sess.resumeOpenTurn(ctx, open, attached.LastSeq)
+	}
 	return a.fence, nil
 }
 

@@ -186,9 +186,16 @@ func (s *Session) failTurn(ctx context.Context, why string) {
 	if turn == "" {
 		return
 	}
+	s.journalFailed(ctx, turn, why)
+}
+
+// journalFailed journals that turn ended as failed, saying why, and wakes
+// the Prompt waiting for it, if any. The caller made sure no other stop
+// of it is journaled.
+func (s *Session) journalFailed(ctx context.Context, turn, why string) {
 	stop := &journal.Stop{TurnID: turn, StopReason: "failed", Error: why}
 	if _, err := s.journal.Append(ctx, hostEntry(stop)); err != nil {
-		s.h.report(JournalScope, fmt.Errorf("session %q: journal the end of turn %s, whose plugin is gone (the journal shows it running until the session is resumed): %w", s.id, turn, err))
+		s.h.report(JournalScope, fmt.Errorf("session %q: journal the end of turn %s (%s); the journal shows it running until the session is resumed: %w", s.id, turn, why, err))
 	}
 	s.finishTurn(TurnResult{TurnID: turn, StopReason: stop.StopReason, Error: stop.Error})
 }

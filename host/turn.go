@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -249,4 +251,186 @@ func titleOf(text string) string {
 	}
 	r := []rune(line)
 	return strings.TrimSpace(string(r[:TitleLength-1])) + "…"
+}
+
+// openTurn returns the prompt of the session's open turn: the newest
+// prompt journaled with no stop after it. nil when every turn ended. Turns
+// never overlap (a prompt is refused while one runs), so the newest prompt
+// or stop entry decides.
+func (h *Host) openTurn(ctx context.Context, id string) (*journal.Prompt, error) {
+	last, err := h.store.LastSeq(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	const window = 256
+	for hi := last; hi > 0; {
+		lo := uint64(1)
+		if hi > window {
+			lo = hi - window + 1
+		}
+		var newest *leasestore.Entry
+		errEnough := errors.New("window read")
+		err := h.store.Replay(ctx, id, lo, func(e leasestore.Entry) error {
+			if e.Seq > hi {
+				return errEnough
+			}
+			if e.Kind == leasestore.KindPrompt || e.Kind == leasestore.KindStop {
+				newest = &e
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errEnough) {
+			return nil, err
+		}
+		if newest != nil {
+			if newest.Kind == leasestore.KindStop {
+				return nil, nil
+			}
+			rec, err := journal.Decode(*newest)
+			if err != nil {
+				return nil, fmt.Errorf("decode the prompt at seq %d: %w", newest.Seq, err)
+			}
+			return rec.(*journal.Prompt), nil
+		}
+		if lo == 1 {
+			return nil, nil
+		}
+		hi = lo - 1
+	}
+	return nil, nil
+}
+
+// closeTurnOffline journals the end of an open turn no plugin can end, of
+// a session whose lease nobody holds (its plugin is proven gone): the host
+// reserves the lease for no plugin, journals the stop, records that no
+// plugin was started, and releases it again, each step durable. A restart
+// in between finds a reservation that never spawned, and frees it.
+func (h *Host) closeTurnOffline(ctx context.Context, id, turn, why string) error {
+	rec, err := h.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec, err = h.store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence, ClaimKeyID: h.cfg.ClaimKeyID}); err != nil {
+		return fmt.Errorf("reserve the lease to journal the turn's end: %w", err)
+	}
+	fence := rec.Lease.Fence
+	_, err = h.store.Append(ctx, id, fence, hostEntry(&journal.Stop{TurnID: turn, StopReason: "failed", Error: why}))
+	if perr := func() error {
+		if _, err := h.store.Apply(ctx, id, leasestore.PreSpawnFailure{Fence: fence, Reason: "no plugin: the host only closed an open turn"}); err != nil {
+			return err
+		}
+		_, err := h.store.Apply(ctx, id, leasestore.Release{Fence: fence, Detail: "closed the open turn " + turn})
+		return err
+	}(); perr != nil {
+		h.report(ReleaseScope, fmt.Errorf("session %q: release the lease reserved to close turn %s: %w", id, turn, perr))
+	}
+	if err != nil {
+		return fmt.Errorf("journal the turn's end: %w", err)
+	}
+	return nil
+}
+
+// closeOpenTurn ends the open turn, if any, of a session whose plugin is
+// gone (decide evicted it, or found it released): stop reason failed,
+// saying why. A failure is reported: the journal then shows the turn open
+// until the session's next start ends it.
+func (h *Host) closeOpenTurn(ctx context.Context, id, why string) {
+	p, err := h.openTurn(ctx, id)
+	if err == nil && p != nil {
+		err = h.closeTurnOffline(ctx, id, p.TurnID, why)
+	}
+	if err != nil {
+		h.report(ReconcileScope, fmt.Errorf("session %q: close its open turn: %w", id, err))
+	}
+}
+
+// resumeOpenTurn settles the open turn p of a session readopted at
+// restart, once the plugin's outbox is drained into the journal up to
+// lastSeq (the newest update it had produced when attached): a turn whose
+// stop or updates arrived is the plugin's and goes on. Otherwise the
+// previous host journaled the prompt and died before or while it
+// dispatched it, and the prompt is dispatched again with its turn id: a
+// plugin that runs that turn already refuses it as busy with it (it ran
+// silently), one that never had it runs it now. Any other outcome (the
+// drain does not complete within ReattachTimeout, the plugin refuses or
+// runs another turn) ends the turn as failed, so it never stays open.
+//
+// One race remains: a turn that ran silently and ended between the drain
+// and the dispatch runs twice. It needs a turn that produced no update at
+// all, ending within that window of milliseconds.
+func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq uint64) {
+	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.ReattachTimeout)
+	defer cancel()
+	for s.journaled() < lastSeq {
+		select {
+		case <-ctx.Done():
+			s.failTurnOf(ctx, p.TurnID, "the host restarted and could not read the plugin's updates to tell whether it ran this turn")
+			return
+		case <-s.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	known := s.turn == p.TurnID || s.lastTurn == p.TurnID
+	if !known && s.turn == "" {
+		s.turn = p.TurnID
+	}
+	other := s.turn
+	s.mu.Unlock()
+	switch {
+	case known:
+		return
+	case other != p.TurnID:
+		s.failTurnOf(ctx, p.TurnID, "the host restarted, and the plugin runs turn "+other+" instead")
+		return
+	}
+	blocks := make([]pluginclient.ContentBlock, 0, len(p.Prompt))
+	for _, c := range p.Prompt {
+		blocks = append(blocks, promptBlock(c))
+	}
+	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: p.TurnID, Prompt: blocks})
+	switch {
+	case err == nil:
+		s.h.log.Info("dispatched a prompt the previous host journaled but never dispatched", "session", s.id, "turn", p.TurnID)
+	case errors.Is(err, pluginclient.ErrBusy) && strings.Contains(err.Error(), "turn "+p.TurnID+" "):
+		// The protocol names the running turn only in its message.
+	default:
+		s.failTurn(ctx, "the host restarted before the plugin took this prompt, and dispatching it again failed: "+err.Error())
+	}
+}
+
+// failTurnOf ends turn, whose prompt the journal holds, as failed: as
+// failTurn when it is the session's running turn or none runs, and
+// journaled on its own when the plugin runs another (it never had this
+// one). Nothing when its stop is journaled already.
+func (s *Session) failTurnOf(ctx context.Context, turn, why string) {
+	s.mu.Lock()
+	if s.lastTurn == turn && s.turn != turn {
+		s.mu.Unlock()
+		return
+	}
+	if s.turn == "" {
+		s.turn = turn
+	}
+	mine := s.turn == turn
+	s.mu.Unlock()
+	if mine {
+		s.failTurn(ctx, why)
+		return
+	}
+	s.journalFailed(ctx, turn, why)
+}
+
+// promptBlock is the prompt block a journaled content block was made from
+// (promptEntry): a text block as text, any other as its ACP JSON.
+func promptBlock(c journal.Content) pluginclient.ContentBlock {
+	var b struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(c, &b) == nil && b.Type == "text" {
+		return pluginclient.ContentBlock{Type: "text", Text: b.Text}
+	}
+	return pluginclient.ContentBlock{Type: b.Type, JSON: string(c)}
 }

@@ -1,0 +1,167 @@
+package host
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/leasestore"
+)
+
+// stopsOf returns the journaled stops of one turn.
+func stopsOf(t *testing.T, h *Host, id, turn string) []*journal.Stop {
+	t.Helper()
+	var out []*journal.Stop
+	for _, e := range journalOf(t, h, id) {
+		if e.Kind != leasestore.KindStop {
+			continue
+		}
+		r, err := journal.Decode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := r.(*journal.Stop); st.TurnID == turn {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// journalPromptAndLeave leaves the state a host SIGKILLed right after
+// journaling a prompt leaves: the prompt durable, never dispatched, the
+// plugin alive with its lease. The host detaches (its in-memory state
+// goes, as a kill's would), and only the prompt's entry was written.
+func journalPromptAndLeave(t *testing.T, h *Host, s *Session, text string) string {
+	t.Helper()
+	turn := "turn-journaled-not-dispatched"
+	if _, err := s.journal.Append(testCtx(t), promptEntry(turn, pluginclient.Text(text))); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	return turn
+}
+
+// A prompt journaled by a host that died before dispatching it, whose
+// plugin survived and never had the turn: the readopting host dispatches
+// it, and the turn ends with the plugin's own stop, once.
+func TestJournaledPromptNeverDispatchedIsRunAfterRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	s, err := h1.StartSession(ctx, SessionRequest{ID: "undispatched", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := journalPromptAndLeave(t, h1, s, "count 3")
+	h2 := mustOpen(t, hostConfig(t, dir))
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	waitFor(t, "the decision", func() bool { _, ok := h2.Decisions()[s.ID()]; return ok })
+	if d := h2.Decisions()[s.ID()]; d.Action != ActionReadopted {
+		t.Fatalf("decision %+v, want readopted", d)
+	}
+	waitFor(t, "the journaled turn's stop", func() bool { return len(stopsOf(t, h2, s.ID(), turn)) > 0 })
+	if st := stopsOf(t, h2, s.ID(), turn); len(st) != 1 || st[0].StopReason != "end_turn" {
+		t.Fatalf("stops of the journaled turn %+v, want the plugin's end_turn, once", st)
+	}
+	s2, ok := h2.Session(s.ID())
+	if !ok {
+		t.Fatal("the readopted session does not run")
+	}
+	// The stop is journaled before the session learns of it.
+	waitFor(t, "the session to see the turn's end", func() bool {
+		s2.mu.Lock()
+		defer s2.mu.Unlock()
+		return s2.turn == ""
+	})
+	if r, err := s2.Prompt(ctx, "count 1"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the settled turn: %+v, %v", r, err)
+	}
+}
+
+// A turn the readopted plugin runs silently (no update yet) stays the
+// plugin's: dispatching its prompt again is refused as busy with it, and
+// the turn ends once, with the plugin's stop.
+func TestSilentTurnOfAReadoptedPluginEndsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	s, err := h1.StartSession(ctx, SessionRequest{ID: "silent", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Prompt(ctx, "sleep 3s")
+	}()
+	waitFor(t, "the turn to be dispatched", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.turn != "" && s.dispatching == 0
+	})
+	turn := s.turn
+	if err := h1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	h2 := mustOpen(t, hostConfig(t, dir))
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	waitFor(t, "the turn's stop", func() bool { return len(stopsOf(t, h2, s.ID(), turn)) > 0 })
+	if st := stopsOf(t, h2, s.ID(), turn); len(st) != 1 || st[0].StopReason != "end_turn" {
+		t.Fatalf("stops of the silent turn %+v, want the plugin's end_turn, once", st)
+	}
+}
+
+// Host and plugin killed together mid-turn: the next host finds the
+// plugin gone, evicts it and journals the turn's end, failed with why.
+func TestOpenTurnOfAPluginKilledWithItsHostIsClosedAtRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	s, err := h1.StartSession(ctx, SessionRequest{ID: "both-killed", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Prompt(ctx, "count 100000 10ms")
+	}()
+	waitFor(t, "the turn to stream", func() bool { return len(pluginSeqs(t, h1, s.ID())) >= 2 })
+	turn := s.turn
+	pid := s.PID()
+	if err := h1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the plugin to die", func() bool { return !alive(t, pid) })
+	h2 := mustOpen(t, hostConfig(t, dir))
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	waitFor(t, "the decision", func() bool { _, ok := h2.Decisions()[s.ID()]; return ok })
+	if d := h2.Decisions()[s.ID()]; d.Action != ActionEvicted {
+		t.Fatalf("decision %+v, want evicted", d)
+	}
+	waitFor(t, "the open turn's stop", func() bool { return len(stopsOf(t, h2, s.ID(), turn)) > 0 })
+	if st := stopsOf(t, h2, s.ID(), turn); len(st) != 1 || st[0].StopReason != "failed" || !strings.Contains(st[0].Error, "gone") {
+		t.Fatalf("stops of the open turn %+v, want one, failed, saying the plugin is gone", st)
+	}
+	// The session resumes and takes prompts.
+	s2, err := h2.StartSession(ctx, SessionRequest{ID: s.ID(), Agent: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s2.Prompt(ctx, "count 1"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the closed turn: %+v, %v", r, err)
+	}
+}
