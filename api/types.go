@@ -79,6 +79,20 @@ type Status struct {
 	Recovery *string `json:"recovery,omitempty"`
 	// Latched names the latched sessions and why they are.
 	Latched map[string]string `json:"latched,omitempty"`
+	// Reconciling: the host serves while it still decides the sessions it
+	// found at start; Decisions says which are decided. A request on an
+	// undecided session is answered CodeSessionHeld ("not decided yet").
+	Reconciling bool `json:"reconciling,omitempty"`
+	// Decisions is each session's restart decision, by id, as it is made:
+	// ActionUndecided until then.
+	Decisions map[string]Decision `json:"decisions,omitempty"`
+}
+
+// Decision is the restart decision of one session: one of the actions
+// below, and what it rests on.
+type Decision struct {
+	Action string `json:"action"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // The restart decisions Status.Decided counts.
@@ -87,6 +101,8 @@ const (
 	ActionEvicted   = "evicted"
 	ActionLatched   = "latched"
 	ActionFree      = "free"
+	// ActionUndecided: found at start, not decided yet (Status.Decisions).
+	ActionUndecided = "undecided"
 )
 
 // Session is one session's record: the conversation's identity, the

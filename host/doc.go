@@ -32,6 +32,10 @@
 // the evidence when it is proven gone ([ActionEvicted]), or latches it
 // ([ActionLatched]); plugins carrying a spawn token no lease owns are
 // stopped in the background. [Host.Shutdown] stops every session instead.
+// A turn whose plugin is gone ends: its stop, reason "failed" with the
+// plugin's fate, is journaled by the host that saw the exit, or by the
+// next one's reconciliation; a readopted plugin's open turn goes on if the
+// plugin has it, and its prompt is dispatched if it never had it.
 //
 // # Updates
 //

@@ -111,6 +111,12 @@ type Config struct {
 	// ReattachTimeout bounds reconnecting to one surviving plugin at open.
 	// Default: 10s.
 	ReattachTimeout time.Duration
+	// ReconcileInBackground makes Open return once every lease is marked
+	// unreconciled, deciding the sessions in the background: each is
+	// undecided until its decision (Undecided, Status), and a start of one
+	// is refused meanwhile (ErrUndecided). Default: Open returns once
+	// every session is decided.
+	ReconcileInBackground bool
 	// ReprobeInterval is how often latched sessions are probed again.
 	// Default: 30s.
 	ReprobeInterval time.Duration
@@ -174,8 +180,12 @@ type Host struct {
 	prober   *probe.Prober
 	tokenVar string
 
-	// Decisions made at open, by session id.
+	// Decisions made at open, by session id, and the sessions still
+	// waiting for theirs (guarded by mu).
 	decisions map[string]Decision
+	undecided map[string]bool
+	// reconciled is closed once every session found at open is decided.
+	reconciled chan struct{}
 
 	bg     sync.WaitGroup // background work: reaper, re-prober
 	stopBg context.CancelFunc
@@ -203,7 +213,9 @@ type Host struct {
 // evidence is incomplete; re-probed periodically and on every start
 // attempt). No prompt is accepted for a session before its decision. Then
 // orphaned plugins are reaped in the background; their failures never fail
-// Open.
+// Open. Sessions are decided independently, each readoption bounded by
+// ReattachTimeout; with Config.ReconcileInBackground, Open returns before
+// they are (Reconciled is closed once all are).
 //
 // Open takes ownership of cfg.Store, and a failed Open leaves nothing
 // open: the store is closed again.
@@ -227,28 +239,45 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, startingIDs: map[string]chan struct{}{},
-		reaped: make(chan struct{}),
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{},
+		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
-	if err := h.reconcile(ctx); err != nil {
-		h.detachAll()
+	sessions, err := h.beginReconcile(ctx)
+	if err != nil {
 		_ = store.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
+	// Decisions, then the reaper (which must not take a plugin being
+	// readopted for an orphan) and the re-probes of latched sessions.
 	bgCtx, cancel := context.WithCancel(context.Background())
 	h.stopBg = cancel
-	h.bg.Add(2)
+	h.bg.Add(1)
 	go func() {
 		defer h.bg.Done()
+		h.reconcileAll(bgCtx, sessions)
+		close(h.reconciled)
+		if bgCtx.Err() != nil {
+			close(h.reaped)
+			return
+		}
+		h.bg.Go(func() { h.reprobeLoop(bgCtx) })
 		defer close(h.reaped)
 		h.reapOrphans(bgCtx)
 	}()
-	go func() {
-		defer h.bg.Done()
-		h.reprobeLoop(bgCtx)
-	}()
-	return h, nil
+	if cfg.ReconcileInBackground {
+		return h, nil
+	}
+	select {
+	case <-h.reconciled:
+		return h, nil
+	case <-ctx.Done():
+		_ = h.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("reconcile sessions: %w", ctx.Err())
+	}
 }
+
+// Reconciled is closed once every session Open found is decided.
+func (h *Host) Reconciled() <-chan struct{} { return h.reconciled }
 
 // Store returns the host's lease store.
 func (h *Host) Store() leasestore.Store { return h.store }
@@ -320,18 +349,6 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-func (h *Host) detachAll() {
-	h.mu.Lock()
-	sessions := make([]*Session, 0, len(h.sessions))
-	for _, s := range h.sessions {
-		sessions = append(sessions, s)
-	}
-	h.mu.Unlock()
-	for _, s := range sessions {
-		s.detach()
-	}
 }
 
 // SupportsCreate reports whether this host can run agent at loc: the agent
@@ -467,7 +484,16 @@ type Status struct {
 	Decided  map[Action]int    `json:"decided"`
 	Recovery *string           `json:"recovery,omitempty"`
 	Latched  map[string]string `json:"latched,omitempty"`
+	// Reconciling: sessions found at open are still being decided.
+	Reconciling bool `json:"reconciling,omitempty"`
+	// Decisions is each session's restart decision as it is made, by id;
+	// ActionUndecided for one not decided yet.
+	Decisions map[string]Decision `json:"decisions,omitempty"`
 }
+
+// ActionUndecided is what Status shows for a session found at open whose
+// decision is not made yet.
+const ActionUndecided Action = "undecided"
 
 // Status reports what the host runs and what it decided at open.
 func (h *Host) Status(ctx context.Context) (Status, error) {
@@ -476,9 +502,15 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 	for id := range h.sessions {
 		st.Running = append(st.Running, id)
 	}
-	for _, d := range h.decisions {
+	st.Decisions = make(map[string]Decision, len(h.decisions)+len(h.undecided))
+	for id, d := range h.decisions {
 		st.Decided[d.Action]++
+		st.Decisions[id] = d
 	}
+	for id := range h.undecided {
+		st.Decisions[id] = Decision{Action: ActionUndecided, Reason: "not decided yet since the host started"}
+	}
+	st.Reconciling = len(h.undecided) > 0
 	h.mu.Unlock()
 	slices.Sort(st.Running)
 	sessions, err := h.store.List(ctx)

@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
@@ -79,8 +81,13 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		HandshakeConfig:  wire.Handshake(),
 		Plugins:          pset, // the reattach path does not negotiate: give the recorded version's set
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		GRPCDialOptions:  wire.HostDialOptions(),
-		Logger:           spec.Logger.Named("go-plugin"),
+		// go-plugin connects without the caller's context, and gRPC
+		// waits 20 s for a connection a stopped (SIGSTOP) or hung plugin
+		// accepts but never answers: bound it by the reattach budget, so a
+		// plugin that does not answer is latched within ReattachTimeout.
+		GRPCDialOptions: append(wire.HostDialOptions(), grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.DefaultConfig, MinConnectTimeout: spec.Timeout})),
+		Logger: spec.Logger.Named("go-plugin"),
 		Reattach: &plugin.ReattachConfig{
 			Protocol: plugin.ProtocolGRPC, ProtocolVersion: version, Pid: pid,
 			Addr:         &net.UnixAddr{Net: spec.Reattach.Network, Name: spec.Reattach.Address},

@@ -40,39 +40,71 @@ type Decision struct {
 // ReconcileScope is the scope of reconciliation failures sent to OnError.
 const ReconcileScope = "reconcile"
 
-// reconcile decides every session found in the store; see Open.
-func (h *Host) reconcile(ctx context.Context) error {
+// beginReconcile marks every lease unreconciled and lists the sessions to
+// decide; each is undecided until reconcileAll decided it. Unreadable
+// records stay unreconciled, so they never get a writer.
+func (h *Host) beginReconcile(ctx context.Context) ([]leasestore.Session, error) {
 	if _, err := h.store.MarkAllUnreconciled(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	sessions, err := h.store.List(ctx)
 	if err != nil {
 		if len(sessions) == 0 {
-			return err
+			return nil, err
 		}
-		// Unreadable records stay unreconciled, so they never get a
-		// writer; everything else is decided.
 		h.report(ReconcileScope, err)
 	}
+	h.mu.Lock()
+	for _, s := range sessions {
+		h.undecided[s.ID] = true
+	}
+	h.mu.Unlock()
+	return sessions, nil
+}
+
+// reconcileAll decides every session beginReconcile listed (see Open),
+// each one's decision recorded as it is made. Sessions are decided
+// independently, a few at a time: readopting one is mostly waiting (a
+// reconnect, a few RPCs, durable lease moves that group-commit with the
+// others'), and a plugin that does not answer holds up only its own
+// decision, for at most ReattachTimeout. A decision holds the session's
+// start turn, so no StartSession of it runs meanwhile.
+func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) {
 	results := h.prober.ProbeAll(ctx, sessions)
-	// Sessions are decided independently, a few at a time: readopting one
-	// is mostly waiting (a reconnect, a few RPCs, durable lease moves that
-	// group-commit with the others').
 	sem := make(chan struct{}, reconcileParallelism)
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			release, err := h.startTurn(ctx, s.ID)
+			if err != nil {
+				return // the host is closing: the session stays undecided
+			}
+			defer release()
 			d := h.decide(ctx, s, results[s.ID])
 			h.mu.Lock()
 			h.decisions[s.ID] = d
+			delete(h.undecided, s.ID)
 			h.mu.Unlock()
 			h.log.Info("session reconciled", "session", s.ID, "action", d.Action, "probe", d.Probe.String(), "reason", d.Reason)
 		})
 	}
 	wg.Wait()
-	return nil
+}
+
+// ErrUndecided matches a request on a session the host has not decided
+// yet since it opened (see Config.ReconcileInBackground); it matches
+// leasestore.ErrReconciling too. Retry once _agenthost/status shows its
+// decision.
+var ErrUndecided = fmt.Errorf("not decided yet since the host started: %w", leasestore.ErrReconciling)
+
+// Undecided reports whether session id is still waiting for its restart
+// decision.
+func (h *Host) Undecided(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.undecided[id]
 }
 
 // reconcileParallelism bounds how many sessions are decided at once at open.

@@ -300,6 +300,9 @@ func (a *agent) running(ctx context.Context, id string) (*host.Session, error) {
 		}
 		return s, nil
 	}
+	if a.srv.Host.Undecided(id) {
+		return nil, apiError(fmt.Errorf("session %q: %w", id, host.ErrUndecided))
+	}
 	return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 }
 

@@ -18,7 +18,13 @@ import (
 
 func apiStatus(st host.Status) api.Status {
 	out := api.Status{PID: st.PID, StateDir: st.StateDir, HostID: st.HostID, Agents: st.Agents, Running: st.Running,
-		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched}
+		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched, Reconciling: st.Reconciling}
+	if st.Decisions != nil {
+		out.Decisions = make(map[string]api.Decision, len(st.Decisions))
+		for id, d := range st.Decisions {
+			out.Decisions[id] = api.Decision{Action: string(d.Action), Reason: d.Reason}
+		}
+	}
 	if st.Decided != nil {
 		out.Decided = make(map[string]int, len(st.Decided))
 		for act, n := range st.Decided {

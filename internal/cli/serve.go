@@ -40,6 +40,10 @@ launched it, and nothing else:
 
   {"ready":true,"socket":"/…/agenthost.sock","pid":1234,"stateDir":"/…","version":"…","agents":[…]}
 
+The sessions a previous host left are decided in the background meanwhile:
+_agenthost/status shows each decision as it is made, and a request on a
+session not decided yet is answered CodeSessionHeld (-32007), "not decided yet".
+
 SIGINT or SIGTERM detaches: the host closes, while every session's plugin keeps
 running with its lease; the next serve readopts them and drains what they
 produced meanwhile. With --shutdown-sessions every session is stopped instead.
@@ -117,7 +121,10 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog})
+	// The API is served while the sessions are decided: a plugin that
+	// does not answer holds up its own session's decision only.
+	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog,
+		ReconcileInBackground: true})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,147 @@
+package serveproc_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/apiclient"
+	"github.com/agenthost/agenthost/internal/serveproc"
+)
+
+// A plugin that does not answer (SIGSTOPped) while its host restarts
+// holds up neither the API nor the other sessions' decisions: serve is
+// ready at once, _agenthost/status shows the other session decided while
+// the stopped one is still "undecided", and a request on that one is
+// answered CodeSessionHeld, "not decided yet".
+func TestStoppedPluginDelaysNeitherServingNorOtherDecisions(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	env := append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { serveproc.KillSessionProcesses(dir) })
+
+	s1, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := dial(ctx, t, s1.Socket)
+	hung, other := newSession(ctx, t, c1, dir), newSession(ctx, t, c1, dir)
+	hungPID := ownerPID(ctx, t, c1, hung)
+	s1.Kill()
+	if err := syscall.Kill(hungPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(hungPID, syscall.SIGCONT) }()
+
+	start := time.Now()
+	s2, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s2.Stop(30 * time.Second) }()
+	t.Logf("serve was ready %v after it started, with a SIGSTOPped plugin", time.Since(start))
+	c2 := dial(ctx, t, s2.Socket)
+	err = c2.Call(ctx, api.MethodSessionResume, map[string]any{"sessionId": hung, "cwd": dir}, nil)
+	if code := apiclient.ErrorCode(err); code != api.CodeSessionHeld || !strings.Contains(err.Error(), "not decided yet") {
+		t.Fatalf("resuming the session whose plugin is stopped, while it is undecided: %v (code %d), want CodeSessionHeld, not decided yet", err, code)
+	}
+	for {
+		st := status(ctx, t, c2)
+		h, o := st.Decisions[hung], st.Decisions[other]
+		if h.Action != api.ActionUndecided {
+			t.Fatalf("status shows the stopped plugin's session %+v before the other one was decided (%+v), want it undecided meanwhile", h, o)
+		}
+		if o.Action == api.ActionReadopted {
+			if !st.Reconciling {
+				t.Errorf("status says it is not reconciling while a session is undecided: %+v", st)
+			}
+			break
+		}
+		if o.Action != api.ActionUndecided {
+			t.Fatalf("the other session was decided %+v, want readopted", o)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the other session was never decided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := c2.Call(ctx, api.MethodSessionResume, map[string]any{"sessionId": other, "cwd": dir}, nil); err != nil {
+		t.Fatalf("resuming the readopted session: %v", err)
+	}
+	t.Logf("the other session was decided and resumed %v after serve started", time.Since(start))
+	// Woken, the plugin is decided too.
+	if err := syscall.Kill(hungPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st := status(ctx, t, c2)
+		if d := st.Decisions[hung]; d.Action != api.ActionUndecided {
+			t.Logf("the woken plugin's session was decided %+v %v after serve started", d, time.Since(start))
+			if st.Reconciling {
+				t.Errorf("status says it is still reconciling with every session decided: %+v", st)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the woken plugin's session was never decided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func status(ctx context.Context, t *testing.T, c *apiclient.Client) api.Status {
+	t.Helper()
+	var st api.StatusResult
+	if err := c.Call(ctx, api.MethodStatus, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Host
+}
+
+func dial(ctx context.Context, t *testing.T, sock string) *apiclient.Client {
+	t.Helper()
+	c, err := apiclient.Dial(ctx, sock, apiclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.Call(ctx, api.MethodInitialize, map[string]any{"protocolVersion": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newSession(ctx context.Context, t *testing.T, c *apiclient.Client, dir string) string {
+	t.Helper()
+	var r struct {
+		SessionID string `json:"sessionId"`
+	}
+	err := c.Call(ctx, api.MethodSessionNew, map[string]any{"cwd": dir, "mcpServers": []any{},
+		"_meta": map[string]any{"agenthost": map[string]any{"agent": "scripted"}}}, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.SessionID
+}
+
+func ownerPID(ctx context.Context, t *testing.T, c *apiclient.Client, id string) int {
+	t.Helper()
+	var r json.RawMessage
+	if err := c.Call(ctx, api.MethodSession, api.Params{SessionID: id}, &r); err != nil {
+		t.Fatal(err)
+	}
+	var s api.SessionResult
+	if err := json.Unmarshal(r, &s); err != nil || s.Session.Lease.Owner == nil {
+		t.Fatalf("session %s: %s (%v)", id, r, err)
+	}
+	return s.Session.Lease.Owner.PID
+}
