@@ -89,7 +89,7 @@ func TestResultGoldenBytes(t *testing.T) {
 func TestActionsAreTheHosts(t *testing.T) {
 	for act, name := range map[host.Action]string{
 		host.ActionReadopted: api.ActionReadopted, host.ActionEvicted: api.ActionEvicted,
-		host.ActionLatched: api.ActionLatched, host.ActionFree: api.ActionFree,
+		host.ActionLatched: api.ActionLatched, host.ActionFree: api.ActionFree, host.ActionUndecided: api.ActionUndecided,
 	} {
 		if string(act) != name {
 			t.Errorf("host action %q is %q in the API", act, name)
