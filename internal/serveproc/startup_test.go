@@ -12,6 +12,8 @@ import (
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/apiclient"
 	"github.com/agenthost/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/leasestore"
+	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // A plugin that does not answer (SIGSTOPped) while its host restarts
@@ -144,4 +146,97 @@ func ownerPID(ctx context.Context, t *testing.T, c *apiclient.Client, id string)
 		t.Fatalf("session %s: %s (%v)", id, r, err)
 	}
 	return s.Session.Lease.Owner.PID
+}
+
+// Host and plugin SIGKILLed together mid-turn: the next serve finds the
+// plugin gone and journals the turn's end, failed, saying so; the session
+// then takes prompts again.
+func TestTurnOfAPluginKilledWithItsHostEndsAfterRestart(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	env := append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { serveproc.KillSessionProcesses(dir) })
+
+	s1, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := make(chan struct{}, 1)
+	c1, err := apiclient.Dial(ctx, s1.Socket, apiclient.Options{OnNotification: func(m *apiclient.Message) {
+		if m.Method == api.MethodSessionUpdate && strings.Contains(string(m.Params), "agent_message_chunk") {
+			select {
+			case chunks <- struct{}{}:
+			default:
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if err := c1.Call(ctx, api.MethodInitialize, map[string]any{"protocolVersion": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	id := newSession(ctx, t, c1, dir)
+	go func() {
+		_ = c1.Call(ctx, api.MethodSessionPrompt, map[string]any{"sessionId": id, "prompt": []any{map[string]any{"type": "text", "text": "count 100000 10ms"}}}, nil)
+	}()
+	select {
+	case <-chunks:
+	case <-ctx.Done():
+		t.Fatal("the turn never streamed")
+	}
+	s1.Kill()
+	if killed := serveproc.KillSessionProcesses(dir); len(killed) == 0 {
+		t.Fatal("no plugin process to kill")
+	}
+
+	s2, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s2.Stop(30 * time.Second) }()
+	c2 := dial(ctx, t, s2.Socket)
+	for status(ctx, t, c2).Reconciling {
+		select {
+		case <-ctx.Done():
+			t.Fatal("never decided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if d := status(ctx, t, c2).Decisions[id]; d.Action != api.ActionEvicted {
+		t.Fatalf("decision %+v, want evicted", d)
+	}
+	if err := c2.Call(ctx, api.MethodSessionLoad, map[string]any{"sessionId": id, "cwd": dir, "mcpServers": []any{}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		StopReason string `json:"stopReason"`
+	}
+	if err := c2.Call(ctx, api.MethodSessionPrompt, map[string]any{"sessionId": id, "prompt": []any{map[string]any{"type": "text", "text": "count 1"}}}, &answer); err != nil || answer.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the restart: %+v, %v", answer, err)
+	}
+	if err := s2.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	store, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	var stops []string
+	err = store.Replay(ctx, id, 0, func(e leasestore.Entry) error {
+		if e.Kind == leasestore.KindStop {
+			stops = append(stops, string(e.Payload))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stops) != 2 || !strings.Contains(stops[0], `"stopReason":"failed"`) || !strings.Contains(stops[0], "gone") || !strings.Contains(stops[1], "end_turn") {
+		t.Fatalf("journaled stops %q, want the killed turn failed (its plugin gone), then the next turn's end_turn", stops)
+	}
 }
