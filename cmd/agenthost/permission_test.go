@@ -115,11 +115,15 @@ func turnOutcome(t *testing.T, dir, id string) (chunks, reason string) {
 
 // startDetaching starts serve without --shutdown-sessions: SIGTERM
 // detaches from the sessions, as an app update does.
+// The caller ends it (kill or SIGTERM); a test that fails first leaves it
+// to the cleanup, whose SIGTERM leaves the plugins to noPluginsLeft.
 func startDetaching(t *testing.T, dir string) *server {
 	t.Helper()
-	return startServeCmd(t, dir, func(c *exec.Cmd) {
+	s := startServeCmd(t, dir, func(c *exec.Cmd) {
 		c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == "--shutdown-sessions" })
 	})
+	t.Cleanup(s.stop)
+	return s
 }
 
 // A permission request the plugin waits on outlives its host, whether
