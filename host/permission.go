@@ -26,6 +26,13 @@ import (
 // Config.PermissionTimeout is answered "cancelled" by the host, and
 // logged, so a turn never waits forever for a user who is gone.
 //
+// A pending request is durable: a host going away (SIGKILL, or a detach
+// for an app update) answers nothing, the plugin keeps waiting, and the
+// host that readopts it registers the request again (the plugin reports
+// what it waits on; see readoptedPermissions), so the next client that
+// follows is asked. A client leaving answers nothing either: only an
+// answer, a turn cancel or the timeout resolves a request.
+//
 // A request with an always-scope (a name the agent chooses for what an
 // "always" covers, such as one exact command, or file edits inside the
 // workspace) is answered by the host itself, with its
@@ -298,6 +305,21 @@ func (s *Session) answerGranted(ctx context.Context, auto []grantedAnswer) {
 		}
 		s.h.log.Debug("answered a permission request of a scope allowed always", "session", s.id, "request", id, "option", g.option)
 	}
+}
+
+// readoptedPermissions returns the requests a readopted plugin waits on,
+// oldest first: those it reported when it was reattached, which it knows
+// whatever the journal holds (the journal may have lost the request to a
+// restore from an older backup, or hold it further back than
+// unansweredPermissions reads). A plugin that reports none (none pending,
+// or built before plugins reported them) leaves the journal's unanswered
+// requests: one the plugin no longer knows is refused as unknown when
+// answered, and forgotten.
+func (h *Host) readoptedPermissions(ctx context.Context, id string, reported []*journal.PermissionRequest) []*journal.PermissionRequest {
+	if len(reported) > 0 {
+		return reported
+	}
+	return h.unansweredPermissions(ctx, id)
 }
 
 // notePermissionsResolved forgets the requests the batch reports answered.

@@ -1,13 +1,16 @@
 package host
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // A prompt's blocks are checked against what the session's own plugin
@@ -132,4 +135,53 @@ func TestARefusedPromptsTitleIsStored(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A readopting host learns the requests the plugin waits on from the
+// plugin itself, not from its journal alone: the journal may not hold the
+// request within what it reads back (a long journal since it was asked;
+// a store restored from a backup older than the request), and a request
+// nobody knows of is never asked, so its turn waits until cancelled.
+func TestReadoptionLearnsPendingPermissionsFromThePlugin(t *testing.T) {
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	s, err := h1.StartSession(ctx, SessionRequest{ID: "waits", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = s.Prompt(ctx, "ask") }()
+	waitFor(t, "the permission request to be journaled", func() bool { return len(h1.unansweredPermissions(ctx, "waits")) == 1 })
+	id := s.PendingPermissions()[0].RequestID
+	// More entries since the request than a readoption reads back.
+	filler := make([]leasestore.EntryInput, permissionWindow+10)
+	for i := range filler {
+		filler[i] = titleEntry("filler")
+	}
+	if _, err := s.journal.Append(ctx, filler...); err != nil {
+		t.Fatal(err)
+	}
+	if err := h1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h2 := mustOpen(t, hostConfig(t, dir))
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	s2, ok := h2.Session("waits")
+	if !ok {
+		t.Fatalf("the session was not readopted: %+v", h2.Decisions())
+	}
+	if got := s2.PendingPermissions(); len(got) != 1 || got[0].RequestID != id {
+		t.Fatalf("the readopted session's pending requests are %+v; want the plugin's %q", got, id)
+	}
+	if err := s2.AnswerPermission(ctx, id, "allow"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the turn to end with the answer", func() bool {
+		for _, e := range journalOf(t, h2, "waits") {
+			if e.Kind == leasestore.KindUpdate && strings.Contains(string(e.Payload), "permission: selected allow") {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -82,6 +83,9 @@ type pluginProc struct {
 	instance string
 	version  int
 	reattach leasestore.Reattach
+	// waiting are the permission requests a readopted plugin reported it
+	// waits on when it was reattached (see readoptedPermissions).
+	waiting []*journal.PermissionRequest
 
 	stopOnce      sync.Once
 	stopErr       error

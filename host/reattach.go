@@ -125,7 +125,7 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		return fail(fmt.Errorf("%w: it reports session %q, pid %d, instance %q, protocol %d", ErrInvalidIdentity,
 			id.SessionID, id.PID, id.InstanceID, id.ProtocolVersion))
 	}
-	p.instance, p.handle, p.caps = id.InstanceID, id.Handle, id.Capabilities
+	p.instance, p.handle, p.caps, p.waiting = id.InstanceID, id.Handle, id.Capabilities, id.PendingPermissions
 	go p.watchExit()
 	return p, nil
 }

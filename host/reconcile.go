@@ -286,7 +286,7 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	// or the host answers one of a scope allowed always itself.
 	var auto []grantedAnswer
 	st := stateOf(rec)
-	for _, q := range h.unansweredPermissions(ctx, s.ID) {
+	for _, q := range h.readoptedPermissions(ctx, s.ID, proc.waiting) {
 		if opt := grantedOption(st.allowed, q); opt != "" {
 			auto = append(auto, grantedAnswer{req: q, option: opt})
 			continue

@@ -88,9 +88,15 @@ type IdentifyResponse struct {
 	// What the agent can do, known before any session opens (the plugin
 	// declares it when it serves). Absent from plugins built before it
 	// existed: the host then assumes text prompts, no MCP servers, no modes.
-	Capabilities  *AgentCapabilities `protobuf:"bytes,11,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Capabilities *AgentCapabilities `protobuf:"bytes,11,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// The permission requests the agent waits on now, oldest first. A host
+	// that readopts the plugin asks a client these even when its journal no
+	// longer holds them (restored from an older backup, or further back than
+	// it reads). Absent from plugins built before it existed: the host then
+	// knows only what its journal holds.
+	PendingPermissions []*PermissionRequest `protobuf:"bytes,12,rep,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *IdentifyResponse) Reset() {
@@ -196,6 +202,13 @@ func (x *IdentifyResponse) GetLastSeq() uint64 {
 func (x *IdentifyResponse) GetCapabilities() *AgentCapabilities {
 	if x != nil {
 		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *IdentifyResponse) GetPendingPermissions() []*PermissionRequest {
+	if x != nil {
+		return x.PendingPermissions
 	}
 	return nil
 }
@@ -3649,7 +3662,7 @@ var File_agenthost_agent_v1_agent_proto protoreflect.FileDescriptor
 const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"\x11\n" +
-	"\x0fIdentifyRequest\"\x88\x03\n" +
+	"\x0fIdentifyRequest\"\xe0\x03\n" +
 	"\x10IdentifyResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
@@ -3666,7 +3679,8 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x06handle\x18\t \x01(\tR\x06handle\x12\x19\n" +
 	"\blast_seq\x18\n" +
 	" \x01(\x04R\alastSeq\x12I\n" +
-	"\fcapabilities\x18\v \x01(\v2%.agenthost.agent.v1.AgentCapabilitiesR\fcapabilities\"\xd8\x03\n" +
+	"\fcapabilities\x18\v \x01(\v2%.agenthost.agent.v1.AgentCapabilitiesR\fcapabilities\x12V\n" +
+	"\x13pending_permissions\x18\f \x03(\v2%.agenthost.agent.v1.PermissionRequestR\x12pendingPermissions\"\xd8\x03\n" +
 	"\x11AgentCapabilities\x12!\n" +
 	"\fprompt_image\x18\x01 \x01(\bR\vpromptImage\x12!\n" +
 	"\fprompt_audio\x18\x02 \x01(\bR\vpromptAudio\x126\n" +
@@ -3995,83 +4009,84 @@ var file_agenthost_agent_v1_agent_proto_goTypes = []any{
 }
 var file_agenthost_agent_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: agenthost.agent.v1.IdentifyResponse.capabilities:type_name -> agenthost.agent.v1.AgentCapabilities
-	3,  // 1: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
-	4,  // 2: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
-	6,  // 3: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
-	7,  // 4: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
-	7,  // 5: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
-	8,  // 6: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
-	8,  // 7: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
-	9,  // 8: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
-	12, // 9: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
-	11, // 10: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	55, // 11: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	5,  // 12: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
-	56, // 13: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	5,  // 14: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
-	57, // 15: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
-	10, // 16: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
-	11, // 17: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	22, // 18: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
-	28, // 19: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	41, // 20: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	41, // 21: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	41, // 22: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	42, // 23: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	43, // 24: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
-	48, // 25: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
-	49, // 26: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
-	50, // 27: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
-	52, // 28: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
-	54, // 29: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
-	53, // 30: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
-	36, // 31: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
-	37, // 32: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
-	38, // 33: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
-	40, // 34: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
-	11, // 35: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	39, // 36: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
-	22, // 37: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
-	44, // 38: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
-	46, // 39: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
-	22, // 40: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
-	44, // 41: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
-	46, // 42: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
-	22, // 43: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
-	45, // 44: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
-	47, // 45: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
-	42, // 46: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	51, // 47: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
-	28, // 48: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	0,  // 49: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
-	17, // 50: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
-	19, // 51: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
-	20, // 52: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
-	23, // 53: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
-	25, // 54: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
-	26, // 55: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
-	29, // 56: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
-	31, // 57: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
-	33, // 58: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
-	13, // 59: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
-	15, // 60: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
-	1,  // 61: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
-	18, // 62: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
-	21, // 63: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
-	21, // 64: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
-	24, // 65: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
-	35, // 66: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
-	27, // 67: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
-	30, // 68: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
-	32, // 69: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
-	34, // 70: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
-	14, // 71: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
-	16, // 72: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
-	61, // [61:73] is the sub-list for method output_type
-	49, // [49:61] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	52, // 1: agenthost.agent.v1.IdentifyResponse.pending_permissions:type_name -> agenthost.agent.v1.PermissionRequest
+	3,  // 2: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
+	4,  // 3: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
+	6,  // 4: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
+	7,  // 5: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
+	7,  // 6: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
+	8,  // 7: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
+	8,  // 8: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
+	9,  // 9: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
+	12, // 10: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
+	11, // 11: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	55, // 12: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	5,  // 13: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	56, // 14: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	5,  // 15: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	57, // 16: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
+	10, // 17: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
+	11, // 18: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	22, // 19: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
+	28, // 20: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	41, // 21: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	41, // 22: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	41, // 23: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	42, // 24: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	43, // 25: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
+	48, // 26: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
+	49, // 27: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
+	50, // 28: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
+	52, // 29: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
+	54, // 30: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
+	53, // 31: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
+	36, // 32: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
+	37, // 33: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
+	38, // 34: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
+	40, // 35: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
+	11, // 36: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	39, // 37: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
+	22, // 38: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
+	44, // 39: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
+	46, // 40: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
+	22, // 41: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
+	44, // 42: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
+	46, // 43: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
+	22, // 44: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
+	45, // 45: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
+	47, // 46: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
+	42, // 47: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	51, // 48: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
+	28, // 49: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	0,  // 50: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
+	17, // 51: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
+	19, // 52: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
+	20, // 53: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
+	23, // 54: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
+	25, // 55: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
+	26, // 56: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
+	29, // 57: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
+	31, // 58: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
+	33, // 59: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
+	13, // 60: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
+	15, // 61: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
+	1,  // 62: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
+	18, // 63: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
+	21, // 64: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
+	21, // 65: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
+	24, // 66: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
+	35, // 67: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
+	27, // 68: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
+	30, // 69: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
+	32, // 70: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
+	34, // 71: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
+	14, // 72: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
+	16, // 73: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
+	62, // [62:74] is the sub-list for method output_type
+	50, // [50:62] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_agenthost_agent_v1_agent_proto_init() }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/wire"
+	"github.com/agenthost/agenthost/journal"
 )
 
 // Client is the host side of one plugin process's Agent service. It is
@@ -55,6 +56,9 @@ type Identity struct {
 	LastSeq uint64
 	// Capabilities are what the agent declares it supports.
 	Capabilities Capabilities
+	// PendingPermissions are the permission requests the agent waits on,
+	// oldest first; none from a plugin built before it reported them.
+	PendingPermissions []*journal.PermissionRequest
 }
 
 // Identify asks the process who it is. It changes nothing and carries no
@@ -64,10 +68,15 @@ func (c *Client) Identify(ctx context.Context) (Identity, error) {
 	if err != nil {
 		return Identity{}, classify(ctx, err)
 	}
+	var pending []*journal.PermissionRequest
+	for _, q := range r.PendingPermissions {
+		pending = append(pending, permissionRequest(q))
+	}
 	return Identity{
 		SessionID: r.SessionId, SpawnToken: r.SpawnToken, PID: int(r.Pid), InstanceID: r.InstanceId,
 		ProtocolVersion: int(r.ProtocolVersion), AgentName: r.AgentName, AgentVersion: r.AgentVersion,
 		Fence: r.Fence, Handle: r.Handle, LastSeq: r.LastSeq, Capabilities: capabilitiesFromProto(r.Capabilities),
+		PendingPermissions: pending,
 	}, nil
 }
 

@@ -128,13 +128,7 @@ func sessionUpdate(u *agentpb.Update) journal.SessionUpdate {
 	case *agentpb.Update_HandleChanged:
 		return &journal.HandleChanged{Handle: k.HandleChanged.GetHandle(), Origin: k.HandleChanged.GetOrigin()}
 	case *agentpb.Update_PermissionRequest:
-		r := k.PermissionRequest
-		out := &journal.PermissionRequest{RequestID: r.GetRequestId(), ToolCall: toolCall(r.GetToolCall()), AlwaysScope: r.GetAlwaysScope()}
-		for _, o := range r.GetOptions() {
-			out.Options = append(out.Options, acp.PermissionOption{OptionId: acp.PermissionOptionId(o.GetOptionId()),
-				Name: o.GetName(), Kind: acp.PermissionOptionKind(o.GetKind())})
-		}
-		return out
+		return permissionRequest(k.PermissionRequest)
 	case *agentpb.Update_PermissionResolved:
 		r := k.PermissionResolved
 		return &journal.PermissionResolved{RequestID: r.GetRequestId(),
@@ -150,6 +144,17 @@ const emptyText = `{"type":"text","text":""}`
 
 // content is a block's ACP JSON: the plugin's own for a typed non-text
 // block whose JSON is valid, else a text block of its text.
+// permissionRequest is r as the journal records it: from the update that
+// asks it, or from Identify while the plugin waits on it.
+func permissionRequest(r *agentpb.PermissionRequest) *journal.PermissionRequest {
+	out := &journal.PermissionRequest{RequestID: r.GetRequestId(), ToolCall: toolCall(r.GetToolCall()), AlwaysScope: r.GetAlwaysScope()}
+	for _, o := range r.GetOptions() {
+		out.Options = append(out.Options, acp.PermissionOption{OptionId: acp.PermissionOptionId(o.GetOptionId()),
+			Name: o.GetName(), Kind: acp.PermissionOptionKind(o.GetKind())})
+	}
+	return out
+}
+
 func content(b *agentpb.ContentBlock) journal.Content {
 	if b == nil {
 		return journal.Content(emptyText)

@@ -38,6 +38,16 @@ func outcomeToProto(o PermissionOutcome) *agentpb.PermissionOutcome {
 	return &agentpb.PermissionOutcome{Outcome: o.Outcome, OptionId: o.OptionID}
 }
 
+// permissionRequestToProto is r as the update that asks it carries it,
+// and as Identify reports it while it is pending.
+func permissionRequestToProto(r *PermissionRequest) *agentpb.PermissionRequest {
+	pr := &agentpb.PermissionRequest{RequestId: r.RequestID, ToolCall: toolCallToProto(r.ToolCall), AlwaysScope: r.AlwaysScope}
+	for _, o := range r.Options {
+		pr.Options = append(pr.Options, &agentpb.PermissionOption{OptionId: o.OptionID, Name: o.Name, Kind: o.Kind})
+	}
+	return pr
+}
+
 func updateToProto(u Update) *agentpb.Update {
 	p := &agentpb.Update{TurnId: u.turnID, TimeUnixNano: u.Time.UnixNano()}
 	switch {
@@ -81,12 +91,7 @@ func updateToProto(u Update) *agentpb.Update {
 	case u.SessionInfo != nil:
 		p.Kind = &agentpb.Update_SessionInfo{SessionInfo: &agentpb.SessionInfo{Title: u.SessionInfo.Title}}
 	case u.permissionRequest != nil:
-		r := u.permissionRequest
-		pr := &agentpb.PermissionRequest{RequestId: r.RequestID, ToolCall: toolCallToProto(r.ToolCall), AlwaysScope: r.AlwaysScope}
-		for _, o := range r.Options {
-			pr.Options = append(pr.Options, &agentpb.PermissionOption{OptionId: o.OptionID, Name: o.Name, Kind: o.Kind})
-		}
-		p.Kind = &agentpb.Update_PermissionRequest{PermissionRequest: pr}
+		p.Kind = &agentpb.Update_PermissionRequest{PermissionRequest: permissionRequestToProto(u.permissionRequest)}
 	case u.permissionResolved != nil:
 		p.Kind = &agentpb.Update_PermissionResolved{PermissionResolved: &agentpb.PermissionResolved{
 			RequestId: u.permissionResolved.RequestID, Outcome: outcomeToProto(u.permissionResolved.Outcome)}}

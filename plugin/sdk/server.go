@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,7 +41,14 @@ type server struct {
 	handle    string
 	opening   bool // an open is in progress
 	turn      *runningTurn
+	// perms are the permission requests the agent waits on, by id, and
+	// their ids in the order they were asked (Identify reports them, so a
+	// host that readopts the plugin learns them whatever its journal
+	// holds). A request leaves them only when it is answered or its turn
+	// is cancelled: a host going away (its stream breaking, a detach) is
+	// no answer, and the next host asks again.
 	perms     map[string]*pendingPermission
+	permOrder []string
 	closed    bool
 	// fenceRaised is closed and replaced whenever the fence rises, so
 	// streams of an older host end.
@@ -49,6 +57,7 @@ type server struct {
 
 type pendingPermission struct {
 	turnID string
+	req    *agentpb.PermissionRequest
 	answer chan PermissionOutcome // buffered; receives at most one answer
 }
 
@@ -123,8 +132,32 @@ func (s *server) Identify(ctx context.Context, _ *agentpb.IdentifyRequest) (*age
 		SessionId: s.sessionID, SpawnToken: s.token, Pid: int64(s.pid), InstanceId: s.instance,
 		ProtocolVersion: ProtocolVersion, AgentName: s.name, AgentVersion: version,
 		Fence: s.fence, Handle: s.handle, LastSeq: s.box.lastSeq(),
-		Capabilities: capabilitiesToProto(s.caps, s.caps.Modes || setMode, s.caps.ConfigOptions || setConfig),
+		Capabilities:       capabilitiesToProto(s.caps, s.caps.Modes || setMode, s.caps.ConfigOptions || setConfig),
+		PendingPermissions: s.pendingPermissions(),
 	}, nil
+}
+
+// pendingPermissions returns the requests the agent waits on, oldest
+// first. Callers hold s.mu.
+func (s *server) pendingPermissions() []*agentpb.PermissionRequest {
+	out := make([]*agentpb.PermissionRequest, 0, len(s.permOrder))
+	for _, id := range s.permOrder {
+		if pp, ok := s.perms[id]; ok {
+			out = append(out, pp.req)
+		}
+	}
+	return out
+}
+
+// takePermission removes request id from the pending ones and returns it;
+// whoever takes it resolves it, exactly once. Callers hold s.mu.
+func (s *server) takePermission(id string) (*pendingPermission, bool) {
+	pp, ok := s.perms[id]
+	if ok {
+		delete(s.perms, id)
+		s.permOrder = slices.DeleteFunc(s.permOrder, func(x string) bool { return x == id })
+	}
+	return pp, ok
 }
 
 func (s *server) Attach(ctx context.Context, req *agentpb.AttachRequest) (*agentpb.AttachResponse, error) {
@@ -445,11 +478,14 @@ func (s *server) Acknowledge(ctx context.Context, req *agentpb.AcknowledgeReques
 }
 
 func (s *server) requestPermission(ctx context.Context, turnID string, req PermissionRequest) (PermissionOutcome, error) {
-	pp := &pendingPermission{turnID: turnID, answer: make(chan PermissionOutcome, 1)}
+	pp := &pendingPermission{turnID: turnID, req: permissionRequestToProto(&req), answer: make(chan PermissionOutcome, 1)}
 	s.mu.Lock()
 	s.perms[req.RequestID] = pp
+	s.permOrder = append(s.permOrder, req.RequestID)
 	s.mu.Unlock()
 	s.emit(Update{turnID: turnID, permissionRequest: &req})
+	// Only an answer or the turn's end resolves the request: nothing here
+	// watches the host, whose going away leaves it pending for the next.
 	select {
 	case out := <-pp.answer:
 		return out, nil
@@ -458,8 +494,7 @@ func (s *server) requestPermission(ctx context.Context, turnID string, req Permi
 	// Cancelled. An answer may have won the race: whoever removes the
 	// request from the table resolves it, exactly once.
 	s.mu.Lock()
-	_, stillPending := s.perms[req.RequestID]
-	delete(s.perms, req.RequestID)
+	_, stillPending := s.takePermission(req.RequestID)
 	s.mu.Unlock()
 	if !stillPending {
 		return <-pp.answer, nil
@@ -475,8 +510,7 @@ func (s *server) AnswerPermission(ctx context.Context, req *agentpb.AnswerPermis
 		s.mu.Unlock()
 		return nil, err
 	}
-	pp, ok := s.perms[req.RequestId]
-	delete(s.perms, req.RequestId)
+	pp, ok := s.takePermission(req.RequestId)
 	s.mu.Unlock()
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "no pending permission request %q", req.RequestId)

@@ -82,8 +82,10 @@ func (t *Turn) HandleChanged(handle, origin string) {
 
 // RequestPermission asks the user and waits for the answer. A request
 // raised while no host is attached waits in the outbox and is delivered to
-// the next host. If ctx ends first (the turn was cancelled), the outcome is
-// "cancelled" and the error is ctx's.
+// the next host. A host going away answers nothing: the request stays
+// pending, Identify reports it to the host that reattaches, and that host
+// asks its clients again. If ctx ends first (the turn was cancelled), the
+// outcome is "cancelled" and the error is ctx's.
 func (t *Turn) RequestPermission(ctx context.Context, req PermissionRequest) (PermissionOutcome, error) {
 	if req.RequestID == "" {
 		req.RequestID = "perm-" + rand.Text()[:12]

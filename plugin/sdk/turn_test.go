@@ -1,11 +1,14 @@
 package sdk
 
 import (
+	"context"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agenthost/agenthost/internal/agentpb"
 	"github.com/agenthost/agenthost/internal/logtest"
 )
 
@@ -74,4 +77,53 @@ func TestMessageAndThoughtAfterTheTurnEndedFailAndLog(t *testing.T) {
 	if got := strings.Count(log.String(), "update dropped"); got != 3 {
 		t.Errorf("logged %d dropped updates, want 3 (every one, whether or not its error was looked at):\n%s", got, log.String())
 	}
+}
+
+// Identify reports the permission requests the agent waits on, oldest
+// first, until each is answered: a host that readopts the plugin learns
+// them from it, whatever its journal holds.
+func TestIdentifyReportsPendingPermissionsUntilAnswered(t *testing.T) {
+	turn, _ := newTestTurn(t, "turn-1")
+	srv := turn.srv
+	srv.bound, srv.fence = true, 1
+	ctx := context.Background()
+	answers := make(chan PermissionOutcome, 2)
+	for i, id := range []string{"p1", "p2"} {
+		go func() {
+			out, _ := turn.RequestPermission(ctx, PermissionRequest{RequestID: id, ToolCall: ToolCall{ToolCallID: "tc-" + id},
+				Options: []PermissionOption{{OptionID: "allow", Name: "Allow", Kind: "allow_once"}}})
+			answers <- out
+		}()
+		// Asked in this order: wait for each before the next.
+		for {
+			id, err := srv.Identify(ctx, &agentpb.IdentifyRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(id.PendingPermissions) == i+1 {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	id, _ := srv.Identify(ctx, &agentpb.IdentifyRequest{})
+	if got := id.PendingPermissions; len(got) != 2 || got[0].RequestId != "p1" || got[1].GetToolCall().GetToolCallId() != "tc-p2" ||
+		got[0].GetOptions()[0].GetOptionId() != "allow" {
+		t.Fatalf("pending permissions %v; want p1 then p2, with their tool calls and options", got)
+	}
+	if _, err := srv.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: 1, RequestId: "p1",
+		Outcome: &agentpb.PermissionOutcome{Outcome: "selected", OptionId: "allow"}}); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-answers; out.OptionID != "allow" {
+		t.Fatalf("the agent got %+v, want allow", out)
+	}
+	id, _ = srv.Identify(ctx, &agentpb.IdentifyRequest{})
+	if got := id.PendingPermissions; len(got) != 1 || got[0].RequestId != "p2" {
+		t.Fatalf("after p1 was answered, pending permissions %v; want p2 alone", got)
+	}
+	if _, err := srv.AnswerPermission(ctx, &agentpb.AnswerPermissionRequest{Fence: 1, RequestId: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	<-answers
 }
