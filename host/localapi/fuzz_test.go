@@ -245,6 +245,15 @@ func lineFate(line []byte, max int) fate {
 	if json.Unmarshal(line, &env) != nil || env.JSONRPC != "2.0" {
 		return fateInvalid
 	}
+	// An empty method, or no method on a line that is no response, is
+	// something the SDK drops unanswered. A "method":null is no method.
+	var method struct {
+		Method *string `json:"method"`
+	}
+	_ = json.Unmarshal(line, &method)
+	if method.Method != nil && *method.Method == "" || method.Method == nil && len(env.Result) == 0 && env.Error == nil {
+		return fateInvalid
+	}
 	return fateForward
 }
 

@@ -539,3 +539,32 @@ func TestPromptDuringATurnIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A line with an id but no method, or an empty method, is neither a
+// request nor a response: it is answered -32600 with its id (the SDK used
+// to drop it, and the client waited forever).
+func TestRequestWithoutMethodIsInvalid(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	for id, line := range map[int]string{
+		7: `{"jsonrpc":"2.0","id":7}`,
+		8: `{"jsonrpc":"2.0","id":8,"method":""}`,
+		9: `{"jsonrpc":"2.0","id":9,"method":"","params":{}}`,
+	} {
+		ch := make(chan message, 1)
+		c.mu.Lock()
+		c.pending[id] = ch
+		c.mu.Unlock()
+		c.raw(line)
+		select {
+		case m := <-ch:
+			if m.Error == nil || m.Error.Code != api.CodeInvalidRequest || !strings.Contains(m.Error.Message, "method") {
+				t.Errorf("%s answered %+v, want -32600 naming the method", line, m.Error)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: no answer", line)
+		}
+	}
+	// Still serving.
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+}

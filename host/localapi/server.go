@@ -182,7 +182,9 @@ func writeError(w io.Writer, id json.RawMessage, code int, msg string) {
 // filterRequests copies well-formed request lines from r to dst and
 // answers the others on out: a line that is not JSON gets a parse error
 // (-32700), one that is not a JSON-RPC object an invalid-request error
-// (-32600), one longer than max an invalid-request error naming the limit.
+// (-32600), one without a method that is no response (no result, no
+// error) or with an empty method an invalid-request error too, one longer
+// than max an invalid-request error naming the limit.
 func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
@@ -196,7 +198,8 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 			var probe struct {
 				JSONRPC string            `json:"jsonrpc"`
 				ID      json.RawMessage   `json:"id"`
-				Method  string            `json:"method"`
+				Method  *string           `json:"method"`
+				Result  json.RawMessage   `json:"result"`
 				Error   *acp.RequestError `json:"error"`
 			}
 			switch {
@@ -204,6 +207,14 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 				writeError(out, nil, api.CodeParseError, "parse error: the request is not valid JSON")
 			case json.Unmarshal(line, &probe) != nil || probe.JSONRPC != "2.0":
 				writeError(out, probe.ID, api.CodeInvalidRequest, `invalid request: expected a JSON-RPC 2.0 object with "jsonrpc":"2.0"`)
+			case probe.Method != nil && *probe.Method == "":
+				// The SDK takes an id with an empty method for a response
+				// and drops it: the client would wait forever.
+				writeError(out, probe.ID, api.CodeInvalidRequest, `invalid request: "method" is empty; name the method`)
+			case probe.Method == nil && len(probe.Result) == 0 && probe.Error == nil:
+				// Neither a request (no method) nor a response (no result,
+				// no error): the SDK drops it unanswered.
+				writeError(out, probe.ID, api.CodeInvalidRequest, `invalid request: no "method" (a request names one; a response carries "result" or "error")`)
 			default:
 				if _, werr := dst.Write(append(bytes.TrimRight(line, "\r\n"), '\n')); werr != nil {
 					return werr
