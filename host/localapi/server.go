@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 	"github.com/hashicorp/go-hclog"
@@ -53,7 +55,10 @@ func (s *Server) log() hclog.Logger {
 
 // Serve accepts connections on ln until ctx ends, then closes ln and every
 // connection and waits for them. On a unix socket only peers running as
-// this process's user are served.
+// this process's user are served. An accept that fails for want of a
+// resource (descriptors, above all) is retried with backoff, 5 ms doubling
+// to 1 s, so the API outlives a shortage; any other accept error ends
+// Serve.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -61,15 +66,36 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		_ = ln.Close()
 	}()
-	defer s.wg.Wait()
+	// Connections end with Serve, whatever ended it: a host that stopped
+	// accepting must not live on for the clients it still has.
+	defer func() {
+		cancel()
+		s.wg.Wait()
+	}()
+	var delay time.Duration
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err
+			if !retryAccept(err) {
+				return err
+			}
+			// Out of descriptors (or another passing shortage): the API
+			// must not end over it, and must not spin. Back off as
+			// net/http's Server.Serve does; the connection waits in the
+			// listen backlog meanwhile.
+			delay = min(max(2*delay, minAcceptDelay), maxAcceptDelay)
+			s.log().Warn("accepting a connection failed; retrying", "error", err, "retryIn", delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			continue
 		}
+		delay = 0
 		if uc, ok := conn.(*net.UnixConn); ok {
 			if err := checkPeer(uc); err != nil {
 				s.log().Warn("refused a connection", "error", err)
@@ -83,6 +109,29 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		})
 	}
+}
+
+// The backoff between failed accepts: net/http's.
+const (
+	minAcceptDelay = 5 * time.Millisecond
+	maxAcceptDelay = time.Second
+)
+
+// retryAccept tells an accept error that passes (out of descriptors,
+// buffers or memory, an aborted or interrupted connection) from the end of
+// the listener.
+func retryAccept(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // checkPeer admits only peers running as this process's user (the socket

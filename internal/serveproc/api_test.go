@@ -1,0 +1,189 @@
+package serveproc_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/internal/serveproc"
+)
+
+// answerTimeout bounds the wait for one answer of a host that should give
+// it at once: only a failing test waits this long.
+const answerTimeout = 20 * time.Second
+
+// startServe starts agenthost serve on a fresh state directory, stopped
+// (and its sessions killed) when the test ends.
+func startServe(t *testing.T) (*serveproc.Server, string) {
+	t.Helper()
+	dir := stateDir(t)
+	s, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+		serveproc.KillSessionProcesses(dir)
+	})
+	return s, dir
+}
+
+// statusClient is a connection that has sent _agenthost/status and reads
+// its answer.
+type statusClient struct {
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func askStatus(t *testing.T, sock string) *statusClient {
+	t.Helper()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("dial %s: %v", sock, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":1,"method":%q}`+"\n", api.MethodStatus); err != nil {
+		t.Fatal(err)
+	}
+	return &statusClient{conn: conn, br: bufio.NewReader(conn)}
+}
+
+// answer waits for the status answer and returns its error, if any.
+func (c *statusClient) answer() error {
+	_ = c.conn.SetReadDeadline(time.Now().Add(answerTimeout))
+	line, err := c.br.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	var m struct {
+		Result *api.StatusResult `json:"result"`
+		Error  *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(line), &m); err != nil || m.Result == nil {
+		return fmt.Errorf("answered %q", line)
+	}
+	return nil
+}
+
+// openFDs lists the descriptors pid has open.
+func openFDs(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			fds = append(fds, n)
+		}
+	}
+	return fds
+}
+
+// waitFor polls cond (cheap reads of /proc or of the server's stderr)
+// until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// A host out of file descriptors goes on serving once descriptors free:
+// accept errors are retried with backoff, not the end of the API (the
+// host used to exit with "accept4: too many open files", or, with a
+// client connected, stop accepting while it kept the state directory's
+// lock).
+func TestAcceptSurvivesRunningOutOfDescriptors(t *testing.T) {
+	t.Parallel()
+	s, _ := startServe(t)
+	if err := askStatus(t, s.Socket).answer(); err != nil {
+		t.Fatalf("before the fault: %v", err)
+	}
+	pid := s.PID()
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Fatal(err)
+	}
+	fds := openFDs(t, pid)
+	highest := 0
+	for _, fd := range fds {
+		highest = max(highest, fd)
+	}
+	// No descriptor above the highest open one: the free ones below it
+	// go to the first connections, the next connection finds none.
+	limit := unix.Rlimit{Cur: uint64(highest + 1), Max: old.Max}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &limit, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The free descriptors below the limit go to clients that are
+	// served; the two after them find none.
+	free := highest + 1 - len(fds)
+	injected(t, "RLIMIT_NOFILE of serve (pid %d) lowered to %d with %d descriptors open; %d clients connect, then 2 more", pid, limit.Cur, len(fds), free)
+	var served []*statusClient
+	for i := range free {
+		c := askStatus(t, s.Socket)
+		if err := c.answer(); err != nil {
+			t.Fatalf("client %d of the %d the limit leaves room for: %v", i+1, free, err)
+		}
+		served = append(served, c)
+	}
+	extra := []*statusClient{askStatus(t, s.Socket), askStatus(t, s.Socket)}
+	met := waitFor(answerTimeout, func() bool {
+		select {
+		case <-s.Done():
+			return true
+		default:
+			return strings.Contains(s.Stderr(), "too many open files")
+		}
+	})
+	// Descriptors free: the served clients leave.
+	for _, c := range served {
+		c.conn.Close()
+	}
+	for i, c := range extra {
+		if err := c.answer(); err != nil {
+			t.Fatalf("client %d past the limit, once descriptors were free again: %v (serve reported or exited: %v)\nstderr:\n%s", i+1, err, met, s.Stderr())
+		}
+	}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := askStatus(t, s.Socket).answer(); err != nil {
+		t.Fatalf("a new client after the fault: %v", err)
+	}
+	if !met {
+		t.Fatalf("serve never reported running out of descriptors:\n%s", s.Stderr())
+	}
+	held(t, "serve reported the accept failure, retried, and answered both clients past the limit once the others left")
+}
+
+func injected(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Logf("injected: "+format, args...)
+}
+
+func held(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Logf("held: "+format, args...)
+}
