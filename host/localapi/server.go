@@ -42,8 +42,6 @@ type Server struct {
 	// ListPageSize is how many sessions one session/list page holds.
 	// Default: api.ListPageSize.
 	ListPageSize int
-
-	wg sync.WaitGroup
 }
 
 func (s *Server) log() hclog.Logger {
@@ -55,7 +53,8 @@ func (s *Server) log() hclog.Logger {
 
 // Serve accepts connections on ln until ctx ends, then closes ln and every
 // connection and waits for them. On a unix socket only peers running as
-// this process's user are served. An accept that fails for want of a
+// this process's user are served. ln closed by the caller ends Serve with
+// net.ErrClosed once its connections have ended. An accept that fails for want of a
 // resource (descriptors, above all) is retried with backoff, 5 ms doubling
 // to 1 s, so the API outlives a shortage; any other accept error ends
 // Serve.
@@ -66,12 +65,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		_ = ln.Close()
 	}()
-	// Connections end with Serve, whatever ended it: a host that stopped
-	// accepting must not live on for the clients it still has.
-	defer func() {
-		cancel()
-		s.wg.Wait()
-	}()
+	var conns sync.WaitGroup
+	defer conns.Wait()
 	var delay time.Duration
 	for {
 		conn, err := ln.Accept()
@@ -79,7 +74,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, net.ErrClosed) {
+				// The caller closed ln (a socket replaced by a new one):
+				// its connections go on until they end.
+				return err
+			}
 			if !retryAccept(err) {
+				// The API is over: a host that stopped accepting must not
+				// live on for the clients it still has.
+				cancel()
 				return err
 			}
 			// Out of descriptors (or another passing shortage): the API
@@ -103,7 +106,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 				continue
 			}
 		}
-		s.wg.Go(func() {
+		conns.Go(func() {
 			if err := s.ServeConn(ctx, conn); err != nil {
 				s.log().Debug("connection ended", "error", err)
 			}

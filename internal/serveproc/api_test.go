@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,4 +187,69 @@ func injected(t *testing.T, format string, args ...any) {
 func held(t *testing.T, format string, args ...any) {
 	t.Helper()
 	t.Logf("held: "+format, args...)
+}
+
+// A socket deleted under a running host is made again, private as before
+// (mode 0600, this user's), and a client connected before goes on; the
+// host used to stay unreachable for good.
+func TestDeletedSocketIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	s, _ := startServe(t)
+	before, err := net.Dial("unix", s.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	if err := os.Remove(s.Socket); err != nil {
+		t.Fatal(err)
+	}
+	injected(t, "removed %s under serve (pid %d)", s.Socket, s.PID())
+	if !waitFor(answerTimeout, func() bool { _, err := os.Lstat(s.Socket); return err == nil }) {
+		t.Fatalf("the socket was not made again within %s:\n%s", answerTimeout, s.Stderr())
+	}
+	if err := askStatus(t, s.Socket).answer(); err != nil {
+		t.Fatalf("a client of the new socket: %v\n%s", err, s.Stderr())
+	}
+	fi, err := os.Lstat(s.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 || int(st.Uid) != os.Getuid() {
+		t.Errorf("the new socket has mode %s, uid %d; want a socket, 0600, uid %d", fi.Mode(), st.Uid, os.Getuid())
+	}
+	old := &statusClient{conn: before, br: bufio.NewReader(before)}
+	if _, err := fmt.Fprintf(before, `{"jsonrpc":"2.0","id":1,"method":%q}`+"\n", api.MethodStatus); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.answer(); err != nil {
+		t.Fatalf("the client connected before the removal: %v", err)
+	}
+	held(t, "the socket was made again (mode %s) and both the old and a new client were answered", fi.Mode().Perm())
+}
+
+// A socket path that some other file took over ends serve with an error
+// that says so (for a supervisor to restart it), and the file is left
+// alone.
+func TestReplacedSocketEndsServeClearly(t *testing.T) {
+	t.Parallel()
+	s, _ := startServe(t)
+	if err := os.Remove(s.Socket); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.Socket, []byte("not a socket"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	injected(t, "replaced %s by a regular file under serve (pid %d)", s.Socket, s.PID())
+	select {
+	case <-s.Done():
+	case <-time.After(answerTimeout):
+		t.Fatalf("serve still runs %s after its socket was replaced:\n%s", answerTimeout, s.Stderr())
+	}
+	if !strings.Contains(s.Stderr(), "no longer this host's socket") {
+		t.Errorf("serve's stderr does not say why it exited:\n%s", s.Stderr())
+	}
+	if b, err := os.ReadFile(s.Socket); err != nil || string(b) != "not a socket" {
+		t.Errorf("the file that replaced the socket: %q, %v", b, err)
+	}
+	held(t, "serve exited: %s", strings.TrimSpace(s.Stderr()))
 }
