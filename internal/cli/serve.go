@@ -334,7 +334,10 @@ func (a *App) acp(ctx context.Context, agent string, shutdown bool) (err error) 
 		_, cerr := io.Copy(pw, a.Stdin)
 		_ = pw.CloseWithError(cerr)
 	}()
-	err = srv.ServeConn(ctx, stdio{in: pr, out: a.Stdout, close: pr.Close})
+	// Writing goes through an abortableWriter: an editor that stopped
+	// reading must not hold up the exit.
+	out := newAbortableWriter(a.Stdout)
+	err = srv.ServeConn(ctx, stdio{in: pr, out: out, close: func() error { _ = out.Close(); return pr.Close() }})
 	cancel()
 	if sockDone != nil {
 		if serr := <-sockDone; serr != nil && !errors.Is(serr, net.ErrClosed) {

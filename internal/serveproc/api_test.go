@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -252,4 +253,92 @@ func TestReplacedSocketEndsServeClearly(t *testing.T) {
 		t.Errorf("the file that replaced the socket: %q, %v", b, err)
 	}
 	held(t, "serve exited: %s", strings.TrimSpace(s.Stderr()))
+}
+
+// agenthost acp exits on SIGTERM even while the editor has stopped
+// reading its stdout and every write there blocks: shutdown does not wait
+// on a blocked write (it used to outlive its 30 s close timeout).
+func TestACPExitsOnSIGTERMWithStdoutBlocked(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	t.Cleanup(func() { serveproc.KillSessionProcesses(dir) })
+	cmd := exec.Command(agenthostBin, "--state-dir", dir, "acp", "--agent", "scripted")
+	cmd.Env = append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	waited := false
+	defer func() {
+		if !waited {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	// The editor starts a session, prompts, and never reads an answer:
+	// the session's updates fill the pipe, and the follower's next write
+	// blocks.
+	rd := stdout.(*os.File)
+	capacity, err := unix.FcntlInt(rd.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(line string) {
+		t.Helper()
+		if _, err := fmt.Fprintln(stdin, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[],"_meta":{"agenthost":{"sessionId":"blocked"}}}}`)
+	// Read up to the session's start, then no more.
+	br := bufio.NewReaderSize(rd, 4096)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("acp's stdout before the session started: %v; stderr:\n%s", err, stderr.String())
+		}
+		if strings.HasPrefix(line, `{"jsonrpc":"2.0","id":2,`) {
+			if !strings.Contains(line, `"result"`) {
+				t.Fatalf("session/new: %s", line)
+			}
+			break
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"blocked","prompt":[{"type":"text","text":"count 100000"}]}}`)
+	// Lines shorter than PIPE_BUF (4096 bytes) are written whole: a pipe
+	// with less room than that left blocks the next one.
+	var unread int
+	full := waitFor(answerTimeout, func() bool {
+		n, err := unix.IoctlGetInt(int(rd.Fd()), unix.TIOCINQ) // FIONREAD
+		unread = n
+		return err == nil && n > capacity-4096
+	})
+	if !full {
+		t.Fatalf("acp's stdout pipe did not fill (capacity %d, %d unread); stderr:\n%s", capacity, unread, stderr.String())
+	}
+	injected(t, "acp's stdout pipe is full (%d of %d bytes unread); SIGTERM", unread, capacity)
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		waited = true
+		held(t, "acp exited %.1fs after SIGTERM (%v)", time.Since(sent).Seconds(), err)
+	case <-time.After(answerTimeout):
+		t.Fatalf("acp still runs %s after SIGTERM with its stdout blocked; stderr:\n%s", answerTimeout, stderr.String())
+	}
 }
