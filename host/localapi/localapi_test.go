@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -188,6 +190,12 @@ func (c *rpcClient) waitNotes(method string, n int) []message {
 // socket; it returns the socket path.
 func serve(t *testing.T) (string, *host.Host) {
 	t.Helper()
+	return serveWith(t, nil)
+}
+
+// serveWith is serve with the server's settings changed by set.
+func serveWith(t *testing.T, set func(*localapi.Server)) (string, *host.Host) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "ah-api-")
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +218,9 @@ func serve(t *testing.T) (string, *host.Host) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &localapi.Server{Host: h, DefaultAgent: "scripted", Version: "test", MaxRequestBytes: 64 << 10, Logger: logtest.New(t)}
+	if set != nil {
+		set(srv)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -567,4 +578,51 @@ func TestRequestWithoutMethodIsInvalid(t *testing.T) {
 	}
 	// Still serving.
 	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+}
+
+// A connection holds at most MaxSubscriptions subscriptions: the next is
+// refused with CodeOverLimit naming the bound, the ones it holds go on,
+// and everything is freed when the connection closes (one client that
+// subscribed thousands of times pinned hundreds of MiB).
+func TestSubscriptionsPerConnectionAreBounded(t *testing.T) {
+	const bound = 8
+	sock, h := serveWith(t, func(s *localapi.Server) { s.MaxSubscriptions = bound })
+	s, err := h.StartSession(context.Background(), host.SessionRequest{ID: "subs", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prompt(context.Background(), "count 3"); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := h.Store().LastSeq(context.Background(), "subs")
+	baseline := runtime.NumGoroutine()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &rpcClient{t: t, conn: conn, pending: map[int]chan message{}, noteCond: make(chan struct{}), done: make(chan struct{})}
+	go c.read()
+	for i := range bound {
+		if m := c.call(api.MethodSubscribe, map[string]any{"sessionId": "subs", "fromSeq": 1}); m.Error != nil {
+			t.Fatalf("subscription %d of %d: %+v", i+1, bound, m.Error)
+		}
+	}
+	m := c.call(api.MethodSubscribe, map[string]any{"sessionId": "subs", "fromSeq": 1})
+	if m.Error == nil || m.Error.Code != api.CodeOverLimit || !strings.Contains(m.Error.Message, strconv.Itoa(bound)) {
+		t.Fatalf("subscription %d: %+v; want %d naming the bound %d", bound+1, m.Error, api.CodeOverLimit, bound)
+	}
+	// The ones it holds go on: every entry, once each.
+	c.waitNotes(api.MethodJournal, bound*int(last))
+	if m := c.call(api.MethodStatus, nil); m.Error != nil {
+		t.Fatalf("status after the refusal: %+v", m.Error)
+	}
+	conn.Close()
+	<-c.done
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the client left, %d before it came", runtime.NumGoroutine(), baseline)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

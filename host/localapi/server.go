@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +25,18 @@ import (
 
 // DefaultMaxRequestBytes bounds one request line.
 const DefaultMaxRequestBytes = 4 << 20
+
+// The bounds of one connection (see Server).
+const (
+	// DefaultMaxSubscriptions: an app subscribes once per session it
+	// shows; hundreds are plenty, and each costs a goroutine and a chunk
+	// of journal entries read ahead of the socket.
+	DefaultMaxSubscriptions = 256
+	// DefaultMaxQueuedBytes: what a connection's writers may hold
+	// marshalled while the client does not read, before new subscriptions
+	// are refused.
+	DefaultMaxQueuedBytes = 16 << 20
+)
 
 // Server serves the local API for one host. The zero value is not usable:
 // Host is required.
@@ -42,6 +55,15 @@ type Server struct {
 	// ListPageSize is how many sessions one session/list page holds.
 	// Default: api.ListPageSize.
 	ListPageSize int
+	// MaxSubscriptions bounds the _agenthost/subscribe subscriptions one
+	// connection holds; the next is refused with api.CodeOverLimit.
+	// Default: DefaultMaxSubscriptions.
+	MaxSubscriptions int
+	// MaxQueuedBytes bounds the bytes waiting to be written to one
+	// connection (messages marshalled, blocked on a client that does not
+	// read) above which new subscriptions are refused with
+	// api.CodeOverLimit. Default: DefaultMaxQueuedBytes.
+	MaxQueuedBytes int
 }
 
 func (s *Server) log() hclog.Logger {
@@ -173,7 +195,7 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 	// lines with JSON-RPC errors itself, so the protocol library only ever
 	// sees well-formed JSON lines of bounded size.
 	pr, pw := io.Pipe()
-	a := &agent{srv: s, ctx: ctx, followers: map[string]*follower{}}
+	a := &agent{srv: s, ctx: ctx, out: out, followers: map[string]*follower{}, subs: map[uint64]context.CancelFunc{}}
 	conn := acp.NewAgentSideConnection(a, out, pr)
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a.conn = conn
@@ -200,16 +222,40 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 }
 
 // lockedWriter serialises whole lines from the protocol library and the
-// request filter.
+// request filter, and counts the bytes waiting to be written.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	queued atomic.Int64
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.queued.Add(int64(len(p)))
+	defer l.queued.Add(-int64(len(p)))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// maxSubscriptions and maxQueuedBytes are the connection bounds in force.
+func (s *Server) maxSubscriptions() int {
+	if s.MaxSubscriptions > 0 {
+		return s.MaxSubscriptions
+	}
+	return DefaultMaxSubscriptions
+}
+
+func (s *Server) maxQueuedBytes() int64 {
+	if s.MaxQueuedBytes > 0 {
+		return int64(s.MaxQueuedBytes)
+	}
+	return DefaultMaxQueuedBytes
+}
+
+// overLimit is the error of a request refused because the connection is
+// over one of its bounds.
+func overLimit(format string, args ...any) error {
+	return &acp.RequestError{Code: api.CodeOverLimit, Message: fmt.Sprintf(format, args...)}
 }
 
 type rpcError struct {
