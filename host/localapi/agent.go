@@ -27,6 +27,9 @@ type agent struct {
 	ctx  context.Context
 	conn *acp.AgentSideConnection
 	out  *lockedWriter
+	// notes counts the session/cancel notifications admitted and not yet
+	// handled (see filterRequests).
+	notes *noteGate
 
 	mu        sync.Mutex
 	followers map[string]*follower
@@ -235,6 +238,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 }
 
 func (a *agent) Cancel(ctx context.Context, p acp.CancelNotification) error {
+	defer a.notes.release()
 	if s, ok := a.srv.Host.Session(string(p.SessionId)); ok {
 		return s.Cancel(ctx)
 	}

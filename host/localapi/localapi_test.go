@@ -626,3 +626,41 @@ func TestSubscriptionsPerConnectionAreBounded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A burst of session/cancel notifications larger than the protocol
+// library's queue (1024) does not end the connection: the server sheds
+// the excess, logs it and tells the client with an _agenthost/overLimit
+// notification, and goes on serving (it used to drop the connection
+// without a word).
+func TestCancelBurstDoesNotDropTheConnection(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var created acp.NewSessionResponse
+	c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": api.MethodSessionCancel, "params": acp.CancelNotification{SessionId: created.SessionId}})
+	burst := strings.Repeat(string(line)+"\n", 5000)
+	c.enc.Lock()
+	_, err := c.conn.Write([]byte(burst))
+	c.enc.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.call(api.MethodStatus, nil); m.Error != nil {
+		t.Fatalf("status after the burst: %+v", m.Error)
+	}
+	// A prompt is served too (cancels of the burst still queued may end
+	// its turn: they were sent before it).
+	var res acp.PromptResponse
+	c.mustCall(api.MethodSessionPrompt, acp.PromptRequest{SessionId: created.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock("count 2")}}, &res)
+	if res.StopReason != acp.StopReasonEndTurn && res.StopReason != acp.StopReasonCancelled {
+		t.Errorf("a prompt after the burst: %+v", res)
+	}
+	if shed := c.notesOf(api.MethodOverLimit); len(shed) > 0 {
+		var n api.OverLimitParams
+		if err := json.Unmarshal(shed[0].Params, &n); err != nil || n.Code != api.CodeOverLimit || n.Method != api.MethodSessionCancel || n.Message == "" {
+			t.Errorf("_agenthost/overLimit %s: %v", shed[0].Params, err)
+		}
+		t.Logf("%d runs of dropped cancels, each told once", len(shed))
+	}
+}

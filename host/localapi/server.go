@@ -32,6 +32,11 @@ const (
 	// shows; hundreds are plenty, and each costs a goroutine and a chunk
 	// of journal entries read ahead of the socket.
 	DefaultMaxSubscriptions = 256
+	// DefaultMaxQueuedNotifications: the session/cancel notifications one
+	// connection may have waiting to be handled. The protocol library
+	// closes a connection whose queue of 1024 overflows, so the bound
+	// must stay below that; an editor sends one per user action.
+	DefaultMaxQueuedNotifications = 256
 	// DefaultMaxQueuedBytes: what a connection's writers may hold
 	// marshalled while the client does not read, before new subscriptions
 	// are refused.
@@ -64,6 +69,11 @@ type Server struct {
 	// read) above which new subscriptions are refused with
 	// api.CodeOverLimit. Default: DefaultMaxQueuedBytes.
 	MaxQueuedBytes int
+	// MaxQueuedNotifications bounds the notifications from one client
+	// waiting to be handled; past it they are dropped, logged, and the
+	// client is told with an api.MethodOverLimit notification. Default
+	// and most: DefaultMaxQueuedNotifications.
+	MaxQueuedNotifications int
 }
 
 func (s *Server) log() hclog.Logger {
@@ -195,7 +205,8 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 	// lines with JSON-RPC errors itself, so the protocol library only ever
 	// sees well-formed JSON lines of bounded size.
 	pr, pw := io.Pipe()
-	a := &agent{srv: s, ctx: ctx, out: out, followers: map[string]*follower{}, subs: map[uint64]context.CancelFunc{}}
+	notes := newNoteGate(s.MaxQueuedNotifications)
+	a := &agent{srv: s, ctx: ctx, out: out, notes: notes, followers: map[string]*follower{}, subs: map[uint64]context.CancelFunc{}}
 	conn := acp.NewAgentSideConnection(a, out, pr)
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a.conn = conn
@@ -206,7 +217,7 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 	filterDone := make(chan struct{})
 	go func() {
 		defer close(filterDone)
-		err := filterRequests(rw, pw, out, max)
+		err := filterRequests(rw, pw, out, max, notes, s.log())
 		_ = pw.CloseWithError(err)
 	}()
 	select {
@@ -283,7 +294,14 @@ func writeError(w io.Writer, id json.RawMessage, code int, msg string) {
 // (-32600), one without a method that is no response (no result, no
 // error) or with an empty method an invalid-request error too, one longer
 // than max an invalid-request error naming the limit.
-func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
+//
+// Notifications are bounded too, as the protocol library would close the
+// connection without a word when its queue overflows: only session/cancel
+// (with params it decodes) and $/cancel_request are forwarded, others are
+// dropped here as the library would drop them (ACP ignores unknown
+// notifications), and a session/cancel that finds notes full is dropped,
+// logged, and told to the client (api.MethodOverLimit).
+func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int, notes *noteGate, log hclog.Logger) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, tooLong, err := readLine(br, max)
@@ -297,6 +315,7 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 				JSONRPC string            `json:"jsonrpc"`
 				ID      json.RawMessage   `json:"id"`
 				Method  *string           `json:"method"`
+				Params  json.RawMessage   `json:"params"`
 				Result  json.RawMessage   `json:"result"`
 				Error   *acp.RequestError `json:"error"`
 			}
@@ -313,6 +332,8 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int) error {
 				// Neither a request (no method) nor a response (no result,
 				// no error): the SDK drops it unanswered.
 				writeError(out, probe.ID, api.CodeInvalidRequest, `invalid request: no "method" (a request names one; a response carries "result" or "error")`)
+			case probe.Method != nil && (len(probe.ID) == 0 || string(probe.ID) == "null") && !notes.admit(*probe.Method, probe.Params, out, log):
+				// A notification not handed on.
 			default:
 				if _, werr := dst.Write(append(bytes.TrimRight(line, "\r\n"), '\n')); werr != nil {
 					return werr
@@ -349,4 +370,64 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 // errf makes an error whose message reaches the client.
 func errf(format string, args ...any) error {
 	return acp.NewInvalidParams(api.ErrorData{Error: fmt.Sprintf(format, args...)})
+}
+
+// noteGate bounds the notifications of one connection that wait to be
+// handled: filterRequests admits them, agent.Cancel releases each once
+// handled. Only notifications the agent handles are admitted, so each
+// admitted one is released.
+type noteGate struct {
+	max      int64
+	queued   atomic.Int64
+	shedding atomic.Bool // the client was told; told again only after room came back
+}
+
+func newNoteGate(max int) *noteGate {
+	if max <= 0 || max > DefaultMaxQueuedNotifications {
+		max = DefaultMaxQueuedNotifications
+	}
+	return &noteGate{max: int64(max)}
+}
+
+// admit says whether the notification is to be handed on to the protocol
+// library. A nil gate admits everything (the fuzz tests' filter).
+func (g *noteGate) admit(method string, params json.RawMessage, out io.Writer, log hclog.Logger) bool {
+	if g == nil {
+		return true
+	}
+	switch method {
+	case "$/cancel_request":
+		return true // handled as it is read, never queued
+	case api.MethodSessionCancel:
+	default:
+		log.Debug("ignored a notification the host does not take", "method", method)
+		return false
+	}
+	// A cancel the library cannot decode it drops before reaching the
+	// agent, which would never release it: dropped here instead.
+	var p acp.CancelNotification
+	if json.Unmarshal(params, &p) != nil || p.Validate() != nil {
+		log.Debug("ignored a session/cancel with bad params", "params", string(params))
+		return false
+	}
+	if g.queued.Add(1) <= g.max {
+		g.shedding.Store(false)
+		return true
+	}
+	g.queued.Add(-1)
+	log.Warn("dropped a notification: too many wait to be handled", "method", method, "limit", g.max)
+	if !g.shedding.Swap(true) {
+		msg := fmt.Sprintf("%d notifications of this connection wait to be handled, its limit: %s and the ones after it are dropped until they are; send fewer (one session/cancel per turn is enough)", g.max, method)
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": api.MethodOverLimit,
+			"params": api.OverLimitParams{Method: method, Code: api.CodeOverLimit, Message: msg}})
+		_, _ = out.Write(append(b, '\n'))
+	}
+	return false
+}
+
+// release ends the wait of one admitted notification.
+func (g *noteGate) release() {
+	if g != nil {
+		g.queued.Add(-1)
+	}
 }
