@@ -41,6 +41,12 @@ func fuzzSeeds() [][]byte {
 		// (testdata/fuzz/FuzzFilterRequests/sdk-undecodable-error-member).
 		`{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}`,
 		`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"denied","data":null}}`,
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}}`,
+		// Notifications the filter drops: a cancel the SDK cannot decode,
+		// one the host does not take, an extension one.
+		`{"jsonrpc":"2.0","id":null,"method":"session/cancel","params":{"sessionId":5}}`,
+		`{"jsonrpc":"2.0","method":"document/didOpen","params":{}}`,
+		`{"jsonrpc":"2.0","method":"_agenthost/stop","params":{"sessionId":"s1"}}`,
 	}
 	var seeds [][]byte
 	for _, v := range valid {
@@ -168,7 +174,7 @@ func (w eventWriter) Write(p []byte) (int, error) {
 // the fate model of each line.
 func checkFilter(t *testing.T, data []byte, max int) error {
 	var events []filterEvent
-	err := filterRequests(bytes.NewReader(data), eventWriter{&events, true}, eventWriter{&events, false}, max, nil, hclog.NewNullLogger())
+	err := filterRequests(bytes.NewReader(data), eventWriter{&events, true}, eventWriter{&events, false}, max, newNoteGate(DefaultMaxQueuedNotifications), hclog.NewNullLogger())
 	// A bytes.Reader ends only with io.EOF, which ServeConn hands on to the
 	// SDK as a clean end of input.
 	if !errors.Is(err, io.EOF) {
@@ -220,7 +226,7 @@ func checkFilter(t *testing.T, data []byte, max int) error {
 type fate int
 
 const (
-	fateSkip    fate = iota // blank: no answer, nothing forwarded
+	fateSkip    fate = iota // blank, or a notification the host does not take: no answer, nothing forwarded
 	fateForward             // handed to the SDK
 	fateTooLong             // -32600 naming the limit, id null
 	fateParse               // -32700, id null
@@ -255,6 +261,15 @@ func lineFate(line []byte, max int) fate {
 	_ = json.Unmarshal(line, &method)
 	if method.Method != nil && *method.Method == "" || method.Method == nil && len(env.Result) == 0 && env.Error == nil {
 		return fateInvalid
+	}
+	// Of the notifications, only $/cancel_request and a session/cancel
+	// whose params the SDK decodes go on (the inputs hold fewer than the
+	// gate's bound of them).
+	if env.ID == nil && env.Method != "" && env.Method != "$/cancel_request" {
+		var p acp.CancelNotification
+		if env.Method != acp.AgentMethodSessionCancel || json.Unmarshal(env.Params, &p) != nil || p.Validate() != nil {
+			return fateSkip
+		}
 	}
 	return fateForward
 }
