@@ -44,3 +44,22 @@ func TestSubscribeRefusedWhileBytesWait(t *testing.T) {
 		t.Errorf("%d bytes still counted after the write ended", q)
 	}
 }
+
+// isAnswer tells the library's answers from its requests and
+// notifications, as it marshals them.
+func TestIsAnswer(t *testing.T) {
+	for line, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}` + "\n":         true,
+		`{"jsonrpc":"2.0","id":"x","error":{"code":-32601,"message":"no"}}` + "\n":   true,
+		`{"jsonrpc":"2.0","id":{"odd":[1,2]},"result":null}`:                         true,
+		`{"jsonrpc":"2.0","id":7}`:                                                   true,
+		`{"jsonrpc":"2.0","id":1,"method":"session/request_permission","params":{}}`: false,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"id":1}}`:              false,
+		`not json`: false,
+		``:         false,
+	} {
+		if got := isAnswer([]byte(line)); got != want {
+			t.Errorf("isAnswer(%q) = %v, want %v", line, got, want)
+		}
+	}
+}

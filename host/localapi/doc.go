@@ -94,9 +94,11 @@
 //     Other notifications are dropped in the filter, as the library would
 //     drop them (ACP ignores unknown ones), so every admitted one is
 //     released.
-//
-// Requests are not bounded here: the library serves each in a goroutine
-// of its own as it is read.
+//   - requests being served (MaxRequests): the library serves each in a
+//     goroutine of its own as it is read; past the bound the filter
+//     answers CodeOverLimit itself. The library's writer (answerCounter)
+//     counts each answer off, and the library answers every request it
+//     is handed.
 //
 // Serve outlives a shortage of descriptors: a failed accept is retried
 // with backoff, as net/http does.

@@ -664,3 +664,52 @@ func TestCancelBurstDoesNotDropTheConnection(t *testing.T) {
 		t.Logf("%d runs of dropped cancels, each told once", len(shed))
 	}
 }
+
+// A connection has at most MaxRequests requests being served: the next is
+// answered CodeOverLimit naming the bound at once, and once answers went
+// out the connection is served again.
+func TestRequestsInFlightAreBounded(t *testing.T) {
+	const bound = 2
+	sock, _ := serveWith(t, func(s *localapi.Server) { s.MaxRequests = bound })
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var sessions []acp.SessionId
+	for range bound {
+		var created acp.NewSessionResponse
+		c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+		sessions = append(sessions, created.SessionId)
+	}
+	answered := make(chan message, bound)
+	for _, id := range sessions {
+		go func() {
+			answered <- c.call(api.MethodSessionPrompt, acp.PromptRequest{SessionId: id, Prompt: []acp.ContentBlock{acp.TextBlock("sleep 30s")}})
+		}()
+	}
+	// Both prompts' echoes: both turns run.
+	for n := 1; ; n++ {
+		echoes := 0
+		for _, u := range c.waitNotes(api.MethodSessionUpdate, n) {
+			if strings.Contains(string(u.Params), "sleep 30s") {
+				echoes++
+			}
+		}
+		if echoes == bound {
+			break
+		}
+	}
+	m := c.call(api.MethodStatus, nil)
+	if m.Error == nil || m.Error.Code != api.CodeOverLimit || !strings.Contains(m.Error.Message, strconv.Itoa(bound)) {
+		t.Fatalf("a request past %d in flight: %+v; want %d naming the bound", bound, m.Error, api.CodeOverLimit)
+	}
+	for _, id := range sessions {
+		c.send(map[string]any{"jsonrpc": "2.0", "method": api.MethodSessionCancel, "params": acp.CancelNotification{SessionId: id}})
+	}
+	for range bound {
+		if r := <-answered; r.Error != nil {
+			t.Fatalf("a cancelled prompt: %+v", r.Error)
+		}
+	}
+	if m := c.call(api.MethodStatus, nil); m.Error != nil {
+		t.Fatalf("status once the prompts were answered: %+v", m.Error)
+	}
+}

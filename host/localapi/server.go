@@ -37,6 +37,10 @@ const (
 	// closes a connection whose queue of 1024 overflows, so the bound
 	// must stay below that; an editor sends one per user action.
 	DefaultMaxQueuedNotifications = 256
+	// DefaultMaxRequests: the requests of one connection being served at
+	// once (the library serves each in a goroutine of its own); a client
+	// runs one prompt per session and a few quick calls.
+	DefaultMaxRequests = 1024
 	// DefaultMaxQueuedBytes: what a connection's writers may hold
 	// marshalled while the client does not read, before new subscriptions
 	// are refused.
@@ -74,6 +78,10 @@ type Server struct {
 	// client is told with an api.MethodOverLimit notification. Default
 	// and most: DefaultMaxQueuedNotifications.
 	MaxQueuedNotifications int
+	// MaxRequests bounds the requests of one connection being served at
+	// once; the next is answered api.CodeOverLimit at once. Default:
+	// DefaultMaxRequests.
+	MaxRequests int
 }
 
 func (s *Server) log() hclog.Logger {
@@ -206,8 +214,13 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 	// sees well-formed JSON lines of bounded size.
 	pr, pw := io.Pipe()
 	notes := newNoteGate(s.MaxQueuedNotifications)
+	reqs := &requestGate{max: int64(s.MaxRequests)}
+	if reqs.max <= 0 {
+		reqs.max = DefaultMaxRequests
+	}
 	a := &agent{srv: s, ctx: ctx, out: out, notes: notes, followers: map[string]*follower{}, subs: map[uint64]context.CancelFunc{}}
-	conn := acp.NewAgentSideConnection(a, out, pr)
+	// The library's answers pass reqs, which counts them off.
+	conn := acp.NewAgentSideConnection(a, answerCounter{out, reqs}, pr)
 	conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a.conn = conn
 	// Requests start flowing only now: the library's reader runs from
@@ -217,7 +230,7 @@ func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser) error {
 	filterDone := make(chan struct{})
 	go func() {
 		defer close(filterDone)
-		err := filterRequests(rw, pw, out, max, notes, s.log())
+		err := filterRequests(rw, pw, out, max, filterGates{notes, reqs}, s.log())
 		_ = pw.CloseWithError(err)
 	}()
 	select {
@@ -301,7 +314,10 @@ func writeError(w io.Writer, id json.RawMessage, code int, msg string) {
 // dropped here as the library would drop them (ACP ignores unknown
 // notifications), and a session/cancel that finds notes full is dropped,
 // logged, and told to the client (api.MethodOverLimit).
-func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int, notes *noteGate, log hclog.Logger) error {
+//
+// A request that finds reqs full is answered api.CodeOverLimit here.
+func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int, gates filterGates, log hclog.Logger) error {
+	notes, reqs := gates.notes, gates.reqs
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, tooLong, err := readLine(br, max)
@@ -332,8 +348,14 @@ func filterRequests(r io.Reader, dst io.Writer, out io.Writer, max int, notes *n
 				// Neither a request (no method) nor a response (no result,
 				// no error): the SDK drops it unanswered.
 				writeError(out, probe.ID, api.CodeInvalidRequest, `invalid request: no "method" (a request names one; a response carries "result" or "error")`)
-			case probe.Method != nil && (len(probe.ID) == 0 || string(probe.ID) == "null") && !notes.admit(*probe.Method, probe.Params, out, log):
-				// A notification not handed on.
+			case probe.Method != nil && (len(probe.ID) == 0 || string(probe.ID) == "null"):
+				if notes.admit(*probe.Method, probe.Params, out, log) {
+					if _, werr := dst.Write(append(bytes.TrimRight(line, "\r\n"), '\n')); werr != nil {
+						return werr
+					}
+				}
+			case probe.Method != nil && !reqs.admit():
+				writeError(out, probe.ID, api.CodeOverLimit, fmt.Sprintf("%d requests of this connection are being served, its limit: wait for their answers, then retry", reqs.max))
 			default:
 				if _, werr := dst.Write(append(bytes.TrimRight(line, "\r\n"), '\n')); werr != nil {
 					return werr
@@ -430,4 +452,75 @@ func (g *noteGate) release() {
 	if g != nil {
 		g.queued.Add(-1)
 	}
+}
+
+// filterGates are the bounds filterRequests admits lines through; nil ones
+// admit everything.
+type filterGates struct {
+	notes *noteGate
+	reqs  *requestGate
+}
+
+// requestGate bounds the requests of one connection being served:
+// filterRequests admits each, and answerCounter releases it when the
+// library writes its answer (it answers every request it was handed).
+type requestGate struct {
+	max int64
+	n   atomic.Int64
+}
+
+func (g *requestGate) admit() bool {
+	if g == nil {
+		return true
+	}
+	if g.n.Add(1) <= g.max {
+		return true
+	}
+	g.n.Add(-1)
+	return false
+}
+
+// answerCounter is the library's writer: each answer it writes releases
+// one request of reqs. The filter's own answers bypass it: their requests
+// were never admitted.
+type answerCounter struct {
+	w    io.Writer
+	reqs *requestGate
+}
+
+func (c answerCounter) Write(p []byte) (int, error) {
+	if isAnswer(p) {
+		defer c.reqs.n.Add(-1)
+	}
+	return c.w.Write(p)
+}
+
+// isAnswer reports whether line, one message as the library marshals it
+// (members jsonrpc, id, method, params, result, error in that order,
+// empty ones left out), is an answer: an id followed by no method. Only
+// the first members are read.
+func isAnswer(line []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	sawID := false
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch key {
+		case "jsonrpc":
+		case "id":
+			sawID = true
+		default:
+			return sawID && key != "method"
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	return sawID
 }
