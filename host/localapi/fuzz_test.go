@@ -174,7 +174,7 @@ func (w eventWriter) Write(p []byte) (int, error) {
 // the fate model of each line.
 func checkFilter(t *testing.T, data []byte, max int) error {
 	var events []filterEvent
-	err := filterRequests(bytes.NewReader(data), eventWriter{&events, true}, eventWriter{&events, false}, max, filterGates{notes: newNoteGate(DefaultMaxQueuedNotifications)}, hclog.NewNullLogger())
+	err := filterRequests(bytes.NewReader(data), eventWriter{&events, true}, eventWriter{&events, false}, max, filterGates{notes: newNoteGate(DefaultMaxQueuedNotifications), reqs: &requestGate{max: DefaultMaxRequests}}, hclog.NewNullLogger())
 	// A bytes.Reader ends only with io.EOF, which ServeConn hands on to the
 	// SDK as a clean end of input.
 	if !errors.Is(err, io.EOF) {

@@ -40,6 +40,9 @@ launched it, and nothing else:
 
   {"ready":true,"socket":"/…/agenthost.sock","pid":1234,"stateDir":"/…","version":"…","agents":[…]}
 
+The socket is checked each second: deleted, it is made again (mode 0600);
+replaced by another file, serve exits saying so, for a supervisor to restart it.
+
 SIGINT or SIGTERM detaches: the host closes, while every session's plugin keeps
 running with its lease; the next serve readopts them and drains what they
 produced meanwhile. With --shutdown-sessions every session is stopped instead.
