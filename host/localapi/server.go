@@ -489,8 +489,10 @@ type answerCounter struct {
 }
 
 func (c answerCounter) Write(p []byte) (int, error) {
+	// Released before the write: a client that reads the answer and at
+	// once sends its next request must find room for it.
 	if isAnswer(p) {
-		defer c.reqs.n.Add(-1)
+		c.reqs.n.Add(-1)
 	}
 	return c.w.Write(p)
 }
