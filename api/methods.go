@@ -20,7 +20,24 @@ const (
 	MethodAgents = "_agenthost/agents"
 	// MethodSession: Params{SessionID} → SessionResult.
 	MethodSession = "_agenthost/session"
+	// MethodOverLimit: notification to the client, params
+	// OverLimitParams: the server dropped notifications the client sent
+	// (a notification has no answer to carry the error), because more
+	// than its bound of them waited to be handled. One is sent when the
+	// dropping starts; every notification after it is dropped until the
+	// queue has room again.
+	MethodOverLimit = "_agenthost/overLimit"
 )
+
+// OverLimitParams are the params of a MethodOverLimit notification.
+type OverLimitParams struct {
+	// Method is the method of the first notification dropped.
+	Method string `json:"method"`
+	// Code is CodeOverLimit.
+	Code int `json:"code"`
+	// Message names the bound and what to do.
+	Message string `json:"message"`
+}
 
 // The ACP methods the local API serves (and the ones it sends to the
 // client), as the ACP library names them.

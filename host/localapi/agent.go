@@ -26,10 +26,15 @@ type agent struct {
 	srv  *Server
 	ctx  context.Context
 	conn *acp.AgentSideConnection
+	out  *lockedWriter
+	// notes counts the session/cancel notifications admitted and not yet
+	// handled (see filterRequests).
+	notes *noteGate
 
 	mu        sync.Mutex
 	followers map[string]*follower
-	subs      []context.CancelFunc
+	subs      map[uint64]context.CancelFunc // the subscriptions running, by number
+	nextSub   uint64
 	subWG     sync.WaitGroup
 }
 
@@ -233,6 +238,7 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 }
 
 func (a *agent) Cancel(ctx context.Context, p acp.CancelNotification) error {
+	defer a.notes.release()
 	if s, ok := a.srv.Host.Session(string(p.SessionId)); ok {
 		return s.Cancel(ctx)
 	}
@@ -388,7 +394,9 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 		if err != nil {
 			return nil, apiError(err)
 		}
-		a.subscribe(p.SessionID, p.FromSeq)
+		if err := a.subscribe(p.SessionID, p.FromSeq); err != nil {
+			return nil, err
+		}
 		return api.SubscribeResult{LastSeq: last}, nil
 	}
 	return nil, acp.NewMethodNotFound(method)
@@ -396,13 +404,32 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 
 // subscribe sends every journal entry from fromSeq on, then follows the
 // journal, as _agenthost/journal notifications, until the connection ends.
-// A client that reconnects with the last seq it saw misses nothing.
-func (a *agent) subscribe(id string, from uint64) {
+// A client that reconnects with the last seq it saw misses nothing. A
+// connection holding Server.MaxSubscriptions, or with more than
+// Server.MaxQueuedBytes waiting to be written to it, is refused with
+// api.CodeOverLimit; the subscriptions it holds go on.
+func (a *agent) subscribe(id string, from uint64) error {
+	if q, max := a.out.queued.Load(), a.srv.maxQueuedBytes(); q > max {
+		return overLimit("%d bytes wait to be sent to this connection, over its limit of %d: read them, then subscribe again", q, max)
+	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.mu.Lock()
-	a.subs = append(a.subs, cancel)
+	if n, max := len(a.subs), a.srv.maxSubscriptions(); n >= max {
+		a.mu.Unlock()
+		cancel()
+		return overLimit("this connection holds %d subscriptions, its limit: use another connection, or reconnect and subscribe only to the sessions needed", max)
+	}
+	a.nextSub++
+	n := a.nextSub
+	a.subs[n] = cancel
 	a.mu.Unlock()
 	a.subWG.Go(func() {
+		defer func() {
+			a.mu.Lock()
+			delete(a.subs, n)
+			a.mu.Unlock()
+			cancel()
+		}()
 		err := a.srv.Host.Store().Tail(ctx, id, from, func(e leasestore.Entry) error {
 			return a.conn.NotifyExtension(ctx, api.MethodJournal, journalEntry(id, e))
 		})
@@ -410,6 +437,7 @@ func (a *agent) subscribe(id string, from uint64) {
 			a.srv.log().Debug("subscription ended", "session", id, "error", err)
 		}
 	})
+	return nil
 }
 
 // journalEntry is the params of the _agenthost/journal notification of e:
@@ -430,7 +458,10 @@ func (a *agent) stopFollowers() {
 	for _, f := range a.followers {
 		fs = append(fs, f)
 	}
-	subs := a.subs
+	subs := make([]context.CancelFunc, 0, len(a.subs))
+	for _, c := range a.subs {
+		subs = append(subs, c)
+	}
 	a.mu.Unlock()
 	for _, f := range fs {
 		f.stop()

@@ -67,8 +67,39 @@
 // types to the API's, and reads journal payloads with package journal.
 //
 // Every request line passes a filter first: a line that is not JSON gets a
-// parse error, one that is not a JSON-RPC 2.0 object an invalid-request
-// error, and one over MaxRequestBytes an error naming the limit; none of
-// them reaches the host. Served on a unix socket, only peers running as the
-// host's user are accepted.
+// parse error, one that is not a JSON-RPC 2.0 object, or has no method and
+// is no response, or an empty method, an invalid-request error, and one
+// over MaxRequestBytes an error naming the limit; none of them reaches the
+// host. Served on a unix socket, only peers running as the host's user are
+// accepted.
+//
+// # Bounds
+//
+// One client must not pin the host's memory, nor lose its connection to
+// the protocol library's limits, so each connection is bounded (Server's
+// Max fields), and a client over a bound is told with api.CodeOverLimit:
+//
+//   - subscriptions (MaxSubscriptions): each is a goroutine and a chunk of
+//     journal entries read ahead of the socket; the next subscribe is
+//     refused, the ones held go on, and all end with the connection.
+//   - bytes waiting to be written (MaxQueuedBytes): writes block on a
+//     client that does not read (backpressure, nothing is dropped), and
+//     while more than the bound waits no subscription is added.
+//   - notifications waiting to be handled (MaxQueuedNotifications): the
+//     library queues 1024 and closes the connection, without a word, when
+//     the queue overflows. The filter admits session/cancel only while
+//     fewer than the bound wait (agent.Cancel releases each); past it one
+//     is dropped and logged, and the client is told once per run with an
+//     api.MethodOverLimit notification, as a notification has no answer.
+//     Other notifications are dropped in the filter, as the library would
+//     drop them (ACP ignores unknown ones), so every admitted one is
+//     released.
+//   - requests being served (MaxRequests): the library serves each in a
+//     goroutine of its own as it is read; past the bound the filter
+//     answers CodeOverLimit itself. The library's writer (answerCounter)
+//     counts each answer off, and the library answers every request it
+//     is handed.
+//
+// Serve outlives a shortage of descriptors: a failed accept is retried
+// with backoff, as net/http does.
 package localapi

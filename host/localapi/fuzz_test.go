@@ -14,6 +14,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/agenthost/agenthost/host"
 )
 
@@ -39,6 +41,12 @@ func fuzzSeeds() [][]byte {
 		// (testdata/fuzz/FuzzFilterRequests/sdk-undecodable-error-member).
 		`{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}`,
 		`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"denied","data":null}}`,
+		`{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}}`,
+		// Notifications the filter drops: a cancel the SDK cannot decode,
+		// one the host does not take, an extension one.
+		`{"jsonrpc":"2.0","id":null,"method":"session/cancel","params":{"sessionId":5}}`,
+		`{"jsonrpc":"2.0","method":"document/didOpen","params":{}}`,
+		`{"jsonrpc":"2.0","method":"_agenthost/stop","params":{"sessionId":"s1"}}`,
 	}
 	var seeds [][]byte
 	for _, v := range valid {
@@ -166,7 +174,7 @@ func (w eventWriter) Write(p []byte) (int, error) {
 // the fate model of each line.
 func checkFilter(t *testing.T, data []byte, max int) error {
 	var events []filterEvent
-	err := filterRequests(bytes.NewReader(data), eventWriter{&events, true}, eventWriter{&events, false}, max)
+	err := filterRequests(bytes.NewReader(data), eventWriter{&events, true}, eventWriter{&events, false}, max, filterGates{notes: newNoteGate(DefaultMaxQueuedNotifications), reqs: &requestGate{max: DefaultMaxRequests}}, hclog.NewNullLogger())
 	// A bytes.Reader ends only with io.EOF, which ServeConn hands on to the
 	// SDK as a clean end of input.
 	if !errors.Is(err, io.EOF) {
@@ -218,7 +226,7 @@ func checkFilter(t *testing.T, data []byte, max int) error {
 type fate int
 
 const (
-	fateSkip    fate = iota // blank: no answer, nothing forwarded
+	fateSkip    fate = iota // blank, or a notification the host does not take: no answer, nothing forwarded
 	fateForward             // handed to the SDK
 	fateTooLong             // -32600 naming the limit, id null
 	fateParse               // -32700, id null
@@ -244,6 +252,24 @@ func lineFate(line []byte, max int) fate {
 	var env sdkEnvelope
 	if json.Unmarshal(line, &env) != nil || env.JSONRPC != "2.0" {
 		return fateInvalid
+	}
+	// An empty method, or no method on a line that is no response, is
+	// something the SDK drops unanswered. A "method":null is no method.
+	var method struct {
+		Method *string `json:"method"`
+	}
+	_ = json.Unmarshal(line, &method)
+	if method.Method != nil && *method.Method == "" || method.Method == nil && len(env.Result) == 0 && env.Error == nil {
+		return fateInvalid
+	}
+	// Of the notifications, only $/cancel_request and a session/cancel
+	// whose params the SDK decodes go on (the inputs hold fewer than the
+	// gate's bound of them).
+	if env.ID == nil && env.Method != "" && env.Method != "$/cancel_request" {
+		var p acp.CancelNotification
+		if env.Method != acp.AgentMethodSessionCancel || json.Unmarshal(env.Params, &p) != nil || p.Validate() != nil {
+			return fateSkip
+		}
 	}
 	return fateForward
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -188,6 +190,12 @@ func (c *rpcClient) waitNotes(method string, n int) []message {
 // socket; it returns the socket path.
 func serve(t *testing.T) (string, *host.Host) {
 	t.Helper()
+	return serveWith(t, nil)
+}
+
+// serveWith is serve with the server's settings changed by set.
+func serveWith(t *testing.T, set func(*localapi.Server)) (string, *host.Host) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "ah-api-")
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +218,9 @@ func serve(t *testing.T) (string, *host.Host) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &localapi.Server{Host: h, DefaultAgent: "scripted", Version: "test", MaxRequestBytes: 64 << 10, Logger: logtest.New(t)}
+	if set != nil {
+		set(srv)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -537,5 +548,168 @@ func TestPromptDuringATurnIsRefused(t *testing.T) {
 		if strings.Contains(string(n.Params), "the refused one") {
 			t.Errorf("the refused prompt reached the client as an update: %s", n.Params)
 		}
+	}
+}
+
+// A line with an id but no method, or an empty method, is neither a
+// request nor a response: it is answered -32600 with its id (the SDK used
+// to drop it, and the client waited forever).
+func TestRequestWithoutMethodIsInvalid(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	for id, line := range map[int]string{
+		7: `{"jsonrpc":"2.0","id":7}`,
+		8: `{"jsonrpc":"2.0","id":8,"method":""}`,
+		9: `{"jsonrpc":"2.0","id":9,"method":"","params":{}}`,
+	} {
+		ch := make(chan message, 1)
+		c.mu.Lock()
+		c.pending[id] = ch
+		c.mu.Unlock()
+		c.raw(line)
+		select {
+		case m := <-ch:
+			if m.Error == nil || m.Error.Code != api.CodeInvalidRequest || !strings.Contains(m.Error.Message, "method") {
+				t.Errorf("%s answered %+v, want -32600 naming the method", line, m.Error)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: no answer", line)
+		}
+	}
+	// Still serving.
+	c.mustCall("initialize", map[string]any{"protocolVersion": 1}, nil)
+}
+
+// A connection holds at most MaxSubscriptions subscriptions: the next is
+// refused with CodeOverLimit naming the bound, the ones it holds go on,
+// and everything is freed when the connection closes (one client that
+// subscribed thousands of times pinned hundreds of MiB).
+func TestSubscriptionsPerConnectionAreBounded(t *testing.T) {
+	const bound = 8
+	sock, h := serveWith(t, func(s *localapi.Server) { s.MaxSubscriptions = bound })
+	s, err := h.StartSession(context.Background(), host.SessionRequest{ID: "subs", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prompt(context.Background(), "count 3"); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := h.Store().LastSeq(context.Background(), "subs")
+	baseline := runtime.NumGoroutine()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &rpcClient{t: t, conn: conn, pending: map[int]chan message{}, noteCond: make(chan struct{}), done: make(chan struct{})}
+	go c.read()
+	for i := range bound {
+		if m := c.call(api.MethodSubscribe, map[string]any{"sessionId": "subs", "fromSeq": 1}); m.Error != nil {
+			t.Fatalf("subscription %d of %d: %+v", i+1, bound, m.Error)
+		}
+	}
+	m := c.call(api.MethodSubscribe, map[string]any{"sessionId": "subs", "fromSeq": 1})
+	if m.Error == nil || m.Error.Code != api.CodeOverLimit || !strings.Contains(m.Error.Message, strconv.Itoa(bound)) {
+		t.Fatalf("subscription %d: %+v; want %d naming the bound %d", bound+1, m.Error, api.CodeOverLimit, bound)
+	}
+	// The ones it holds go on: every entry, once each.
+	c.waitNotes(api.MethodJournal, bound*int(last))
+	if m := c.call(api.MethodStatus, nil); m.Error != nil {
+		t.Fatalf("status after the refusal: %+v", m.Error)
+	}
+	conn.Close()
+	<-c.done
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the client left, %d before it came", runtime.NumGoroutine(), baseline)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A burst of session/cancel notifications larger than the protocol
+// library's queue (1024) does not end the connection: the server sheds
+// the excess, logs it and tells the client with an _agenthost/overLimit
+// notification, and goes on serving (it used to drop the connection
+// without a word).
+func TestCancelBurstDoesNotDropTheConnection(t *testing.T) {
+	sock, _ := serve(t)
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var created acp.NewSessionResponse
+	c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": api.MethodSessionCancel, "params": acp.CancelNotification{SessionId: created.SessionId}})
+	burst := strings.Repeat(string(line)+"\n", 5000)
+	c.enc.Lock()
+	_, err := c.conn.Write([]byte(burst))
+	c.enc.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.call(api.MethodStatus, nil); m.Error != nil {
+		t.Fatalf("status after the burst: %+v", m.Error)
+	}
+	// A prompt is served too (cancels of the burst still queued may end
+	// its turn: they were sent before it).
+	var res acp.PromptResponse
+	c.mustCall(api.MethodSessionPrompt, acp.PromptRequest{SessionId: created.SessionId, Prompt: []acp.ContentBlock{acp.TextBlock("count 2")}}, &res)
+	if res.StopReason != acp.StopReasonEndTurn && res.StopReason != acp.StopReasonCancelled {
+		t.Errorf("a prompt after the burst: %+v", res)
+	}
+	if shed := c.notesOf(api.MethodOverLimit); len(shed) > 0 {
+		var n api.OverLimitParams
+		if err := json.Unmarshal(shed[0].Params, &n); err != nil || n.Code != api.CodeOverLimit || n.Method != api.MethodSessionCancel || n.Message == "" {
+			t.Errorf("_agenthost/overLimit %s: %v", shed[0].Params, err)
+		}
+		t.Logf("%d runs of dropped cancels, each told once", len(shed))
+	}
+}
+
+// A connection has at most MaxRequests requests being served: the next is
+// answered CodeOverLimit naming the bound at once, and once answers went
+// out the connection is served again.
+func TestRequestsInFlightAreBounded(t *testing.T) {
+	const bound = 2
+	sock, _ := serveWith(t, func(s *localapi.Server) { s.MaxRequests = bound })
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var sessions []acp.SessionId
+	for range bound {
+		var created acp.NewSessionResponse
+		c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+		sessions = append(sessions, created.SessionId)
+	}
+	answered := make(chan message, bound)
+	for _, id := range sessions {
+		go func() {
+			answered <- c.call(api.MethodSessionPrompt, acp.PromptRequest{SessionId: id, Prompt: []acp.ContentBlock{acp.TextBlock("sleep 30s")}})
+		}()
+	}
+	// Both prompts' echoes: both turns run.
+	for n := 1; ; n++ {
+		echoes := 0
+		for _, u := range c.waitNotes(api.MethodSessionUpdate, n) {
+			if strings.Contains(string(u.Params), "sleep 30s") {
+				echoes++
+			}
+		}
+		if echoes == bound {
+			break
+		}
+	}
+	m := c.call(api.MethodStatus, nil)
+	if m.Error == nil || m.Error.Code != api.CodeOverLimit || !strings.Contains(m.Error.Message, strconv.Itoa(bound)) {
+		t.Fatalf("a request past %d in flight: %+v; want %d naming the bound", bound, m.Error, api.CodeOverLimit)
+	}
+	for _, id := range sessions {
+		c.send(map[string]any{"jsonrpc": "2.0", "method": api.MethodSessionCancel, "params": acp.CancelNotification{SessionId: id}})
+	}
+	for range bound {
+		if r := <-answered; r.Error != nil {
+			t.Fatalf("a cancelled prompt: %+v", r.Error)
+		}
+	}
+	if m := c.call(api.MethodStatus, nil); m.Error != nil {
+		t.Fatalf("status once the prompts were answered: %+v", m.Error)
 	}
 }

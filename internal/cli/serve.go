@@ -44,6 +44,9 @@ The sessions a previous host left are decided in the background meanwhile:
 _agenthost/status shows each decision as it is made, and a request on a
 session not decided yet is answered CodeSessionHeld (-32007), "not decided yet".
 
+The socket is checked each second: deleted, it is made again (mode 0600);
+replaced by another file, serve exits saying so, for a supervisor to restart it.
+
 SIGINT or SIGTERM detaches: the host closes, while every session's plugin keeps
 running with its lease; the next serve readopts them and drains what they
 produced meanwhile. With --shutdown-sessions every session is stopped instead.
@@ -145,34 +148,24 @@ func (o *openedHost) close(shutdown bool) error {
 // listen listens on the state directory's socket, mode 0600. A socket file
 // left by a host that died is removed, but only after a dial to it failed:
 // a socket that answers belongs to a live host.
-func listen(stateDir string) (net.Listener, string, error) {
+func listen(stateDir string) (*apiSocket, error) {
 	path := filepath.Join(stateDir, SocketName)
 	if err := checkSocketPath(stateDir); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, "", fmt.Errorf("%s exists and is not a socket; move it away", path)
+			return nil, fmt.Errorf("%s exists and is not a socket; move it away", path)
 		}
 		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			conn.Close()
-			return nil, "", fmt.Errorf("another agenthost already serves %s", path)
+			return nil, fmt.Errorf("another agenthost already serves %s", path)
 		}
 		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			return nil, "", fmt.Errorf("remove the stale socket %s: %w", path, err)
+			return nil, fmt.Errorf("remove the stale socket %s: %w", path, err)
 		}
 	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, "", err
-	}
-	// The state directory is 0700 already; the peer uid check holds in
-	// any case.
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, "", err
-	}
-	return ln, path, nil
+	return listenSocket(path)
 }
 
 // checkSocketPath refuses a state directory whose socket path is too long
@@ -233,13 +226,14 @@ func (a *App) serve(ctx context.Context, shutdown bool) (err error) {
 			err = fmt.Errorf("close the host: %w", cerr)
 		}
 	}()
-	ln, sock, err := listen(o.stateDir)
+	socket, err := listen(o.stateDir)
 	if err != nil {
 		return err
 	}
+	sock := socket.path
 	srv := &localapi.Server{Host: o.h, Version: a.version(), Logger: o.log.Named("api")}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
+	go func() { served <- serveSocket(ctx, srv, socket, o.log) }()
 
 	line, _ := json.Marshal(api.ServeReady{Ready: true, Socket: sock, PID: os.Getpid(), StateDir: o.stateDir, Version: a.version(), Agents: o.h.Agents()})
 	fmt.Fprintf(a.Stdout, "%s\n", line)
@@ -334,13 +328,13 @@ func (a *App) acp(ctx context.Context, agent string, shutdown bool) (err error) 
 	defer cancel()
 	// The socket too, best effort, so the client commands work alongside.
 	var sockDone chan error
-	if ln, sock, lerr := listen(o.stateDir); lerr != nil {
+	if socket, lerr := listen(o.stateDir); lerr != nil {
 		o.log.Warn("not serving the state directory's socket", "error", lerr)
 	} else {
 		sockDone = make(chan error, 1)
-		o.log.Debug("serving the socket too", "socket", sock)
+		o.log.Debug("serving the socket too", "socket", socket.path)
 		srv := &localapi.Server{Host: o.h, Version: a.version(), Logger: o.log.Named("api")}
-		go func() { sockDone <- srv.Serve(ctx, ln) }()
+		go func() { sockDone <- serveSocket(ctx, srv, socket, o.log) }()
 	}
 	srv := &localapi.Server{Host: o.h, DefaultAgent: agent, Version: a.version(), Logger: o.log.Named("acp")}
 	// Reading goes through a pipe: closing it ends the server's reader at
@@ -350,7 +344,10 @@ func (a *App) acp(ctx context.Context, agent string, shutdown bool) (err error) 
 		_, cerr := io.Copy(pw, a.Stdin)
 		_ = pw.CloseWithError(cerr)
 	}()
-	err = srv.ServeConn(ctx, stdio{in: pr, out: a.Stdout, close: pr.Close})
+	// Writing goes through an abortableWriter: an editor that stopped
+	// reading must not hold up the exit.
+	out := newAbortableWriter(a.Stdout)
+	err = srv.ServeConn(ctx, stdio{in: pr, out: out, close: func() error { _ = out.Close(); return pr.Close() }})
 	cancel()
 	if sockDone != nil {
 		if serr := <-sockDone; serr != nil && !errors.Is(serr, net.ErrClosed) {
