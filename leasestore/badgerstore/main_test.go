@@ -30,6 +30,8 @@ func runChild(role string) int {
 	switch role {
 	case "append-forever":
 		return appendForever(dir)
+	case "append-batches-forever":
+		return appendBatchesForever(dir)
 	case "open":
 		return openOnce(dir, true)
 	case "open-and-die":
@@ -84,6 +86,43 @@ func appendForever(dir string) int {
 		}
 		fmt.Printf("%d %d\n", es[0].Seq, i)
 	}
+}
+
+// appendBatchesForever appends batches of 32 entries of 1 KiB, numbered
+// by a counter, until it is killed, printing "seq counter" for the last
+// entry of each batch once Append acknowledged it: a journal that fills
+// Badger's 8 MiB memtable, and rotates it, within a second.
+func appendBatchesForever(dir string) int {
+	ctx := context.Background()
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sess := leasestoretest.Live(exitTB{}, ctx, s, "crash")
+	n := 0
+	for {
+		in := make([]leasestore.EntryInput, 32)
+		for i := range in {
+			in[i] = leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: batchPayload(n)}
+			n++
+		}
+		es, err := s.Append(ctx, "crash", sess.Lease.Fence, in...)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("%d %d\n", es[len(es)-1].Seq, n-1)
+	}
+}
+
+// batchPayload is the 1 KiB payload appendBatchesForever writes as entry n.
+func batchPayload(n int) []byte {
+	p := fmt.Appendf(nil, "payload-%d ", n)
+	for len(p) < 1024 {
+		p = append(p, 'x')
+	}
+	return p
 }
 
 // openOnce opens the store in dir, reports how it went and, when asked

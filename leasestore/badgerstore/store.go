@@ -124,6 +124,7 @@ type Store struct {
 	recovery *leasestore.Recovery
 
 	writer *writer
+	mirror *mirror
 	backup *backupper
 
 	// readMu keeps reads out of a closing database; db is nil once closed.
@@ -174,6 +175,20 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		_ = lock.release()
 		return nil, err
 	}
+	m, journals, err := syncMirror(o.db, stateDir, opts.BackupDelay, opts.now(), opts.Logger)
+	if err != nil {
+		_ = o.db.Close()
+		_ = lock.release()
+		return nil, err
+	}
+	if len(journals) > 0 {
+		if err := o.reportJournals(journals); err != nil {
+			_ = m.f.Close()
+			_ = o.db.Close()
+			_ = lock.release()
+			return nil, err
+		}
+	}
 	s := &Store{
 		stateDir: stateDir,
 		opts:     opts,
@@ -186,11 +201,13 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		closeSem: make(chan struct{}, 1),
 	}
 	s.backup = &backupper{stateDir: stateDir, log: s.log, delay: opts.BackupDelay, withDB: s.withDB}
+	s.mirror = m
 	s.writer = &writer{
-		db: o.db, log: s.log,
+		db: o.db, log: s.log, mirror: m,
 		minFree: opts.MinFreeSpace, storeDir: s.path(storeDirName), stateDir: stateDir,
 		committed: s.committed,
 	}
+	s.mirror.start()
 	s.writer.start()
 	s.backup.start()
 	return s, nil
@@ -311,6 +328,9 @@ func (s *Store) Close(ctx context.Context) error {
 func (s *Store) shutdown(ctx context.Context) error {
 	s.writer.shutdown()
 	var errs []error
+	if err := s.mirror.shutdown(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.backup.shutdown(); err != nil {
 		errs = append(errs, err)
 	}
