@@ -59,6 +59,7 @@ type writer struct {
 	// Options.MinFreeSpace).
 	minFree            int64
 	storeDir, stateDir string
+	reserve            *reserve
 	// mirror receives the journal frames of every committed batch before
 	// its callers hear back (see mirror.go).
 	mirror *mirror
@@ -271,6 +272,9 @@ func (w *writer) refuseWithoutSpace(ops []*op) []*op {
 	if !ok || free >= w.minFree {
 		// Without a figure the write goes ahead: a failed lookup says
 		// nothing about space, and Badger reports real write errors.
+		if ok {
+			w.reserve.ensure(free)
+		}
 		return ops
 	}
 	kept := ops[:0:0]
@@ -279,8 +283,12 @@ func (w *writer) refuseWithoutSpace(ops []*op) []*op {
 			kept = append(kept, o)
 			continue
 		}
-		o.err = fmt.Errorf("%s: %w: %d MiB free under %s, the store keeps %d MiB free; free some disk space and the write can be retried",
-			o.name(), leasestore.ErrNoSpace, free>>20, w.stateDir, w.minFree>>20)
+		need := w.minFree
+		if !o.journal {
+			need = w.minFree / 2
+		}
+		o.err = fmt.Errorf("%s: %w: %d MiB free on the file system of %s, the store keeps %d MiB free; free some disk space (at least %d MiB there, whatever took it) and the write can be retried",
+			o.name(), leasestore.ErrNoSpace, free>>20, w.stateDir, w.minFree>>20, (need-free+1<<20-1)>>20)
 		close(o.done)
 	}
 	if len(kept) < len(ops) {
