@@ -25,14 +25,15 @@ type journalState struct {
 }
 
 // journalStates reads every session's incarnation and journal position. A
-// record that does not decode is left out: nothing is loaded into, or
-// mirrored from, a session no operation can use.
+// record that does not decode, or of a session being deleted, is left out:
+// nothing is loaded into, or mirrored from, a session no operation can use
+// or whose journal is going.
 func journalStates(db *badger.DB) (map[string]journalState, error) {
 	out := map[string]journalState{}
 	err := db.View(func(txn *badger.Txn) error {
 		for _, id := range recordIDs(txn, 0) {
 			sess, err := getSession(txn, id)
-			if err != nil {
+			if err != nil || sess.Deleting {
 				continue
 			}
 			last, err := readLastSeq(txn, id)
