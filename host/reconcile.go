@@ -326,6 +326,7 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 		return 0, err
 	}
 	const window = 256
+walk:
 	for hi := last; hi > 0; {
 		lo := uint64(1)
 		if hi > window {
@@ -344,8 +345,10 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 			return 0, err
 		}
 		if len(entries) == 0 {
-			// Seqs have no gaps but the jump of a restore from backup
-			// (2^32 ahead), which keeps no entry below it: nothing further
+			// Seqs have no gaps but the jump of a restore from backup or
+			// a journal recovery (RestoredSeqGap ahead), whose entry names
+			// where to go on (GapAfter, below); a jump without one (an
+			// older restore) kept no entry below it: nothing further
 			// down, and walking there a window at a time would take
 			// millions of reads.
 			return 0, nil
@@ -358,8 +361,13 @@ func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
 				continue
 			}
 			if rec, err := journal.Decode(entries[i]); err == nil {
-				if r, ok := rec.(*journal.Lifecycle); ok && r.Event == "owner-committed" {
+				r, ok := rec.(*journal.Lifecycle)
+				if ok && r.Event == "owner-committed" {
 					return 0, nil
+				}
+				if ok && r.GapAfter > 0 && r.GapAfter < entries[i].Seq {
+					hi = r.GapAfter
+					continue walk
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package leasestore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -104,7 +105,9 @@ type Store interface {
 // that read numbers as doubles lose precision, for two million restores.
 const RestoredSeqGap = 1 << 32
 
-// Recovery describes a restore from backup (see Store.Recovery).
+// Recovery describes how the store recovered when it opened: a restore
+// from backup, journals put back from a second copy, or both (see
+// Store.Recovery).
 type Recovery struct {
 	// Reason says why the store was judged damaged.
 	Reason string `json:"reason"`
@@ -114,17 +117,60 @@ type Recovery struct {
 	DamagedDir string `json:"damagedDir,omitempty"`
 	// Sessions is how many session records the backup restored.
 	Sessions int `json:"sessions"`
+	// Entries is how many journal entries a restore took from the
+	// backend's copy of the journals (the Badger backend's journal mirror).
+	Entries int `json:"entries,omitempty"`
 	// RestoredAt is when the restore ran.
 	RestoredAt time.Time `json:"restoredAt"`
+	// JournalsOnly says nothing was restored from a backup: the store
+	// opened, but Journals were found shorter than their copy.
+	JournalsOnly bool `json:"journalsOnly,omitempty"`
+	// Journals are the journals the store found shorter than the copy it
+	// keeps of them, and put back.
+	Journals []JournalRecovery `json:"journals,omitempty"`
+}
+
+// JournalRecovery describes one journal that had lost entries it had
+// acknowledged (the Badger backend: its memtable log lost after a crash),
+// recovered from the backend's copy of the journal.
+type JournalRecovery struct {
+	Session string `json:"session"`
+	// StoreSeq is the last seq the store still held.
+	StoreSeq uint64 `json:"storeSeq"`
+	// MirrorSeq is the last seq the copy held: every entry up to it is
+	// back.
+	MirrorSeq uint64 `json:"mirrorSeq"`
+	// NextSeq is where numbering goes on: RestoredSeqGap past MirrorSeq
+	// (the copy may lag the store by its sync interval after a power cut),
+	// after a lifecycle entry "journal-recovered" that marks the gap.
+	NextSeq uint64 `json:"nextSeq"`
+}
+
+func (j JournalRecovery) String() string {
+	return fmt.Sprintf("the journal of %q ended at seq %d but its copy at %d: entries %d..%d were put back from the copy, "+
+		"and numbering goes on at %d (any seq in between was lost)",
+		j.Session, j.StoreSeq, j.MirrorSeq, j.StoreSeq+1, j.MirrorSeq, j.NextSeq)
 }
 
 func (r *Recovery) String() string {
+	var journals []string
+	for _, j := range r.Journals {
+		journals = append(journals, j.String())
+	}
+	if r.JournalsOnly {
+		return fmt.Sprintf("state store opened without journal entries it had acknowledged (%s); %s",
+			r.Reason, strings.Join(journals, "; "))
+	}
 	kept := "there was no store directory to keep"
 	if r.DamagedDir != "" {
 		kept = "the damaged store is kept at " + r.DamagedDir
 	}
-	return fmt.Sprintf("state store was damaged (%s); restored %d session(s) from backup at %s; "+
-		"their journals restart empty (the backup holds no entries), numbered from %d past "+
-		"the last sequence number the backup knew; %s",
-		r.Reason, r.Sessions, r.RestoredAt.Format(time.RFC3339), RestoredSeqGap, kept)
+	msg := fmt.Sprintf("state store was damaged (%s); restored %d session(s) from backup at %s "+
+		"with %d journal entries from the journal copy (entries appended after the copy's last sync may be lost); "+
+		"numbering goes on %d past the last sequence number the backup or the copy knew; %s",
+		r.Reason, r.Sessions, r.RestoredAt.Format(time.RFC3339), r.Entries, RestoredSeqGap, kept)
+	if len(journals) > 0 {
+		msg += "; " + strings.Join(journals, "; ")
+	}
+	return msg
 }

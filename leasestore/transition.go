@@ -45,6 +45,11 @@ type LifecycleEvent struct {
 	Handle   string         `json:"handle,omitempty"`
 	Evidence *DeathEvidence `json:"evidence,omitempty"`
 	Reason   string         `json:"reason,omitempty"`
+	// GapAfter, on the entry a restore from backup or a journal recovery
+	// writes, is the last seq before the jump it made (RestoredSeqGap): no
+	// seq between it and this entry's was ever handed out, and a reader
+	// walking the journal backwards goes on from it.
+	GapAfter uint64 `json:"gapAfter,omitempty"`
 }
 
 // LifecycleEntry returns the KindLifecycle journal entry that records ev on

@@ -44,9 +44,13 @@
 // open. The report (Store.Recovery) lasts until a Close succeeds. Present
 // tells whether a state directory holds a store without opening it.
 //
-// Badger writes through a sparse memory map, where a full disk is a SIGBUS
-// rather than an error, so the store keeps Options.MinFreeSpace free and
-// refuses writes that would eat into it (leasestore.ErrNoSpace). A commit
+// Badger writes through memory maps, where a page a full disk cannot back
+// is a SIGBUS rather than an error. So the store keeps Options.MinFreeSpace
+// free and refuses writes that would eat into it (leasestore.ErrNoSpace),
+// whoever used the space, and resumes once it is back; Badger's files are
+// allocated when created (a full disk is then an error Badger retries), and
+// a reserve file gives Badger the room to flush when another program took
+// the last byte (see MinFreeSpace). A commit
 // that fails other than by a conflict may have taken effect; the store then
 // refuses every further write with leasestore.ErrDamaged, asking for a
 // restart. A Close that cannot finish (Badger retries a memtable flush it

@@ -33,7 +33,7 @@ func (s *Store) Append(ctx context.Context, id string, fence uint64, entries ...
 		if err := leasestore.CheckAppend(cur, fence); err != nil {
 			return err
 		}
-		out, err = b.appendEntries(id, fence, s.now(), entries...)
+		out, err = b.appendEntries(id, cur.Incarnation, fence, s.now(), entries...)
 		return err
 	})
 	o.journal = true

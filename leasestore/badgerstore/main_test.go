@@ -3,7 +3,9 @@ package badgerstore_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,10 @@ func runChild(role string) int {
 	switch role {
 	case "append-forever":
 		return appendForever(dir)
+	case "append-batches-forever":
+		return appendBatchesForever(dir)
+	case "append-until-closed":
+		return appendUntilClosed(dir)
 	case "open":
 		return openOnce(dir, true)
 	case "open-and-die":
@@ -84,6 +90,86 @@ func appendForever(dir string) int {
 		}
 		fmt.Printf("%d %d\n", es[0].Seq, i)
 	}
+}
+
+// appendBatchesForever appends batches of 32 entries of 1 KiB, numbered
+// by a counter, until it is killed, printing "seq counter" for the last
+// entry of each batch once Append acknowledged it: a journal that fills
+// Badger's 8 MiB memtable, and rotates it, within a second.
+func appendBatchesForever(dir string) int {
+	ctx := context.Background()
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sess := leasestoretest.Live(exitTB{}, ctx, s, "crash")
+	n := 0
+	for {
+		in := make([]leasestore.EntryInput, 32)
+		for i := range in {
+			in[i] = leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: batchPayload(n)}
+			n++
+		}
+		es, err := s.Append(ctx, "crash", sess.Lease.Fence, in...)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("%d %d\n", es[len(es)-1].Seq, n-1)
+	}
+}
+
+// appendUntilClosed appends batches of 32 entries of 1 KiB to a live
+// session until stdin closes, printing "ok SEQ" for each acknowledged batch
+// and "refused ERR" for each refused one (pausing 5 ms after a refusal, as
+// a host's pump retries), then closes the store and prints "closed ERR".
+func appendUntilClosed(dir string) int {
+	ctx := context.Background()
+	s, err := badgerstore.Open(ctx, dir, badgerstore.Options{})
+	if err != nil {
+		fmt.Println("open error:", err)
+		return 1
+	}
+	sess := leasestoretest.Live(exitTB{}, ctx, s, "full")
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	n := 0
+	for {
+		select {
+		case <-stop:
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.Close(cctx)
+			cancel()
+			fmt.Printf("closed %v\n", err)
+			return 0
+		default:
+		}
+		in := make([]leasestore.EntryInput, 32)
+		for i := range in {
+			in[i] = leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: batchPayload(n + i)}
+		}
+		es, err := s.Append(ctx, "full", sess.Lease.Fence, in...)
+		if err != nil {
+			fmt.Printf("refused %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		n += len(in)
+		fmt.Printf("ok %d\n", es[len(es)-1].Seq)
+	}
+}
+
+// batchPayload is the 1 KiB payload appendBatchesForever writes as entry n.
+func batchPayload(n int) []byte {
+	p := fmt.Appendf(nil, "payload-%d ", n)
+	for len(p) < 1024 {
+		p = append(p, 'x')
+	}
+	return p
 }
 
 // openOnce opens the store in dir, reports how it went and, when asked

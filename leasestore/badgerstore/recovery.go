@@ -218,7 +218,15 @@ const badgerLockedSign = "Another process is using this Badger database"
 // holder is most likely a child a dead host was starting, which lets go
 // at its exec (see lockWait); a tool holding it is reported after the wait.
 // Badger takes the lock first thing in Open, before it starts anything.
+//
+// The key registry is read on its own first: Badger's Open returns on a
+// registry that does not read without stopping the two goroutines it has
+// started by then, so each open of a store with a damaged registry would
+// leak them.
 func openBadgerWaiting(storeDir string, log hclog.Logger) (*badger.DB, error) {
+	if _, err := badger.OpenKeyRegistry(badger.KeyRegistryOptions{Dir: storeDir, ReadOnly: true}); err != nil {
+		return nil, fmt.Errorf("read the key registry: %w", err)
+	}
 	deadline := time.Now().Add(lockWait)
 	for {
 		db, err := badger.Open(badgerOptions(storeDir, log))
@@ -272,7 +280,8 @@ func (o *opener) afterMoveAside() string {
 // or redoes, never a store without its fence floors or an empty store in
 // place of the sessions:
 //
-//  1. build store.restoring from the backup and prepare it there: fence
+//  1. build store.restoring from the backup and the journal mirror's
+//     entries of the sessions it holds, and prepare it there: fence
 //     floors, unreconciled leases, journal positions moved past anything
 //     the lost store can have acknowledged, a "restored-from-backup" entry
 //     in every journal (a crash here: the damaged store is still in place
@@ -309,7 +318,22 @@ func (o *opener) restore(reason string) error {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and its backup %s cannot be loaded either (%v); "+
 			"both are kept as they are: move them aside to start with no sessions", leasestore.ErrDamaged, storeDir, reason, backup, err)
 	}
-	n, err := prepareRestored(db, reason, now, o.log)
+	// The backup holds records and positions; the journal mirror holds
+	// the entries, all of them (the positions the backup gives are not a
+	// bound on what it has).
+	states, err := journalStates(db)
+	for id, st := range states {
+		st.last = 0
+		states[id] = st
+	}
+	var entries int
+	if err == nil {
+		entries, _, err = loadFromMirror(db, o.path(mirrorFileName), states)
+	}
+	var n int
+	if err == nil {
+		n, err = prepareRestored(db, reason, now, o.log)
+	}
 	if err == nil {
 		err = writeBackupOf(db, o.stateDir, o.log)
 	}
@@ -321,7 +345,7 @@ func (o *opener) restore(reason string) error {
 		return fmt.Errorf("%w: the state store %s is damaged (%s) and restoring it from %s failed: %v",
 			leasestore.ErrDamaged, storeDir, reason, backup, err)
 	}
-	rec := &leasestore.Recovery{Reason: reason, Sessions: n, RestoredAt: now}
+	rec := &leasestore.Recovery{Reason: reason, Sessions: n, Entries: entries, RestoredAt: now}
 	if pathExists(storeDir) {
 		rec.DamagedDir = o.path(damagedPrefix + now.Format("20060102T150405.000000000Z"))
 	}
@@ -414,6 +438,32 @@ func (o *opener) settleRestored() error {
 		return fmt.Errorf("keep restore report: %w", err)
 	}
 	return syncDir(o.stateDir)
+}
+
+// reportJournals adds the journals syncMirror recovered to the recovery
+// report, and keeps it (store.recovered.json) until a clean Close, as a
+// restore's: a host that dies before telling anyone reports it next time.
+func (o *opener) reportJournals(journals []leasestore.JournalRecovery) error {
+	if o.recovery == nil {
+		o.recovery = &leasestore.Recovery{
+			Reason:       "most likely Badger's log of its latest writes, store/*.mem, was lost or damaged",
+			RestoredAt:   o.now(),
+			JournalsOnly: true,
+		}
+	}
+	o.recovery.Journals = append(o.recovery.Journals, journals...)
+	report, err := json.Marshal(o.recovery)
+	if err != nil {
+		return fmt.Errorf("encode recovery report: %w", err)
+	}
+	if err := writeFileAtomic(o.path(recoveredFileName), func(w io.Writer) error {
+		_, err := w.Write(report)
+		return err
+	}); err != nil {
+		return fmt.Errorf("keep recovery report: %w", err)
+	}
+	o.log.Error(o.recovery.String())
+	return nil
 }
 
 // readRecoveryReport returns the report of a restore no clean Close has
@@ -510,8 +560,8 @@ func prepareRestored(db *badger.DB, reason string, now time.Time, log hclog.Logg
 				return err
 			}
 			b.set(seqKey(id), encodeSeq(last+leasestore.RestoredSeqGap))
-			ev := leasestore.LifecycleEntry(cur, leasestore.LifecycleEvent{Event: "restored-from-backup", Reason: reason})
-			_, err = b.appendEntries(id, cur.Lease.Fence, now, ev)
+			ev := leasestore.LifecycleEntry(cur, leasestore.LifecycleEvent{Event: "restored-from-backup", Reason: reason, GapAfter: last})
+			_, err = b.appendEntries(id, cur.Incarnation, cur.Lease.Fence, now, ev)
 			return err
 		})
 		if unreadable {

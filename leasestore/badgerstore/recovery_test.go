@@ -28,6 +28,7 @@ import (
 type seeded struct {
 	live      leasestore.Session // the live session's record when the store closed
 	lastAcked uint64             // the last seq an append to "live" acknowledged
+	acked     map[uint64]string  // seq -> payload of every entry of "live" acknowledged
 }
 
 // seedForRestore leaves a closed store in dir with a live session "live"
@@ -46,6 +47,10 @@ func seedForRestore(t *testing.T, dir string) seeded {
 		t.Fatal(err)
 	}
 	waitBackedUp(t, s)
+	acked := map[uint64]string{}
+	if err := s.Replay(ctx, "live", 0, func(e leasestore.Entry) error { acked[e.Seq] = string(e.Payload); return nil }); err != nil {
+		t.Fatal(err)
+	}
 	var last uint64
 	for i := range 5 {
 		es, err := s.Append(ctx, "live", live.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte(fmt.Sprint(i))})
@@ -53,11 +58,12 @@ func seedForRestore(t *testing.T, dir string) seeded {
 			t.Fatal(err)
 		}
 		last = es[0].Seq
+		acked[last] = fmt.Sprint(i)
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return seeded{live: live, lastAcked: last}
+	return seeded{live: live, lastAcked: last, acked: acked}
 }
 
 func waitBackedUp(t *testing.T, s *badgerstore.Store) {
@@ -81,8 +87,9 @@ func writeMarker(t *testing.T, dir string, n int) {
 
 // checkRestored checks a store restored from the backup seedForRestore
 // wrote: every session back, each lease with its fence and a floor above
-// it, unreconciled, and a journal that hands out no seq that was
-// acknowledged before the restore.
+// it, unreconciled, and a journal that kept every entry acknowledged before
+// the restore (the journal mirror holds them) and hands none of their seqs
+// out again.
 func checkRestored(t *testing.T, s *badgerstore.Store, seed seeded) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -99,9 +106,14 @@ func checkRestored(t *testing.T, s *badgerstore.Store, seed seeded) {
 		t.Fatalf("restored lease %+v: want fence %d kept, a floor of at least %d, unreconciled, owner kept", l, fence, fence+2)
 	}
 	restoredEntry := false
+	kept := 0
 	err = s.Replay(ctx, "live", 0, func(e leasestore.Entry) error {
 		if e.Seq <= seed.lastAcked {
-			return fmt.Errorf("seq %d handed out again after a restore (the last acknowledged one was %d)", e.Seq, seed.lastAcked)
+			if want, ok := seed.acked[e.Seq]; !ok || want != string(e.Payload) {
+				return fmt.Errorf("seq %d after the restore holds %q, acknowledged before it as %q (present: %v)", e.Seq, e.Payload, want, ok)
+			}
+			kept++
+			return nil
 		}
 		var ev leasestore.LifecycleEvent
 		if e.Kind == leasestore.KindLifecycle && json.Unmarshal(e.Payload, &ev) == nil && ev.Event == "restored-from-backup" {
@@ -114,6 +126,9 @@ func checkRestored(t *testing.T, s *badgerstore.Store, seed seeded) {
 	}
 	if !restoredEntry {
 		t.Error("the journal does not record the restore")
+	}
+	if kept != len(seed.acked) {
+		t.Errorf("the restored journal kept %d of the %d entries acknowledged before the store was lost", kept, len(seed.acked))
 	}
 	if _, err := s.Get(ctx, "idle"); err != nil {
 		t.Errorf("session idle after the restore: %v", err)

@@ -40,7 +40,7 @@ func (s *Store) CreateAndApply(ctx context.Context, spec leasestore.SessionSpec,
 		if err := b.putSession(sess); err != nil {
 			return err
 		}
-		if _, err := b.appendEntries(id, 0, now, created); err != nil {
+		if _, err := b.appendEntries(id, sess.Incarnation, 0, now, created); err != nil {
 			return err
 		}
 		out = sess
@@ -85,7 +85,7 @@ func (s *Store) applyIn(b *batch, id string, t leasestore.Transition) (leasestor
 		return leasestore.Session{}, err
 	}
 	if entry != nil {
-		if _, err := b.appendEntries(id, next.Lease.Fence, now, *entry); err != nil {
+		if _, err := b.appendEntries(id, next.Incarnation, next.Lease.Fence, now, *entry); err != nil {
 			return leasestore.Session{}, err
 		}
 	}

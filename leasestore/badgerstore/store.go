@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/ristretto/v2/z"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/leasestore"
@@ -71,13 +72,19 @@ type Options struct {
 	// 64 MiB. Negative: no check (the caller guarantees space some other
 	// way).
 	//
-	// The check is a necessity, not a courtesy: Badger writes its log
-	// through a sparse memory map, and a write into a page the full disk
-	// cannot back is a SIGBUS that kills the whole process, not an error
-	// (seen on a small tmpfs with the check off; the fault suite fills one
-	// with it on, internal/faults). The default covers one
-	// memtable's log (16 MiB), the table its flush writes and compaction
-	// output, with room to spare.
+	// The check keeps the store's own writes off a full disk; another
+	// program can still take the last byte. Badger writes its logs and
+	// tables through memory maps, where a page a full disk cannot back
+	// would be a SIGBUS that kills the whole process; so its files are
+	// allocated when they are created (third_party/ristretto's PATCH.md),
+	// a full disk is an error Badger retries, and the store keeps a
+	// reserve file (store.reserve, 24 MiB, beside the store while there is
+	// room for it) that it deletes when Badger cannot allocate a file or a
+	// Close finds the disk full: the room a flush needs. The default
+	// covers one memtable's log (16 MiB), the table its flush writes and
+	// compaction output, with room to spare. The reserve is allocated only
+	// when it fits on top of MinFreeSpace, and only where the file system
+	// can allocate ahead (Linux).
 	MinFreeSpace int64
 
 	// restoreHook, set only by tests, runs between the steps of a restore.
@@ -123,8 +130,12 @@ type Store struct {
 	lock     *dirLock
 	recovery *leasestore.Recovery
 
-	writer *writer
-	backup *backupper
+	writer  *writer
+	mirror  *mirror
+	backup  *backupper
+	reserve *reserve
+	// unregisterNoSpace removes the reserve's handler once Badger closed.
+	unregisterNoSpace func()
 
 	// readMu keeps reads out of a closing database; db is nil once closed.
 	readMu sync.RWMutex
@@ -174,6 +185,20 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		_ = lock.release()
 		return nil, err
 	}
+	m, journals, err := syncMirror(o.db, stateDir, opts.BackupDelay, opts.now(), opts.Logger)
+	if err != nil {
+		_ = o.db.Close()
+		_ = lock.release()
+		return nil, err
+	}
+	if len(journals) > 0 {
+		if err := o.reportJournals(journals); err != nil {
+			_ = m.f.Close()
+			_ = o.db.Close()
+			_ = lock.release()
+			return nil, err
+		}
+	}
 	s := &Store{
 		stateDir: stateDir,
 		opts:     opts,
@@ -186,11 +211,27 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		closeSem: make(chan struct{}, 1),
 	}
 	s.backup = &backupper{stateDir: stateDir, log: s.log, delay: opts.BackupDelay, withDB: s.withDB}
+	s.mirror = m
+	s.reserve = &reserve{path: s.path(reserveFileName), minFree: opts.MinFreeSpace, log: s.log}
+	if free, ok := freeSpace(stateDir); ok {
+		s.reserve.ensure(free)
+	}
+	// Badger allocates its files when it creates them (third_party/
+	// ristretto's PATCH.md); one it cannot allocate because another
+	// program took the disk gets the reserve's space.
+	s.unregisterNoSpace = z.SetNoSpaceHandler(s.path(storeDirName), func() bool {
+		released := s.reserve.release()
+		if released {
+			s.log.Warn("the disk is full; released the store's disk reserve so that Badger can go on writing its tables and logs")
+		}
+		return released
+	})
 	s.writer = &writer{
-		db: o.db, log: s.log,
+		db: o.db, log: s.log, mirror: m, reserve: s.reserve,
 		minFree: opts.MinFreeSpace, storeDir: s.path(storeDirName), stateDir: stateDir,
 		committed: s.committed,
 	}
+	s.mirror.start()
 	s.writer.start()
 	s.backup.start()
 	return s, nil
@@ -311,6 +352,9 @@ func (s *Store) Close(ctx context.Context) error {
 func (s *Store) shutdown(ctx context.Context) error {
 	s.writer.shutdown()
 	var errs []error
+	if err := s.mirror.shutdown(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.backup.shutdown(); err != nil {
 		errs = append(errs, err)
 	}
@@ -322,6 +366,13 @@ func (s *Store) shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 
+	if free, ok := freeSpace(s.stateDir); ok && s.opts.MinFreeSpace >= 0 && free < s.opts.MinFreeSpace {
+		// Another program took the space the store keeps free: Badger's
+		// Close flushes its memtables, and the reserve is the room for it.
+		if s.reserve.release() {
+			s.log.Warn("the disk is nearly full; released the store's disk reserve so that it can close", "free_bytes", free)
+		}
+	}
 	finished, err := s.closeDB(ctx)
 	if !finished {
 		// Badger's Close flushes the memtable into a table file and
@@ -335,6 +386,7 @@ func (s *Store) shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("close badger: it did not finish (%w), most likely because it cannot write to %s (check its permissions and free space); its log on disk holds every acknowledged write, and the next start replays it", ctx.Err(), s.path(storeDirName)))
 		return errors.Join(errs...)
 	}
+	s.unregisterNoSpace()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("close badger: %w", err))
 	}

@@ -325,6 +325,170 @@ func TestSIGKILLMidAppendLosesNoAcknowledgedEntry(t *testing.T) {
 	t.Logf("%d acknowledged entries all present; %d entries in the journal", len(acked), len(found))
 }
 
+// Badger's memtable log (*.mem) holds every entry not yet flushed to a
+// table; losing it after a SIGKILL (a cleaner, a sync tool, a damaged file)
+// used to shrink the journal without a word, and the next appends reused
+// seqs clients had already seen, with other content. The journal mirror
+// kept beside the store holds what was acknowledged: the store puts the
+// lost entries back, reports the recovery, and numbers new entries past
+// any it may still have lost.
+func TestLostMemtableLogNeverReusesSeqs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	acked, maxAcked := killAppender(t, dir, 20000)
+	mems, err := filepath.Glob(filepath.Join(dir, "store", "*.mem"))
+	if err != nil || len(mems) == 0 {
+		t.Fatalf("no memtable log to lose: %v %v", mems, err)
+	}
+	for _, m := range mems {
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("injected: SIGKILL after %d acknowledged entries (last seq %d), then %d memtable log(s) deleted", len(acked), maxAcked, len(mems))
+
+	s := openStore(t, dir)
+	missing, gapEntry := checkAcked(t, s, acked, maxAcked)
+	if missing > 0 {
+		t.Errorf("%d of %d acknowledged entries are gone after the memtable log was lost", missing, len(acked))
+	}
+	rec := s.Recovery()
+	if rec == nil || !strings.Contains(rec.String(), `"crash"`) {
+		t.Errorf("no recovery report names the journal that shrank: %v", rec)
+	}
+	if !gapEntry {
+		t.Error("the journal does not record the recovery past the last acknowledged seq")
+	}
+	next := appendAfter(t, s, maxAcked)
+	t.Logf("held: %d acknowledged entries kept, report %q, next seq %d", len(acked)-missing, rec, next)
+}
+
+// A store directory deleted after a SIGKILL (or damaged past opening) is
+// restored from its backup, and its journals from the journal mirror: a
+// process crash costs no acknowledged entry, however many the backup's
+// positions are behind.
+func TestStoreLostAfterSIGKILLKeepsEveryAcknowledgedEntry(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	acked, maxAcked := killAppender(t, dir, 5000)
+	if err := os.RemoveAll(filepath.Join(dir, "store")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("injected: SIGKILL after %d acknowledged entries (last seq %d), then the store directory deleted", len(acked), maxAcked)
+	s := openStore(t, dir)
+	rec := s.Recovery()
+	if rec == nil || rec.Sessions != 1 || rec.Entries < len(acked) {
+		t.Fatalf("recovery %v, want the session restored with at least the %d acknowledged entries", rec, len(acked))
+	}
+	missing, gapEntry := checkAcked(t, s, acked, maxAcked)
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged entries are gone after the store was lost", missing, len(acked))
+	}
+	if !gapEntry {
+		t.Error("the journal does not record the restore past the last acknowledged seq")
+	}
+	next := appendAfter(t, s, maxAcked)
+	t.Logf("held: %q; every acknowledged entry is back, next seq %d", rec, next)
+}
+
+// killAppender runs appendBatchesForever in dir until it acknowledged at
+// least n entries, SIGKILLs it, and returns what it acknowledged (seq ->
+// payload number) and the last seq.
+func killAppender(t *testing.T, dir string, n int) (map[uint64]int, uint64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=append-batches-forever", "LEASESTORE_TEST_DIR="+dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[uint64]int{}
+	var maxAcked uint64
+	sc := bufio.NewScanner(stdout)
+	for len(acked) < n && sc.Scan() {
+		var seq uint64
+		var k int
+		if _, err := fmt.Sscanf(sc.Text(), "%d %d", &seq, &k); err != nil {
+			t.Fatalf("child said %q: %v", sc.Text(), err)
+		}
+		for i := range 32 {
+			acked[seq-uint64(i)] = k - i
+		}
+		maxAcked = seq
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if len(acked) < n {
+		t.Fatalf("child acknowledged only %d appends; stderr: %s", len(acked), stderr.String())
+	}
+	return acked, maxAcked
+}
+
+// checkAcked checks that no acknowledged seq of "crash" holds other
+// content than it was acknowledged with, and returns how many are missing
+// and whether a "journal-recovered" or "restored-from-backup" entry marks
+// a gap after maxAcked.
+func checkAcked(t *testing.T, s *badgerstore.Store, acked map[uint64]int, maxAcked uint64) (missing int, gapEntry bool) {
+	t.Helper()
+	found := map[uint64]string{}
+	err := s.Replay(testCtx(t), "crash", 0, func(e leasestore.Entry) error {
+		switch e.Kind {
+		case leasestore.KindUpdate:
+			found[e.Seq] = string(e.Payload)
+		case leasestore.KindLifecycle:
+			if e.Seq > maxAcked+1 && (strings.Contains(string(e.Payload), `"journal-recovered"`) || strings.Contains(string(e.Payload), `"restored-from-backup"`)) {
+				gapEntry = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq, n := range acked {
+		got, ok := found[seq]
+		if !ok {
+			missing++
+			continue
+		}
+		if want := string(batchPayload(n)); got != want {
+			t.Fatalf("acknowledged seq %d holds %.20q after the loss, acknowledged as %.20q", seq, got, want)
+		}
+	}
+	return missing, gapEntry
+}
+
+// appendAfter appends to "crash" at its current fence (a restored lease
+// keeps it) and checks the new seq is past every acknowledged one.
+func appendAfter(t *testing.T, s *badgerstore.Store, maxAcked uint64) uint64 {
+	t.Helper()
+	ctx := testCtx(t)
+	sess := mustGet(t, s, "crash")
+	if sess.Lease.Unreconciled {
+		// A restored lease awaits its restart decision; the writer that
+		// held it is gone, so a new one takes it over.
+		if _, err := s.Apply(ctx, "crash", leasestore.Evict{Fence: sess.Lease.Fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceExitObserved, ObservedAt: time.Now()}}); err != nil {
+			t.Fatal(err)
+		}
+		sess = leasestoretest.Live(t, ctx, s, "crash")
+	}
+	es, err := s.Append(ctx, "crash", sess.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("after")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es[0].Seq <= maxAcked {
+		t.Fatalf("a new entry got seq %d, a seq acknowledged before the loss (the last was %d)", es[0].Seq, maxAcked)
+	}
+	return es[0].Seq
+}
+
 // Appends from concurrent sessions share transactions: one sync serves many
 // acknowledged entries. (How much that buys is measured by the benchmarks.)
 func TestConcurrentAppendsAreGroupCommitted(t *testing.T) {

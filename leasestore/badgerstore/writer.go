@@ -59,6 +59,10 @@ type writer struct {
 	// Options.MinFreeSpace).
 	minFree            int64
 	storeDir, stateDir string
+	reserve            *reserve
+	// mirror receives the journal frames of every committed batch before
+	// its callers hear back (see mirror.go).
+	mirror *mirror
 	// committed runs after every commit, before the batch's callers hear
 	// back, with the sessions whose records or journals changed and
 	// whether a record did.
@@ -238,6 +242,9 @@ func (w *writer) commitPrefix(ops []*op) int {
 			w.log.Error("commit failed", "ops", limit, "error", err)
 		}
 		if err == nil {
+			// Before the callers or a reader hear of it: every entry a
+			// client can have seen is in the mirror.
+			w.mirror.write(b.mirror)
 			// Before the callers hear back: one that saw its change
 			// committed also sees the backup marked as behind it.
 			w.commits.Add(1)
@@ -265,6 +272,9 @@ func (w *writer) refuseWithoutSpace(ops []*op) []*op {
 	if !ok || free >= w.minFree {
 		// Without a figure the write goes ahead: a failed lookup says
 		// nothing about space, and Badger reports real write errors.
+		if ok {
+			w.reserve.ensure(free)
+		}
 		return ops
 	}
 	kept := ops[:0:0]
@@ -273,8 +283,12 @@ func (w *writer) refuseWithoutSpace(ops []*op) []*op {
 			kept = append(kept, o)
 			continue
 		}
-		o.err = fmt.Errorf("%s: %w: %d MiB free under %s, the store keeps %d MiB free; free some disk space and the write can be retried",
-			o.name(), leasestore.ErrNoSpace, free>>20, w.stateDir, w.minFree>>20)
+		need := w.minFree
+		if !o.journal {
+			need = w.minFree / 2
+		}
+		o.err = fmt.Errorf("%s: %w: %d MiB free on the file system of %s, the store keeps %d MiB free; free some disk space (at least %d MiB there, whatever took it) and the write can be retried",
+			o.name(), leasestore.ErrNoSpace, free>>20, w.stateDir, w.minFree>>20, (need-free+1<<20-1)>>20)
 		close(o.done)
 	}
 	if len(kept) < len(ops) {
@@ -291,7 +305,8 @@ type batch struct {
 	staged  []stagedWrite
 	index   map[string]int // key -> position in staged
 	notify  map[string]struct{}
-	records bool // a session record changed
+	records bool   // a session record changed
+	mirror  []byte // journal mirror frames of the ops that succeeded
 
 	opNotify  []string
 	opRecords bool
@@ -330,8 +345,10 @@ func (b *batch) run(ops []*op) (placed int, stageErr error) {
 	for i, o := range ops {
 		o.err = nil
 		b.staged, b.index, b.opNotify, b.opRecords = b.staged[:0], map[string]int{}, b.opNotify[:0], false
+		mirrored := len(b.mirror)
 		if err := safeRun(o.run, b); err != nil {
 			o.err = err
+			b.mirror = b.mirror[:mirrored]
 			continue
 		}
 		for _, w := range b.staged {
@@ -430,8 +447,9 @@ func (b *batch) lastSeq(id string) (uint64, error) {
 }
 
 // appendEntries numbers, stamps and stages entries after the session's
-// last seq.
-func (b *batch) appendEntries(id string, fence uint64, now time.Time, in ...leasestore.EntryInput) ([]leasestore.Entry, error) {
+// last seq, and their journal mirror frames under the session's
+// incarnation.
+func (b *batch) appendEntries(id, incarnation string, fence uint64, now time.Time, in ...leasestore.EntryInput) ([]leasestore.Entry, error) {
 	last, err := b.lastSeq(id)
 	if err != nil {
 		return nil, fmt.Errorf("read journal position of %q: %w", id, err)
@@ -440,7 +458,9 @@ func (b *batch) appendEntries(id string, fence uint64, now time.Time, in ...leas
 	for i, e := range in {
 		last++
 		out[i] = leasestore.Entry{Seq: last, Fence: fence, Time: now, Kind: e.Kind, Payload: e.Payload}
-		b.set(journalKey(id, last), leasestore.EncodeEntry(out[i]))
+		enc := leasestore.EncodeEntry(out[i])
+		b.set(journalKey(id, last), enc)
+		b.mirror = appendMirrorFrame(b.mirror, id, incarnation, enc)
 	}
 	b.set(seqKey(id), encodeSeq(last))
 	b.opNotify = append(b.opNotify, id)
