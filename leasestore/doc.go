@@ -71,10 +71,13 @@
 // Each session has an append-only journal of entries {seq, fence, time,
 // kind, payload}: lifecycle (every transition), prompt (written durably
 // before dispatch), update, handle change, stop. Seqs start at 1 and have no
-// gaps, with one exception: a restore from a backup jumps every journal's
-// position RestoredSeqGap past the last seq the backup knew, so that no seq
-// acknowledged before the store was lost is ever handed out again. Clients
-// see a jump, never a reuse. An append carries the writer's fence and is
+// gaps, with one exception: a backend that recovers from losing part of its
+// store (a restore from a backup, or journals found shorter than the copy
+// it keeps of them) jumps every journal it cannot vouch for RestoredSeqGap
+// past the last seq it knew, with a lifecycle entry naming where the gap
+// starts (LifecycleEvent.GapAfter), so that no seq acknowledged before the
+// loss is ever handed out again to another entry. Clients see a jump,
+// never a reuse; Store.Recovery reports it. An append carries the writer's fence and is
 // refused unless that fence is current and the lease is held and unlatched
 // (CheckAppend); it returns only when it is durable. Readers Replay from any
 // seq, or Tail: replay, then follow live entries, missing none; a reader

@@ -96,10 +96,11 @@ type Store interface {
 }
 
 // RestoredSeqGap is how far a restore from a backup moves every journal's
-// position past the last seq the backup knew. The backup may be older than
-// the last appends, so the lost store may have acknowledged any number of
-// entries after it; continuing right after the backup's position would hand
-// those seqs out again, to different entries. With the gap a client sees a
+// position past the last seq the backup knew (and a journal recovery past
+// the last seq its copy knew). The backup may be older than the last
+// appends, so the lost store may have acknowledged any number of entries
+// after it; continuing right after the backup's position would hand those
+// seqs out again, to different entries. With the gap a client sees a
 // jump, never a reuse, unless a session appended more than 2^32 entries
 // between two backups. 2^32 also keeps seqs below 2^53, where JSON clients
 // that read numbers as doubles lose precision, for two million restores.

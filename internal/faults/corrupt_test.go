@@ -204,9 +204,10 @@ func truncateHalf(t *testing.T, path string) {
 
 // A store that has to be restored from its backup while plugins are alive
 // (the host was detached, then its MANIFEST was damaged): the restored
-// leases are readopted, and although the restore lost the journal entries
-// (the backup holds none) the plugins are not taken for protocol breakers
-// when their outboxes resume past the updates the old host acknowledged.
+// leases are readopted (their journals come back from the journal mirror,
+// see TestStoreLossKeepsTheTranscript), and the plugins are not taken for
+// protocol breakers when their outboxes resume past the updates the old
+// host acknowledged.
 func TestRestoredStoreReadoptsLivePlugins(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	cfg := config(t, dir, nil)

@@ -23,9 +23,9 @@ import (
 // its goroutine rewrites it after BackupDelay, coalescing the changes made
 // meanwhile into one write. It owns that goroutine: start runs it, shutdown
 // ends it and writes a last backup if one is due. Appends alone do not
-// make it behind: the backup holds records and journal positions, and a
-// restore jumps every position by leasestore.RestoredSeqGap for the
-// entries it missed.
+// make it behind: the backup holds records and journal positions, the
+// journal mirror (mirror.go) the entries, and a restore jumps every
+// position by leasestore.RestoredSeqGap past what the two knew.
 type backupper struct {
 	stateDir string
 	log      hclog.Logger

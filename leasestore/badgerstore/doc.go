@@ -10,11 +10,14 @@
 // (recovery.go, consistency.go), and then starts two parts that each own a
 // goroutine: the writer (writer.go), through which every write goes and
 // which group-commits whatever has queued into one synced transaction, so a
-// durable append costs one sync however many sessions append at once; and
-// the backup (backup.go), which rewrites store.backup, the session records
-// and journal positions, shortly after every batch of lease changes. Close
-// closes the journal handles, stops the writer, then the backup (writing a
-// last one), then closes Badger.
+// durable append costs one sync however many sessions append at once; the
+// journal mirror (mirror.go), store.journal, a plain append-only copy of
+// every journal entry that the writer appends to before anyone hears of a
+// commit and that its goroutine syncs within BackupDelay; and the backup
+// (backup.go), which rewrites store.backup, the session records and
+// journal positions, shortly after every batch of lease changes. Close
+// closes the journal handles, stops the writer, syncs and closes the
+// mirror, stops the backup (writing a last one), then closes Badger.
 //
 // # Hazards
 //
@@ -38,7 +41,14 @@
 //
 // The backup may miss the last commits, so a restored lease keeps its fence
 // but gets a floor, MinNextFence, above anything the lost commits could
-// have granted, and every journal jumps leasestore.RestoredSeqGap. The
+// have granted. Its journal comes back from the mirror (every entry of a
+// process crash, all but the last BackupDelay of an OS crash or power cut)
+// and jumps leasestore.RestoredSeqGap past the last seq the backup or the
+// mirror knew. An open that finds a journal shorter than its mirror
+// (Badger lost its memtable log, which holds every write not yet in a
+// table) puts the missing entries back from the mirror, jumps the same gap
+// and reports it (Store.Recovery); one that finds the mirror behind (its
+// tail torn, its writes failed) catches the mirror up from the store. The
 // floors are set before the restored store is put in place, and every step
 // of a restore can be interrupted and is finished or redone by the next
 // open. The report (Store.Recovery) lasts until a Close succeeds. Present
