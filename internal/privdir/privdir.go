@@ -10,8 +10,8 @@
 // one this user made for itself: Ensure creates it without following a
 // symbolic link (mkdir fails on any existing name) and then checks, with
 // Lstat, that the name is a real directory, owned by the effective uid,
-// with mode 0700 exactly, in a parent where nobody else can rename it away
-// (not writable by others, or sticky as /tmp is). Anything else is refused
+// with mode 0700 exactly, in a parent where not just anyone can rename it
+// away (not world-writable, or sticky as /tmp is). Anything else is refused
 // with ErrNotPrivate: the caller picks another place or stops, and never
 // repairs a directory someone else made.
 package privdir
@@ -71,8 +71,12 @@ func Check(dir string) error {
 	if err != nil {
 		return fmt.Errorf("check the parent of private directory %s: %w", dir, err)
 	}
-	if pi.Mode().Perm()&0o022 != 0 && pi.Mode()&fs.ModeSticky == 0 {
-		return fmt.Errorf("%w: %s is in %s, which others can write without the sticky bit (they could rename it away)", ErrNotPrivate, dir, parent)
+	// A group-writable parent is the group its owner chose to trust (a
+	// state directory under a umask of 002, say); a world-writable one
+	// needs the sticky bit, or anyone could rename this directory away and
+	// put theirs in its place.
+	if pi.Mode().Perm()&0o002 != 0 && pi.Mode()&fs.ModeSticky == 0 {
+		return fmt.Errorf("%w: %s is in %s, which anyone can write without the sticky bit (they could rename it away)", ErrNotPrivate, dir, parent)
 	}
 	return nil
 }

@@ -23,6 +23,14 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("ensured again: %v", err)
 	}
 
+	group := t.TempDir() // a group the parent's owner trusts
+	if err := os.Chmod(group, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(filepath.Join(group, "d")); err != nil {
+		t.Errorf("in a group-writable parent: %v", err)
+	}
+
 	file := filepath.Join(shared, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
