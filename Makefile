@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis acp-sdk acpx test-acp-sdk
+.PHONY: help build test test-loaded test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis acp-sdk acpx test-acp-sdk
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -48,6 +48,12 @@ test: lint clis acp-sdk ## Run lint, then every test with the race detector (the
 		export AGENTHOST_ACP_SDK=$(ACP_SDK_CACHE); \
 	fi; \
 	go test -race -count=1 -timeout 9m $${tags:-} ./...
+
+# The suite must hold on a busy machine: test-loaded runs make test three
+# times in a row while two busy loops (started and always stopped by the
+# script) compete for the CPUs, and stops at the first failure.
+test-loaded: ## Run make test three times in a row while two busy loops compete for the CPUs; stop at the first failure.
+	RUNS=3 BUSY_LOOPS=2 MAKE="$(MAKE)" scripts/test-loaded.sh
 
 # The faults need root for a small tmpfs and a read-only bind mount; as
 # another user those two skip and say so. The host's own log lines (routed

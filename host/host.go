@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/agenthost/agenthost/internal/privdir"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
 )
@@ -179,6 +180,8 @@ type Host struct {
 	store    leasestore.Store
 	prober   *probe.Prober
 	tokenVar string
+	// sockRoot holds one socket directory per plugin (see socketRootFor).
+	sockRoot string
 
 	// Decisions made at open, by session id, and the sessions still
 	// waiting for theirs (guarded by mu).
@@ -229,13 +232,18 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("%w: state directory must be absolute, got %q", leasestore.ErrInvalidArgument, cfg.StateDir)
 	}
 	cfg = cfg.withDefaults()
+	sockRoot, err := socketRootFor(cfg.StateDir, os.TempDir(), os.Getenv("XDG_RUNTIME_DIR"))
+	if err != nil {
+		_ = store.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	tokenVar := probe.TokenVariable(hex.EncodeToString(sum[:4]))
 	// A host started from inside one of its own plugins' trees must not
 	// pass that plugin's token on to the plugins it starts.
 	_ = os.Unsetenv(tokenVar)
 	h := &Host{
-		cfg: cfg, log: cfg.Logger, store: store, tokenVar: tokenVar,
+		cfg: cfg, log: cfg.Logger, store: store, tokenVar: tokenVar, sockRoot: sockRoot,
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
@@ -389,16 +397,43 @@ func (h *Host) reapOrphans(ctx context.Context) {
 	}
 }
 
-// socketRoot is where plugin socket directories live: under the state
-// directory when that keeps socket paths within the 107-byte limit, else
-// under the system temp directory, keyed by the state directory.
-func (h *Host) socketRoot() string {
-	dir := filepath.Join(h.cfg.StateDir, "s")
-	if len(dir) <= 40 {
-		return dir
+// socketRoot is where plugin socket directories live (see socketRootFor).
+func (h *Host) socketRoot() string { return h.sockRoot }
+
+// maxSocketRoot bounds the socket root's length so that a plugin's socket,
+// <root>/<spawn token>/plugin<digits>, stays within the 107-byte limit of a
+// Unix socket path.
+const maxSocketRoot = 40
+
+// socketRootFor chooses the socket root for stateDir: stateDir/s when that
+// is short enough, else agenthost-<hash of stateDir> in the per-user runtime
+// directory runtimeDir ($XDG_RUNTIME_DIR) when it is set, this user's and
+// private, else in the temporary directory tmpDir. The last is a shared
+// directory with a predictable name in it: another user who creates that
+// name first could move this host's sockets (a session latched after a
+// restart), so it is created or accepted only as a private directory of
+// this user (privdir.Ensure), and refused otherwise. startPlugin checks the
+// root again before each plugin start.
+func socketRootFor(stateDir, tmpDir, runtimeDir string) (string, error) {
+	if dir := filepath.Join(stateDir, "s"); len(dir) <= maxSocketRoot {
+		return dir, nil
 	}
-	sum := sha256.Sum256([]byte(h.cfg.StateDir))
-	return filepath.Join(os.TempDir(), "agenthost-"+hex.EncodeToString(sum[:6]))
+	sum := sha256.Sum256([]byte(stateDir))
+	name := "agenthost-" + hex.EncodeToString(sum[:6])
+	if runtimeDir != "" && filepath.IsAbs(runtimeDir) {
+		if dir := filepath.Join(runtimeDir, name); len(dir) <= maxSocketRoot && privdir.Check(runtimeDir) == nil {
+			if err := privdir.Ensure(dir); err == nil {
+				return dir, nil
+			}
+		}
+	}
+	dir := filepath.Join(tmpDir, name)
+	if err := privdir.Ensure(dir); err != nil {
+		return "", fmt.Errorf("plugin socket directory (the state directory %s is too long for sockets inside it): %w; "+
+			"remove it if it is yours, or set XDG_RUNTIME_DIR to a private directory of yours, or use a state directory of at most %d bytes",
+			stateDir, err, maxSocketRoot-2)
+	}
+	return dir, nil
 }
 
 // allowlist is the part of the host's own environment every plugin gets.

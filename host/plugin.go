@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/internal/privdir"
 	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
@@ -115,6 +116,14 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	}
 	if err := os.MkdirAll(spec.SessionDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create session directory: %w", err)
+	}
+	// The root may sit in a shared temporary directory: check it is still
+	// this user's private directory before a socket goes in it.
+	if spec.SocketRoot == "" {
+		return nil, fmt.Errorf("%w: no socket root", leasestore.ErrInvalidArgument)
+	}
+	if err := privdir.Ensure(spec.SocketRoot); err != nil {
+		return nil, fmt.Errorf("plugin socket root: %w", err)
 	}
 	if err := os.MkdirAll(spec.SocketDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)

@@ -233,7 +233,7 @@ func TestReusedPIDIsEvictedAndNeverSignalled(t *testing.T) {
 	if d.Action != ActionEvicted || d.Probe.Outcome != probe.IdentityMismatch {
 		t.Fatalf("decision %+v, want evicted on identity mismatch", d)
 	}
-	time.Sleep(200 * time.Millisecond) // give a wrong reaper time to act
+	<-h2.reaped // the reaper's pass is over: a wrong one would have acted
 	if !alive(t, impostor.Process.Pid) {
 		t.Fatal("the unrelated process that reused the pid was signalled")
 	}

@@ -116,12 +116,23 @@ func TestSessionLifecycleWithLeases(t *testing.T) {
 	}
 
 	// Cancel ends a turn as cancelled, not as an error.
+	prompts := func() (n int) {
+		for _, e := range journalOf(t, h, s.ID()) {
+			if e.Kind == leasestore.KindPrompt {
+				n++
+			}
+		}
+		return n
+	}
+	before := prompts()
 	done := make(chan TurnResult, 1)
 	go func() {
 		r, _ := s.Prompt(ctx, "sleep 30s")
 		done <- r
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// Once the prompt is journaled the turn is the session's: a cancel
+	// from then on reaches it, however late the plugin gets the turn.
+	waitFor(t, "the prompt to be journaled", func() bool { return prompts() > before })
 	if err := s.Cancel(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -134,9 +134,16 @@ func (p *ProcFS) read(fsys fs.FS, pid int, bufs *readBufs) Process {
 		return proc
 	}
 	env, err := p.readFile(fsys, strconv.Itoa(pid)+"/environ", &bufs.env)
+	if isNoProcess(err) {
+		// The process exited (and was reaped) between the two reads: it is
+		// gone, as a stat read after its exit would have said. Read as
+		// unknown, one exit during a scan of a busy machine would fail the
+		// whole spawn-token scan and keep a freed reservation latched.
+		return Process{PID: pid, UID: -1, Presence: Absent}
+	}
 	if err != nil {
-		// Permission (another user's process, a non-dumpable one) or a
-		// race with exit: the token is simply not known.
+		// Permission (another user's process, a non-dumpable one), or any
+		// other failure: the token is simply not known.
 		if proc.Err == nil {
 			proc.Err = fmt.Errorf("read environment of pid %d: %w", pid, err)
 		}

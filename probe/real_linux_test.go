@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -174,6 +176,44 @@ func TestProbeRealProcesses(t *testing.T) {
 	<-withToken.done
 	if r := realProber().Probe(ctx, res); r.Outcome != probe.ReservationUnused {
 		t.Errorf("reservation after its process exited: %v", r)
+	}
+}
+
+// exitBetweenReads is the real /proc, except that the first open of pid's
+// environment first kills and reaps that process: the exit lands between
+// the scan's stat and environment reads, every time.
+type exitBetweenReads struct {
+	fs.FS
+	pid  int
+	kill func()
+	once sync.Once
+}
+
+func (e *exitBetweenReads) Open(name string) (fs.File, error) {
+	if name == strconv.Itoa(e.pid)+"/environ" {
+		e.once.Do(e.kill)
+	}
+	return e.FS.Open(name)
+}
+
+// A real process that exits between the scan's two reads of it is gone:
+// the spawn-token scan still answers, and a reservation only it carried is
+// freed (on a busy machine some process exits during nearly every scan).
+func TestReservationFreedWhenAProcessExitsBetweenReads(t *testing.T) {
+	ctx := context.Background()
+	dying := sleeper(t, []string{tokenVar + "=token-exiting"}, true)
+	hook := &exitBetweenReads{FS: os.DirFS("/proc"), pid: dying.pid(), kill: func() {
+		_ = dying.cmd.Process.Kill()
+		<-dying.done
+	}}
+	p := &probe.Prober{HostID: hostID, TokenVar: tokenVar, Table: &probe.ProcFS{FS: hook, TokenVar: tokenVar}}
+	if r := p.Probe(ctx, session("r", nil, reserved("token-exiting"))); r.Outcome != probe.ReservationUnused {
+		t.Errorf("a reservation whose process exited during the scan: %v, want reservation-unused", r)
+	}
+	select {
+	case <-dying.done:
+	default:
+		t.Fatal("the scan never read the dying process's environment: the race was not staged")
 	}
 }
 

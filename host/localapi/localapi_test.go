@@ -282,10 +282,11 @@ func TestACPSessionPromptAndLoad(t *testing.T) {
 	// session/cancel ends a running turn; the prompt is answered with the
 	// stop reason "cancelled", not an error.
 	answered := make(chan message, 1)
+	seen := len(c.notesOf("session/update")) // the earlier turns' updates all came before their answers
 	go func() {
 		answered <- c.call("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "sleep 30s"}}})
 	}()
-	time.Sleep(300 * time.Millisecond)
+	c.waitNotes("session/update", seen+1) // the prompt's echo: it is journaled, the turn is the session's
 	c.send(map[string]any{"jsonrpc": "2.0", "method": "session/cancel", "params": map[string]any{"sessionId": created.SessionID}})
 	select {
 	case m := <-answered:

@@ -677,16 +677,25 @@ func TestPermissionAnsweredElsewhereIsWithdrawn(t *testing.T) {
 	sh := newSurface(t, nil, nil)
 	ws := t.TempDir()
 	askedA, answeredB := make(chan struct{}), make(chan struct{})
+	var sessionID atomic.Value // written before the prompt, read by A's answer
 	a := dial(t, sh.sock)
 	a.answer = func(string, json.RawMessage) any {
 		close(askedA)
 		<-answeredB
-		time.Sleep(200 * time.Millisecond) // the user of A was slower
+		// The user of A was slower: A answers once the host has taken
+		// B's answer (the request is no longer pending), however long B's
+		// answer took to arrive on a busy machine.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if s, ok := sh.h.Session(sessionID.Load().(string)); !ok || len(s.PendingPermissions()) == 0 {
+				break
+			}
+		}
 		return map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "never"}}
 	}
 	var created sessionResult
 	a.mustCall(api.MethodSessionNew, newParams(ws, nil), &created)
 	id := created.SessionID
+	sessionID.Store(id)
 	b := dial(t, sh.sock)
 	b.answer = func(string, json.RawMessage) any {
 		defer close(answeredB)

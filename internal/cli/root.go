@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/privdir"
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
 
@@ -202,7 +203,7 @@ func defaultStateDir() string {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return filepath.Join(os.TempDir(), fmt.Sprintf("agenthost-%d", os.Getuid()))
+		return homelessStateDir()
 	}
 	if runtime.GOOS == "darwin" {
 		return filepath.Join(home, "Library", "Application Support", "agenthost")
@@ -210,7 +211,18 @@ func defaultStateDir() string {
 	return filepath.Join(home, ".local", "state", "agenthost")
 }
 
-// resolveStateDir returns the absolute state directory.
+// homelessStateDir is the state directory of a user without a home
+// directory: agenthost-<uid> in the temporary directory. That is a name
+// anyone can predict in a directory anyone can write, so resolveStateDir
+// takes it only as this user's private directory (privdir).
+func homelessStateDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("agenthost-%d", os.Getuid()))
+}
+
+// resolveStateDir returns the absolute state directory. The temporary
+// fallback is created, or accepted, only as a private directory of this
+// user: another user who made it first would read and move everything the
+// host keeps there.
 func (a *App) resolveStateDir() (string, error) {
 	dir := a.stateDir
 	if dir == "" {
@@ -219,6 +231,11 @@ func (a *App) resolveStateDir() (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", fmt.Errorf("state directory %q: %w", dir, err)
+	}
+	if abs == homelessStateDir() {
+		if err := privdir.Ensure(abs); err != nil {
+			return "", fmt.Errorf("state directory (the fallback without a home directory): %w; set %s or --state-dir to a directory of yours", err, EnvStateDir)
+		}
 	}
 	return abs, nil
 }

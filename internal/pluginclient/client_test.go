@@ -264,6 +264,41 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// pastDeadline is a context whose deadline has passed while its timer has
+// not fired yet (Err is still nil): what a call sees on a loaded machine
+// when the plugin's copy of the deadline ends the stream first.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A call whose context ended returns that context's error, whatever status
+// gRPC gave it, and counts as not answered.
+func TestClassifyEndedContextIsTheCallersError(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	rst := "stream terminated by RST_STREAM with error code: CANCEL"
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want error
+	}{
+		{"deadline passed, timer not yet fired: a RST_STREAM", pastDeadline{context.Background()}, status.Error(codes.Canceled, rst), context.DeadlineExceeded},
+		{"deadline passed: the connection torn down", pastDeadline{context.Background()}, status.Error(codes.Unavailable, "transport is closing"), context.DeadlineExceeded},
+		{"deadline passed: an internal RST_STREAM", pastDeadline{context.Background()}, status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"), context.DeadlineExceeded},
+		{"cancelled: the connection torn down", cancelled, status.Error(codes.Unavailable, "transport is closing"), context.Canceled},
+		{"cancelled: a refusal raced the cancel", cancelled, wire.Refusal(codes.FailedPrecondition, wire.ReasonBusy, "busy"), context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := classify(tc.ctx, tc.err)
+			var e *Error
+			if !errors.Is(got, tc.want) || !errors.As(got, &e) || e.Answered() || got.Error() != tc.err.Error() {
+				t.Errorf("classify = %v (%+v), want it to match %v, unanswered, reading as gRPC's status", got, e, tc.want)
+			}
+		})
+	}
+}
+
 // chunkText is the text of a message chunk update, "" for another kind.
 func chunkText(u *Update) string {
 	if c, ok := u.SessionUpdate().(*journal.Chunk); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -93,8 +94,23 @@ type Error struct {
 	// Message is the status message: for a refusal, the plugin's.
 	Message string
 
-	code codes.Code
-	err  error // the gRPC status error
+	code  codes.Code
+	ended bool  // the caller's context had ended
+	err   error // the gRPC status error
+}
+
+// contextEnded is ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed even if its timer has not fired yet: on a loaded
+// machine the plugin's copy of the deadline (gRPC sends it along) can end
+// the call before this process's timer runs, and ctx.Err() is still nil.
+func contextEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (e *Error) Error() string { return e.err.Error() }
@@ -110,6 +126,9 @@ func (e *Error) Unwrap() []error {
 // Answered reports whether the plugin answered the call, refusing it, as
 // opposed to the transport failing or a deadline or cancellation ending it.
 func (e *Error) Answered() bool {
+	if e.ended {
+		return false
+	}
 	switch e.code {
 	case codes.OK, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return false
@@ -128,15 +147,21 @@ func classify(ctx context.Context, err error) error {
 		return err
 	}
 	e := &Error{Message: st.Message(), code: st.Code(), err: err}
+	if cerr := contextEnded(ctx); cerr != nil {
+		// The caller's context ended: whatever gRPC made of it (its own
+		// DEADLINE_EXCEEDED, a RST_STREAM the plugin sent when its copy of
+		// the deadline fired first, a connection torn down meanwhile), the
+		// caller gets its own context's error, and the call was not
+		// answered.
+		e.Reason, e.ended = cerr, true
+		return e
+	}
 	switch st.Code() {
 	case codes.FailedPrecondition:
 		e.Reason = refusal(wire.ReasonOf(st))
 	case codes.Canceled:
 		// Without a cancelled caller, it is the connection that closed.
 		e.Reason = ErrUnavailable
-		if cerr := ctx.Err(); cerr != nil {
-			e.Reason = cerr
-		}
 	case codes.DeadlineExceeded:
 		e.Reason = context.DeadlineExceeded
 	case codes.Unavailable:
