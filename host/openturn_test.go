@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,5 +164,54 @@ func TestOpenTurnOfAPluginKilledWithItsHostIsClosedAtRestart(t *testing.T) {
 	}
 	if r, err := s2.Prompt(ctx, "count 1"); err != nil || r.StopReason != "end_turn" {
 		t.Fatalf("a prompt after the closed turn: %+v, %v", r, err)
+	}
+}
+
+// A prompt re-sent for a turn the plugin already started is refused as
+// such, running or ended, and never run twice: the turn keeps its one
+// stop. (A restarted host re-sends a journaled prompt it saw no update of;
+// the turn may have ended, silently, just before.)
+func TestPromptResentForAStartedTurnIsNeverRunTwice(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "resent", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := s.Prompt(ctx, "count 1")
+	if err != nil || ended.StopReason != "end_turn" {
+		t.Fatalf("the first turn: %+v, %v", ended, err)
+	}
+	var started *pluginclient.TurnStartedError
+	_, err = s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: ended.TurnID, Prompt: pluginclient.Text("count 1")})
+	if !errors.As(err, &started) || started.Running {
+		t.Fatalf("re-sending the ended turn %s: %v, want it refused as already started and ended", ended.TurnID, err)
+	}
+	running := make(chan TurnResult, 1)
+	go func() {
+		r, _ := s.Prompt(ctx, "sleep 10s")
+		running <- r
+	}()
+	waitFor(t, "the second turn to be dispatched", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.turn != "" && s.dispatching == 0
+	})
+	s.mu.Lock()
+	turn := s.turn
+	s.mu.Unlock()
+	_, err = s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: turn, Prompt: pluginclient.Text("sleep 10s")})
+	if !errors.As(err, &started) || !started.Running || !errors.Is(err, pluginclient.ErrTurnStarted) {
+		t.Fatalf("re-sending the running turn %s: %v, want it refused as already started and running", turn, err)
+	}
+	if err := s.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-running; r.StopReason != "cancelled" {
+		t.Fatalf("the second turn ended %+v, want cancelled", r)
+	}
+	if st := stopsOf(t, h, s.ID(), ended.TurnID); len(st) != 1 {
+		t.Fatalf("stops of the re-sent turn %+v, want its one", st)
 	}
 }
