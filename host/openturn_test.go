@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/journal"
@@ -213,5 +214,99 @@ func TestPromptResentForAStartedTurnIsNeverRunTwice(t *testing.T) {
 	}
 	if st := stopsOf(t, h, s.ID(), ended.TurnID); len(st) != 1 {
 		t.Fatalf("stops of the re-sent turn %+v, want its one", st)
+	}
+}
+
+// gatedStore holds every journal append of the sessions it opens until
+// open is closed: a readopted session's drain of the plugin's outbox then
+// takes as long as the test needs.
+type gatedStore struct {
+	leasestore.Store
+	open chan struct{}
+}
+
+func (g gatedStore) OpenJournal(ctx context.Context, id string, fence uint64) (leasestore.Journal, error) {
+	j, err := g.Store.OpenJournal(ctx, id, fence)
+	return gatedJournal{j, g.open}, err
+}
+
+type gatedJournal struct {
+	leasestore.Journal
+	open chan struct{}
+}
+
+func (g gatedJournal) Append(ctx context.Context, entries ...leasestore.EntryInput) ([]leasestore.Entry, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Journal.Append(ctx, entries...)
+}
+
+// A readopted session whose open turn the host has not yet seen any new
+// update of (its drain of the plugin's outbox is under way) is running
+// that turn already: a prompt meanwhile is refused with ErrTurnRunning
+// and not journaled, and the turn ends once, with the plugin's stop.
+func TestPromptWhileAReadoptedTurnIsSettledIsRefusedUnjournaled(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	s, err := h1.StartSession(ctx, SessionRequest{ID: "readopted-busy", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Prompt(ctx, "count 10 100ms")
+	}()
+	waitFor(t, "the turn to stream", func() bool { return len(pluginSeqs(t, h1, s.ID())) >= 2 })
+	turn := s.turn
+	if err := h1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	// The plugin streams on, unacknowledged, into its outbox.
+	cfg := hostConfig(t, dir)
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	cfg.Store = gatedStore{store, gate}
+	cfg.ReconcileInBackground = true
+	h2, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	var s2 *Session
+	waitFor(t, "the readopted session", func() (ok bool) { s2, ok = h2.Session(s.ID()); return ok })
+	before := len(journalOf(t, h2, s.ID()))
+	refused := make(chan error, 1)
+	go func() {
+		_, err := s2.Prompt(ctx, "echo too soon")
+		refused <- err
+	}()
+	select {
+	case err := <-refused:
+		if !errors.Is(err, ErrTurnRunning) {
+			t.Fatalf("a prompt while the readopted turn runs: %v, want ErrTurnRunning", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(gate)
+		t.Fatalf("a prompt while the readopted turn runs was admitted (it waited to be journaled): %v", <-refused)
+	}
+	close(gate)
+	waitFor(t, "the turn's stop", func() bool { return len(stopsOf(t, h2, s.ID(), turn)) > 0 })
+	if st := stopsOf(t, h2, s.ID(), turn); len(st) != 1 || st[0].StopReason != "end_turn" {
+		t.Fatalf("stops of the readopted turn %+v, want the plugin's end_turn, once", st)
+	}
+	for _, e := range journalOf(t, h2, s.ID())[before:] {
+		if e.Kind == leasestore.KindPrompt {
+			t.Fatalf("the refused prompt was journaled at seq %d", e.Seq)
+		}
 	}
 }

@@ -37,6 +37,10 @@ type Session struct {
 	// lastTurn is the turn whose stop was journaled last: an update of
 	// it arriving late does not make it running again.
 	lastTurn string
+	// reported is the turn the plugin's newest journaled update named: a
+	// readopted session's open turn is the session's from its launch, and
+	// this tells resumeOpenTurn whether the plugin has it.
+	reported string
 
 	// state is the session's settings (see settings.go); settingsMu
 	// serialises their changes, each stored before the next begins.

@@ -184,6 +184,7 @@ func (s *Session) noteTurn(turnID string) {
 		return
 	}
 	s.mu.Lock()
+	s.reported = turnID
 	if s.turn == "" && turnID != s.lastTurn {
 		s.turn = turnID
 	}
@@ -345,7 +346,8 @@ func (h *Host) closeOpenTurn(ctx context.Context, id, why string) {
 }
 
 // resumeOpenTurn settles the open turn p of a session readopted at
-// restart, once the plugin's outbox is drained into the journal up to
+// restart (the session's turn from its launch, so a prompt meanwhile is
+// refused with ErrTurnRunning and never journaled), once the plugin's outbox is drained into the journal up to
 // lastSeq (the newest update it had produced when attached): a turn whose
 // stop or updates arrived is the plugin's and goes on. Otherwise the
 // previous host journaled the prompt and died before or while it
@@ -373,17 +375,20 @@ func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq
 		return
 	}
 	s.mu.Lock()
-	known := s.turn == p.TurnID || s.lastTurn == p.TurnID
-	if !known && s.turn == "" {
-		s.turn = p.TurnID
-	}
-	other := s.turn
+	known := s.reported == p.TurnID || s.lastTurn == p.TurnID
+	other := s.reported
 	s.mu.Unlock()
 	switch {
 	case known:
 		return
-	case other != p.TurnID:
+	case other != "":
 		s.failTurnOf(ctx, p.TurnID, "the host restarted, and the plugin runs turn "+other+" instead")
+		// That turn is the session's now, unless it ended already.
+		s.mu.Lock()
+		if s.turn == "" && s.lastTurn != other {
+			s.turn = other
+		}
+		s.mu.Unlock()
 		return
 	}
 	blocks := make([]pluginclient.ContentBlock, 0, len(p.Prompt))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"slices"
 	"strings"
@@ -241,5 +242,46 @@ func TestPermissionOutlivesClientsLeaving(t *testing.T) {
 				t.Fatalf("after the %s left, the remaining client allowed: the agent reported %q, stop %q; want %q, end_turn", who, chunks, reason, "permission: selected allow")
 			}
 		})
+	}
+}
+
+// While a readopted turn waits on a permission request, a new prompt is
+// refused with CodeTurnRunning and journaled nowhere, as for any running
+// turn; the answer then ends the turn, and the next prompt runs.
+func TestPromptWhileAReadoptedTurnWaitsIsRefusedUnjournaled(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	t.Cleanup(func() { noPluginsLeft(t, dir) })
+	s := startDetaching(t, dir)
+	a := dialAsker(t, s.ready.Socket)
+	id := a.newSession(t)
+	a.promptAsync(t, id, "ask")
+	a.waitAsked(t, "the first client")
+	s.kill()
+
+	s2 := serve(t, dir)
+	b := dialAsker(t, s2.ready.Socket)
+	b.load(t, id)
+	b.waitAsked(t, "the client following the session after the restart")
+	before := parseJournal(t, mustAH(t, "--state-dir", dir, "journal", id, "--json").stdout)
+	err := b.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo too soon")}, nil)
+	var rpcErr *apiclient.Error
+	if !errors.As(err, &rpcErr) || rpcErr.Code != api.CodeTurnRunning {
+		t.Fatalf("a prompt while the readopted turn waits: %v, want code %d", err, api.CodeTurnRunning)
+	}
+	after := parseJournal(t, mustAH(t, "--state-dir", dir, "journal", id, "--json").stdout)
+	if len(after) != len(before) {
+		t.Fatalf("the refused prompt was journaled: %d entries before, %d after:\n%s", len(before), len(after), mustAH(t, "--state-dir", dir, "journal", id).stdout)
+	}
+	b.answer <- "allow"
+	chunks, reason := turnOutcome(t, dir, id)
+	if chunks != "permission: selected allow" || reason != "end_turn" {
+		t.Fatalf("after the answer: the agent reported %q, stop %q; want %q, end_turn", chunks, reason, "permission: selected allow")
+	}
+	var res struct {
+		StopReason string `json:"stopReason"`
+	}
+	if err := b.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo next")}, &res); err != nil || res.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the permission was answered: %v %+v", err, res)
 	}
 }
