@@ -121,29 +121,41 @@ func TestSilentTurnOfAReadoptedPluginEndsOnce(t *testing.T) {
 	}
 }
 
-// Host and plugin killed together mid-turn: the next host finds the
-// plugin gone, evicts it and journals the turn's end, failed with why.
-func TestOpenTurnOfAPluginKilledWithItsHostIsClosedAtRestart(t *testing.T) {
-	t.Parallel()
+// detachMidTurn starts session id in a host on dir, prompts text, and
+// once the turn has streamed two updates closes the host, which detaches:
+// the plugin runs on with the turn, as after the host's SIGKILL.
+func detachMidTurn(t *testing.T, dir, id, text string) (*Session, string) {
+	t.Helper()
 	ctx := testCtx(t)
-	dir := stateDir(t)
-	h1 := mustOpen(t, hostConfig(t, dir))
-	s, err := h1.StartSession(ctx, SessionRequest{ID: "both-killed", Agent: "scripted", Workspace: dir})
+	h := mustOpen(t, hostConfig(t, dir))
+	s, err := h.StartSession(ctx, SessionRequest{ID: id, Agent: "scripted", Workspace: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = s.Prompt(ctx, "count 100000 10ms")
+		_, _ = s.Prompt(ctx, text)
 	}()
-	waitFor(t, "the turn to stream", func() bool { return len(pluginSeqs(t, h1, s.ID())) >= 2 })
+	waitFor(t, "the turn to stream", func() bool { return len(pluginSeqs(t, h, s.ID())) >= 2 })
+	s.mu.Lock()
 	turn := s.turn
-	pid := s.PID()
-	if err := h1.Close(ctx); err != nil {
+	s.mu.Unlock()
+	if err := h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	<-done
+	return s, turn
+}
+
+// Host and plugin killed together mid-turn: the next host finds the
+// plugin gone, evicts it and journals the turn's end, failed with why.
+func TestOpenTurnOfAPluginKilledWithItsHostIsClosedAtRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	s, turn := detachMidTurn(t, dir, "both-killed", "count 100000 10ms")
+	pid := s.PID()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -252,22 +264,7 @@ func TestPromptWhileAReadoptedTurnIsSettledIsRefusedUnjournaled(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	dir := stateDir(t)
-	h1 := mustOpen(t, hostConfig(t, dir))
-	s, err := h1.StartSession(ctx, SessionRequest{ID: "readopted-busy", Agent: "scripted", Workspace: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = s.Prompt(ctx, "count 10 100ms")
-	}()
-	waitFor(t, "the turn to stream", func() bool { return len(pluginSeqs(t, h1, s.ID())) >= 2 })
-	turn := s.turn
-	if err := h1.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-done
+	s, turn := detachMidTurn(t, dir, "readopted-busy", "count 10 100ms")
 	// The plugin streams on, unacknowledged, into its outbox.
 	cfg := hostConfig(t, dir)
 	store, err := openStore(ctx, cfg)

@@ -95,6 +95,24 @@ func (a *asker) waitAsked(t *testing.T, who string) {
 	}
 }
 
+// allowThenPrompt answers the pending request "allow", checks that the
+// agent got it and its turn ended, and that the session then takes a
+// prompt.
+func (a *asker) allowThenPrompt(t *testing.T, dir, id string) {
+	t.Helper()
+	a.answer <- "allow"
+	chunks, reason := turnOutcome(t, dir, id)
+	if chunks != "permission: selected allow" || reason != "end_turn" {
+		t.Fatalf("after the client allowed: the agent reported %q, stop %q; want %q, end_turn", chunks, reason, "permission: selected allow")
+	}
+	var res struct {
+		StopReason string `json:"stopReason"`
+	}
+	if err := a.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo next")}, &res); err != nil || res.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the permission was answered: %v %+v", err, res)
+	}
+}
+
 // turnOutcome waits for the session's first stop and returns the
 // agent's message chunks up to it and the stop reason.
 func turnOutcome(t *testing.T, dir, id string) (chunks, reason string) {
@@ -174,17 +192,7 @@ func TestPendingPermissionSurvivesTheHost(t *testing.T) {
 			if chunks := journalChunks(t, dir, id); chunks != "" {
 				t.Fatalf("before anyone answered, the agent reported %q: the request was answered on the user's behalf", chunks)
 			}
-			b.answer <- "allow"
-			chunks, reason := turnOutcome(t, dir, id)
-			if chunks != "permission: selected allow" || reason != "end_turn" {
-				t.Fatalf("after the new host's client allowed: the agent reported %q, stop %q; want %q, end_turn", chunks, reason, "permission: selected allow")
-			}
-			var res struct {
-				StopReason string `json:"stopReason"`
-			}
-			if err := b.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo next")}, &res); err != nil || res.StopReason != "end_turn" {
-				t.Fatalf("a prompt after the permission was answered: %v %+v", err, res)
-			}
+			b.allowThenPrompt(t, dir, id)
 		})
 	}
 }
@@ -273,15 +281,5 @@ func TestPromptWhileAReadoptedTurnWaitsIsRefusedUnjournaled(t *testing.T) {
 	if len(after) != len(before) {
 		t.Fatalf("the refused prompt was journaled: %d entries before, %d after:\n%s", len(before), len(after), mustAH(t, "--state-dir", dir, "journal", id).stdout)
 	}
-	b.answer <- "allow"
-	chunks, reason := turnOutcome(t, dir, id)
-	if chunks != "permission: selected allow" || reason != "end_turn" {
-		t.Fatalf("after the answer: the agent reported %q, stop %q; want %q, end_turn", chunks, reason, "permission: selected allow")
-	}
-	var res struct {
-		StopReason string `json:"stopReason"`
-	}
-	if err := b.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo next")}, &res); err != nil || res.StopReason != "end_turn" {
-		t.Fatalf("a prompt after the permission was answered: %v %+v", err, res)
-	}
+	b.allowThenPrompt(t, dir, id)
 }
