@@ -113,6 +113,26 @@ func (a *asker) allowThenPrompt(t *testing.T, dir, id string) {
 	}
 }
 
+// waitFollowers waits until _agenthost/session counts n clients following
+// session id.
+func (a *asker) waitFollowers(t *testing.T, id string, n int) {
+	t.Helper()
+	var r api.SessionResult
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := a.c.Call(ctxFor(t), api.MethodSession, api.Params{SessionID: id}, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Followers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s has %d followers, want %d", id, r.Followers, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // turnOutcome waits for the session's first stop and returns the
 // agent's message chunks up to it and the stop reason.
 func turnOutcome(t *testing.T, dir, id string) (chunks, reason string) {
@@ -232,18 +252,26 @@ func TestPermissionOutlivesClientsLeaving(t *testing.T) {
 			if who == "asker" {
 				stay, leave = b, a
 			}
+			stay.waitFollowers(t, id, 2)
 			leave.c.Close()
 			<-leave.c.Done()
+			// The host has finished with a client that left once the
+			// session no longer counts it: a host that answers for a
+			// client leaving has answered by then.
+			stay.waitFollowers(t, id, 1)
+			if chunks := journalChunks(t, dir, id); chunks != "" {
+				t.Fatalf("once the %s left, the agent reported %q: the request was answered for it", who, chunks)
+			}
 			// Another client comes and goes too, without answering.
 			c := dialAsker(t, s.ready.Socket)
 			c.load(t, id)
 			c.waitAsked(t, "a third client")
 			c.c.Close()
 			<-c.c.Done()
-			// The third client's whole visit (dial, load, question) and a
-			// CLI round trip separate the closes from the answer, so a
-			// host that answers for a client leaving has answered by now.
-			mustAH(t, "--state-dir", dir, "status")
+			stay.waitFollowers(t, id, 1)
+			if chunks := journalChunks(t, dir, id); chunks != "" {
+				t.Fatalf("before the remaining client answered, the agent reported %q: the request was answered for a client that left", chunks)
+			}
 			stay.answer <- "allow"
 			chunks, reason := turnOutcome(t, dir, id)
 			if chunks != "permission: selected allow" || reason != "end_turn" {
