@@ -44,8 +44,13 @@ type SessionResult struct {
 	// LastSeq is the session's newest journal entry.
 	LastSeq uint64 `json:"lastSeq"`
 	// Running is whether the session runs in this host.
-	Running bool    `json:"running"`
-	Session Session `json:"session"`
+	Running bool `json:"running"`
+	// Followers is how many API connections follow the running session
+	// (session/new, load or resume on them): each is asked its permission
+	// requests. A connection that closed is counted until the host has
+	// finished with it, its questions withdrawn. 0 when not running.
+	Followers int     `json:"followers"`
+	Session   Session `json:"session"`
 }
 
 // JournalEntry is the params of a MethodJournal notification: one journal

@@ -77,6 +77,7 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 	if err != nil {
 		return nil, err
 	}
+	dial, connected := dialWhile(ctx, spec.Reattach.Network, spec.Reattach.Address)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
 		Plugins:          pset, // the reattach path does not negotiate: give the recorded version's set
@@ -84,9 +85,11 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		// go-plugin connects without the caller's context, and gRPC
 		// waits 20 s for a connection a stopped (SIGSTOP) or hung plugin
 		// accepts but never answers: bound it by the reattach budget, so a
-		// plugin that does not answer is latched within ReattachTimeout.
+		// plugin that does not answer is latched within ReattachTimeout,
+		// and dial through dialWhile, so a caller giving up (a host
+		// closing) cuts the wait short.
 		GRPCDialOptions: append(wire.HostDialOptions(), grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.DefaultConfig, MinConnectTimeout: spec.Timeout})),
+			Backoff: backoff.DefaultConfig, MinConnectTimeout: spec.Timeout}), grpc.WithContextDialer(dial)),
 		Logger: spec.Logger.Named("go-plugin"),
 		Reattach: &plugin.ReattachConfig{
 			Protocol: plugin.ProtocolGRPC, ProtocolVersion: version, Pid: pid,
@@ -107,7 +110,11 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		return nil, err
 	}
 	rpcClient, err := client.Client()
+	connected()
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return fail(fmt.Errorf("%w: reconnect: %w: %v", ErrNotAnswering, cerr, err))
+		}
 		return fail(fmt.Errorf("%w: reconnect: %v", ErrNotAnswering, err))
 	}
 	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
@@ -128,4 +135,45 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 	p.instance, p.handle, p.caps, p.waiting = id.InstanceID, id.Handle, id.Capabilities, id.PendingPermissions
 	go p.watchExit()
 	return p, nil
+}
+
+// dialWhile is the dialer of a reattach's gRPC connection to the plugin's
+// socket: until connected is called, ctx ending closes the connections it
+// made (a handshake a stopped plugin never answers fails at once, not at
+// gRPC's connect timeout) and fails its later dials with a permanent
+// error. Once connected, ctx no longer matters: the connection is the
+// session's.
+func dialWhile(ctx context.Context, network, addr string) (dial func(context.Context, string) (net.Conn, error), connected func()) {
+	connecting, giveUp := context.WithCancel(context.Background())
+	unlink := context.AfterFunc(ctx, giveUp)
+	dial = func(dctx context.Context, _ string) (net.Conn, error) {
+		if err := connecting.Err(); err != nil {
+			return nil, permanentDialError{fmt.Errorf("reattach given up: %w", ctx.Err())}
+		}
+		c, err := (&net.Dialer{}).DialContext(dctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &watchedConn{Conn: c, unwatch: context.AfterFunc(connecting, func() { _ = c.Close() })}, nil
+	}
+	return dial, func() { unlink() }
+}
+
+// permanentDialError tells gRPC not to retry the dial.
+type permanentDialError struct{ error }
+
+func (permanentDialError) Temporary() bool { return false }
+
+func (e permanentDialError) Unwrap() error { return e.error }
+
+// watchedConn is a connection dialWhile closes if its reattach is given
+// up before it connected.
+type watchedConn struct {
+	net.Conn
+	unwatch func() bool
+}
+
+func (c *watchedConn) Close() error {
+	c.unwatch()
+	return c.Conn.Close()
 }

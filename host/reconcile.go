@@ -293,6 +293,9 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 		}
 		a.pending = append(a.pending, q)
 	}
+	if open != nil {
+		a.openTurn = open.TurnID
+	}
 	sess, ok := a.launch(ctx, handle, journal, last+1, last == 0, st)
 	if !ok {
 		return a.fence, errors.New("the host is closing")

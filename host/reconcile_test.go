@@ -417,3 +417,69 @@ func TestFailedTeardownIsRetriedByTheNextStop(t *testing.T) {
 		t.Fatalf("pending after the retry: %q", got)
 	}
 }
+
+// Closing a host while a background decision waits on a SIGSTOPped
+// plugin's reattach returns at once: the decision's context ends with
+// the host, the reattach gives up, and the session is left as it was
+// (its lease the stopped plugin's, undecided), never evicted: the plugin
+// may be alive, and the next host decides it.
+func TestCloseCutsShortAReattachToAStoppedPlugin(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	hung, err := h1.StartSession(ctx, SessionRequest{ID: "hung", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := h1.StartSession(ctx, SessionRequest{ID: "other", Agent: "scripted", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, otherPID := hung.PID(), other.PID()
+	t.Cleanup(func() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		_ = syscall.Kill(otherPID, syscall.SIGKILL)
+	})
+	if err := h1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cfg := hostConfig(t, dir)
+	cfg.ReconcileInBackground = true
+	cfg.ReattachTimeout = 30 * time.Second
+	h2 := mustOpen(t, cfg)
+	// Both were probed at once; the other one decided means the stopped
+	// one's decision is past its probe, in the reattach.
+	waitFor(t, "the other session's decision", func() bool { _, ok := h2.Decisions()["other"]; return ok })
+	if !h2.Undecided("hung") {
+		t.Fatalf("the stopped plugin's session was decided %+v while it is stopped", h2.Decisions()["hung"])
+	}
+	start := time.Now()
+	if err := h2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > cfg.ReattachTimeout/3 {
+		t.Errorf("Close took %v, waiting on the stopped plugin's reattach (ReattachTimeout %v)", took, cfg.ReattachTimeout)
+	}
+	if d, ok := h2.Decisions()["hung"]; ok && d.Action != ActionLatched {
+		t.Errorf("the stopped plugin's session was decided %+v at Close, want it undecided or latched", d)
+	}
+	store, err := openStore(ctx, hostConfig(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(ctx)
+	rec, err := store.Get(ctx, "hung")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := rec.Lease; l.Claim == leasestore.ClaimReleased || l.Owner == nil || l.Owner.PID != pid {
+		t.Errorf("the stopped plugin's lease after Close: %+v, want it still the plugin's", l)
+	}
+	if !alive(t, pid) {
+		t.Error("the host killed the stopped plugin")
+	}
+}

@@ -92,3 +92,38 @@ func TestUpdatePumpReadsEachRefusalForWhatItSays(t *testing.T) {
 		}
 	})
 }
+
+// A plugin the host stops for breaking the update protocol during a turn
+// (a sequence gap; an update over the transport's limit) ends that turn:
+// the prompt is answered with an error, and the turn's stop is journaled,
+// failed, naming the protocol violation.
+func TestProtocolViolationMidTurnEndsTheTurnFailed(t *testing.T) {
+	t.Parallel()
+	cfg := hostConfig(t, stateDir(t))
+	cfg.Agents["fixture"] = AgentPlugin{Path: bins.fixture}
+	h := mustOpen(t, cfg)
+	t.Cleanup(func() { _ = h.Shutdown(testCtx(t)) })
+	for _, mode := range []string{"turn-gap", "turn-oversized"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := testCtx(t)
+			s, err := h.StartSession(ctx, SessionRequest{ID: mode, Agent: "fixture", Workspace: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := s.PID()
+			t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+			r, err := s.Prompt(ctx, "break the protocol")
+			if err != nil || r.StopReason != "failed" || !strings.Contains(r.Error, ErrProtocol.Error()) {
+				t.Fatalf("the prompt was answered %+v, %v; want its turn failed, naming %q", r, err, ErrProtocol)
+			}
+			<-s.Done()
+			if !errors.Is(s.Err(), ErrProtocol) {
+				t.Errorf("session error %v, want ErrProtocol", s.Err())
+			}
+			st := stopsOf(t, h, s.ID(), r.TurnID)
+			if len(st) != 1 || st[0].StopReason != "failed" || !strings.Contains(st[0].Error, ErrProtocol.Error()) {
+				t.Fatalf("stops of the turn %s: %+v, want one, failed, naming %q", r.TurnID, st, ErrProtocol)
+			}
+		})
+	}
+}

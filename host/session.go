@@ -37,6 +37,13 @@ type Session struct {
 	// lastTurn is the turn whose stop was journaled last: an update of
 	// it arriving late does not make it running again.
 	lastTurn string
+	// followers counts the API connections following the session (see
+	// Followed).
+	followers int
+	// reported is the turn the plugin's newest journaled update named: a
+	// readopted session's open turn is the session's from its launch, and
+	// this tells resumeOpenTurn whether the plugin has it.
+	reported string
 
 	// state is the session's settings (see settings.go); settingsMu
 	// serialises their changes, each stored before the next begins.
@@ -198,6 +205,32 @@ func (s *Session) journalFailed(ctx context.Context, turn, why string) {
 		s.h.report(JournalScope, fmt.Errorf("session %q: journal the end of turn %s (%s); the journal shows it running until the session is resumed: %w", s.id, turn, why, err))
 	}
 	s.finishTurn(TurnResult{TurnID: turn, StopReason: stop.StopReason, Error: stop.Error})
+}
+
+// Followed counts one more client following the session, until the
+// returned release is called (once): a client's API connection calls it
+// when it starts following and releases once it has stopped, its
+// permission questions withdrawn, so Followers dropping shows that the
+// host has finished with a client that left.
+func (s *Session) Followed() (release func()) {
+	s.mu.Lock()
+	s.followers++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.followers--
+			s.mu.Unlock()
+		})
+	}
+}
+
+// Followers is how many clients follow the session (see Followed).
+func (s *Session) Followers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.followers
 }
 
 // detach lets the plugin live on with its lease and waits until this

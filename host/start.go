@@ -270,6 +270,9 @@ type startAttempt struct {
 	// only detaches, and the caller latches the lease at the attempt's
 	// fence. A plugin this host spawned is stopped and its lease released.
 	adopted bool
+	// openTurn is the turn a readopted session's journal shows open (see
+	// resumeOpenTurn); "" when none, or for a spawned plugin.
+	openTurn string
 	// pending are the permission requests a readopted plugin asked
 	// before this host (see unansweredPermissions): registered before the
 	// session's pump starts, so a permission_resolved the pump journals
@@ -460,6 +463,9 @@ func (a *startAttempt) launch(ctx context.Context, handle string, journal leases
 	s := newSession(a.h, a.id, a.agent, a.fence, handle, a.proc, journal, fromSeq)
 	s.state = st
 	s.baseUnknown = baseUnknown
+	// A readopted session runs its open turn from the moment it is
+	// registered: a prompt before resumeOpenTurn settled it is refused.
+	s.turn = a.openTurn
 	for _, q := range a.pending {
 		s.addPermission(q, true)
 	}

@@ -184,6 +184,7 @@ func (s *Session) noteTurn(turnID string) {
 		return
 	}
 	s.mu.Lock()
+	s.reported = turnID
 	if s.turn == "" && turnID != s.lastTurn {
 		s.turn = turnID
 	}
@@ -345,7 +346,8 @@ func (h *Host) closeOpenTurn(ctx context.Context, id, why string) {
 }
 
 // resumeOpenTurn settles the open turn p of a session readopted at
-// restart, once the plugin's outbox is drained into the journal up to
+// restart (the session's turn from its launch, so a prompt meanwhile is
+// refused with ErrTurnRunning and never journaled), once the plugin's outbox is drained into the journal up to
 // lastSeq (the newest update it had produced when attached): a turn whose
 // stop or updates arrived is the plugin's and goes on. Otherwise the
 // previous host journaled the prompt and died before or while it
@@ -355,34 +357,38 @@ func (h *Host) closeOpenTurn(ctx context.Context, id, why string) {
 // drain does not complete within ReattachTimeout, the plugin refuses or
 // runs another turn) ends the turn as failed, so it never stays open.
 //
-// One race remains: a turn that ran silently and ended between the drain
-// and the dispatch runs twice. It needs a turn that produced no update at
-// all, ending within that window of milliseconds.
+// A turn that ran silently and ended between the drain and the dispatch
+// is not run twice: the SDK refuses a prompt for a turn id it already
+// started (pluginclient.ErrTurnStarted, running or ended), and the host
+// then takes the turn's stop from the outbox, writing none of its own. A
+// plugin built on an older SDK refuses only its running turn (as busy
+// with it); with one of those, such a turn (no update at all, ending
+// within that window of milliseconds) still runs twice.
 func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq uint64) {
 	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.ReattachTimeout)
 	defer cancel()
-	for s.journaled() < lastSeq {
-		select {
-		case <-ctx.Done():
-			s.failTurnOf(ctx, p.TurnID, "the host restarted and could not read the plugin's updates to tell whether it ran this turn")
-			return
-		case <-s.done:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
+	switch s.await(ctx, func() bool { return s.journaled() >= lastSeq }) {
+	case errAwaitTimeout:
+		s.failTurnOf(ctx, p.TurnID, "the host restarted and could not read the plugin's updates to tell whether it ran this turn")
+		return
+	case errAwaitGone:
+		return
 	}
 	s.mu.Lock()
-	known := s.turn == p.TurnID || s.lastTurn == p.TurnID
-	if !known && s.turn == "" {
-		s.turn = p.TurnID
-	}
-	other := s.turn
+	known := s.reported == p.TurnID || s.lastTurn == p.TurnID
+	other := s.reported
 	s.mu.Unlock()
 	switch {
 	case known:
 		return
-	case other != p.TurnID:
+	case other != "":
 		s.failTurnOf(ctx, p.TurnID, "the host restarted, and the plugin runs turn "+other+" instead")
+		// That turn is the session's now, unless it ended already.
+		s.mu.Lock()
+		if s.turn == "" && s.lastTurn != other {
+			s.turn = other
+		}
+		s.mu.Unlock()
 		return
 	}
 	blocks := make([]pluginclient.ContentBlock, 0, len(p.Prompt))
@@ -390,14 +396,53 @@ func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq
 		blocks = append(blocks, promptBlock(c))
 	}
 	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: p.TurnID, Prompt: blocks})
+	var started *pluginclient.TurnStartedError
 	switch {
 	case err == nil:
 		s.h.log.Info("dispatched a prompt the previous host journaled but never dispatched", "session", s.id, "turn", p.TurnID)
+	case errors.As(err, &started) && started.Running:
+		// The plugin runs the turn: its stop comes through the pump.
+	case errors.As(err, &started):
+		// The turn ended after the drain: its stop is in the outbox, past
+		// lastSeq, and the pump journals it. Only if it never arrives is the
+		// turn ended here.
+		if s.await(ctx, func() bool { return s.ended(p.TurnID) }) == errAwaitTimeout {
+			s.failTurnOf(ctx, p.TurnID, "the host restarted; the plugin says it ran this turn, but its end never arrived")
+		}
 	case errors.Is(err, pluginclient.ErrBusy) && strings.Contains(err.Error(), "turn "+p.TurnID+" "):
-		// The protocol names the running turn only in its message.
+		// A plugin on an older SDK names its running turn only in the
+		// message.
 	default:
 		s.failTurn(ctx, "the host restarted before the plugin took this prompt, and dispatching it again failed: "+err.Error())
 	}
+}
+
+// Outcomes of Session.await other than the condition holding.
+var (
+	errAwaitTimeout = errors.New("the wait timed out")
+	errAwaitGone    = errors.New("the session ended")
+)
+
+// await polls cond until it holds (nil), ctx ends (errAwaitTimeout) or
+// the session does (errAwaitGone).
+func (s *Session) await(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return errAwaitTimeout
+		case <-s.done:
+			return errAwaitGone
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// ended reports whether turn's stop has been journaled and handed on.
+func (s *Session) ended(turn string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastTurn == turn && s.turn != turn
 }
 
 // failTurnOf ends turn, whose prompt the journal holds, as failed: as

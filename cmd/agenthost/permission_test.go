@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"slices"
 	"strings"
@@ -94,6 +95,44 @@ func (a *asker) waitAsked(t *testing.T, who string) {
 	}
 }
 
+// allowThenPrompt answers the pending request "allow", checks that the
+// agent got it and its turn ended, and that the session then takes a
+// prompt.
+func (a *asker) allowThenPrompt(t *testing.T, dir, id string) {
+	t.Helper()
+	a.answer <- "allow"
+	chunks, reason := turnOutcome(t, dir, id)
+	if chunks != "permission: selected allow" || reason != "end_turn" {
+		t.Fatalf("after the client allowed: the agent reported %q, stop %q; want %q, end_turn", chunks, reason, "permission: selected allow")
+	}
+	var res struct {
+		StopReason string `json:"stopReason"`
+	}
+	if err := a.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo next")}, &res); err != nil || res.StopReason != "end_turn" {
+		t.Fatalf("a prompt after the permission was answered: %v %+v", err, res)
+	}
+}
+
+// waitFollowers waits until _agenthost/session counts n clients following
+// session id.
+func (a *asker) waitFollowers(t *testing.T, id string, n int) {
+	t.Helper()
+	var r api.SessionResult
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := a.c.Call(ctxFor(t), api.MethodSession, api.Params{SessionID: id}, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Followers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s has %d followers, want %d", id, r.Followers, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // turnOutcome waits for the session's first stop and returns the
 // agent's message chunks up to it and the stop reason.
 func turnOutcome(t *testing.T, dir, id string) (chunks, reason string) {
@@ -173,17 +212,7 @@ func TestPendingPermissionSurvivesTheHost(t *testing.T) {
 			if chunks := journalChunks(t, dir, id); chunks != "" {
 				t.Fatalf("before anyone answered, the agent reported %q: the request was answered on the user's behalf", chunks)
 			}
-			b.answer <- "allow"
-			chunks, reason := turnOutcome(t, dir, id)
-			if chunks != "permission: selected allow" || reason != "end_turn" {
-				t.Fatalf("after the new host's client allowed: the agent reported %q, stop %q; want %q, end_turn", chunks, reason, "permission: selected allow")
-			}
-			var res struct {
-				StopReason string `json:"stopReason"`
-			}
-			if err := b.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo next")}, &res); err != nil || res.StopReason != "end_turn" {
-				t.Fatalf("a prompt after the permission was answered: %v %+v", err, res)
-			}
+			b.allowThenPrompt(t, dir, id)
 		})
 	}
 }
@@ -223,18 +252,26 @@ func TestPermissionOutlivesClientsLeaving(t *testing.T) {
 			if who == "asker" {
 				stay, leave = b, a
 			}
+			stay.waitFollowers(t, id, 2)
 			leave.c.Close()
 			<-leave.c.Done()
+			// The host has finished with a client that left once the
+			// session no longer counts it: a host that answers for a
+			// client leaving has answered by then.
+			stay.waitFollowers(t, id, 1)
+			if chunks := journalChunks(t, dir, id); chunks != "" {
+				t.Fatalf("once the %s left, the agent reported %q: the request was answered for it", who, chunks)
+			}
 			// Another client comes and goes too, without answering.
 			c := dialAsker(t, s.ready.Socket)
 			c.load(t, id)
 			c.waitAsked(t, "a third client")
 			c.c.Close()
 			<-c.c.Done()
-			// The third client's whole visit (dial, load, question) and a
-			// CLI round trip separate the closes from the answer, so a
-			// host that answers for a client leaving has answered by now.
-			mustAH(t, "--state-dir", dir, "status")
+			stay.waitFollowers(t, id, 1)
+			if chunks := journalChunks(t, dir, id); chunks != "" {
+				t.Fatalf("before the remaining client answered, the agent reported %q: the request was answered for a client that left", chunks)
+			}
 			stay.answer <- "allow"
 			chunks, reason := turnOutcome(t, dir, id)
 			if chunks != "permission: selected allow" || reason != "end_turn" {
@@ -242,4 +279,35 @@ func TestPermissionOutlivesClientsLeaving(t *testing.T) {
 			}
 		})
 	}
+}
+
+// While a readopted turn waits on a permission request, a new prompt is
+// refused with CodeTurnRunning and journaled nowhere, as for any running
+// turn; the answer then ends the turn, and the next prompt runs.
+func TestPromptWhileAReadoptedTurnWaitsIsRefusedUnjournaled(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	t.Cleanup(func() { noPluginsLeft(t, dir) })
+	s := startDetaching(t, dir)
+	a := dialAsker(t, s.ready.Socket)
+	id := a.newSession(t)
+	a.promptAsync(t, id, "ask")
+	a.waitAsked(t, "the first client")
+	s.kill()
+
+	s2 := serve(t, dir)
+	b := dialAsker(t, s2.ready.Socket)
+	b.load(t, id)
+	b.waitAsked(t, "the client following the session after the restart")
+	before := parseJournal(t, mustAH(t, "--state-dir", dir, "journal", id, "--json").stdout)
+	err := b.c.Call(ctxFor(t), "session/prompt", map[string]any{"sessionId": id, "prompt": prompt("echo too soon")}, nil)
+	var rpcErr *apiclient.Error
+	if !errors.As(err, &rpcErr) || rpcErr.Code != api.CodeTurnRunning {
+		t.Fatalf("a prompt while the readopted turn waits: %v, want code %d", err, api.CodeTurnRunning)
+	}
+	after := parseJournal(t, mustAH(t, "--state-dir", dir, "journal", id, "--json").stdout)
+	if len(after) != len(before) {
+		t.Fatalf("the refused prompt was journaled: %d entries before, %d after:\n%s", len(before), len(after), mustAH(t, "--state-dir", dir, "journal", id).stdout)
+	}
+	b.allowThenPrompt(t, dir, id)
 }

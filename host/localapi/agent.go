@@ -378,8 +378,11 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 			return nil, apiError(err)
 		}
 		last, _ := h.Store().LastSeq(ctx, p.SessionID)
-		_, running := h.Session(p.SessionID)
-		return api.SessionResult{LastSeq: last, Running: running, Session: apiSession(rec)}, nil
+		r := api.SessionResult{LastSeq: last, Session: apiSession(rec)}
+		if s, ok := h.Session(p.SessionID); ok {
+			r.Running, r.Followers = true, s.Followers()
+		}
+		return r, nil
 	case api.MethodStop:
 		s, ok := h.Session(p.SessionID)
 		if !ok {

@@ -50,7 +50,7 @@ func goldenResults() map[string]any {
 	}
 	bare := host.Status{PID: 1, StateDir: "/s", Decided: map[host.Action]int{}}
 	return map[string]any{
-		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Session: apiSession(full)},
+		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Followers: 2, Session: apiSession(full)},
 		"session-minimal": api.SessionResult{Session: apiSession(minimal)},
 		"status-full":     api.StatusResult{Host: apiStatus(status), Version: "1.2.3"},
 		"status-bare":     api.StatusResult{Host: apiStatus(bare)},

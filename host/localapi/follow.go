@@ -66,10 +66,15 @@ func (f *follower) stop() {
 
 func (f *follower) run(ctx context.Context, from uint64) {
 	defer close(f.done)
+	// The session counts this follower until its questions are over
+	// (_agenthost/session's followers).
+	release := func() {}
+	defer func() { release() }()
 	defer f.wg.Wait()
 	// The requests the plugin waits on that arrived before this client
 	// followed (none followed, or another did): asked now.
 	if s, ok := f.a.srv.Host.Session(f.id); ok {
+		release = s.Followed()
 		wake := s.PermissionsAdded()
 		for _, q := range s.PendingPermissions() {
 			f.ask(ctx, q)

@@ -1591,7 +1591,15 @@ type PromptRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Fence  uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
 	Prompt []*ContentBlock        `protobuf:"bytes,2,rep,name=prompt,proto3" json:"prompt,omitempty"`
-	// Optional caller-chosen id; the plugin assigns one when empty.
+	// Optional caller-chosen id; the plugin assigns one when empty. A plugin
+	// runs a turn id at most once in its process's life: a prompt naming a
+	// turn id it has already started is refused with FAILED_PRECONDITION,
+	// reason TURN_ALREADY_STARTED, and ErrorInfo metadata turn_state
+	// "running" or "ended", and is not run. A host re-sending a journaled
+	// prompt after a restart relies on it: the refusal means the turn's
+	// updates and stop are, or will be, in the outbox. Plugins built on an
+	// SDK older than this rule refuse a prompt for their running turn as
+	// TURN_RUNNING and run one for a turn that ended again.
 	TurnId        string `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -254,6 +254,14 @@ func TestClassify(t *testing.T) {
 	if errors.As(classify(ctx, status.Error(codes.InvalidArgument, "malformed")), &invalid) {
 		t.Error("an INVALID_ARGUMENT without the reason became an invalid setting")
 	}
+	var started *TurnStartedError
+	for state, running := range map[string]bool{wire.TurnStateRunning: true, wire.TurnStateEnded: false} {
+		got := classify(ctx, wire.RefusalWith(codes.FailedPrecondition, wire.ReasonTurnStarted, "turn t1 was already started",
+			map[string]string{wire.MetaTurnState: state}))
+		if !errors.As(got, &started) || started.Running != running || !errors.Is(got, ErrTurnStarted) || errors.Is(got, ErrBusy) {
+			t.Errorf("a turn already started (%s): %v (%+v)", state, got, started)
+		}
+	}
 	var e *Error
 	if got := classify(ctx, status.Error(codes.Unknown, "?")); !errors.As(got, &e) || e.Reason != nil || !e.Answered() {
 		t.Errorf("an UNKNOWN status: %v (%+v)", got, e)

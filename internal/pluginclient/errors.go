@@ -33,6 +33,10 @@ var (
 	ErrNoSession = errors.New("no session is open in the plugin")
 	// ErrBusy: a turn is still running.
 	ErrBusy = errors.New("the plugin is running a turn")
+	// ErrTurnStarted: the prompt names a turn the plugin already started
+	// in this process (running or ended); it did not run it again. Matched
+	// by a *TurnStartedError, which says which.
+	ErrTurnStarted = errors.New("the plugin already started this turn")
 	// ErrAgent: the agent itself refused or failed; the message is its own.
 	ErrAgent = errors.New("the agent failed")
 	// ErrRefused: the plugin refused the call (FAILED_PRECONDITION) without
@@ -82,6 +86,25 @@ func refusal(r wire.Reason) error {
 	}
 	return ErrRefused
 }
+
+// TurnStartedError is a plugin refusing a prompt for a turn it already
+// started (wire.ReasonTurnStarted): Running says the turn still runs, else
+// it ended. Either way the turn's updates and turn_stopped are, or will be,
+// on the update stream; the caller writes no stop of its own. It is the
+// Reason of an *Error and matches ErrTurnStarted.
+type TurnStartedError struct {
+	Running bool
+}
+
+func (e *TurnStartedError) Error() string {
+	if e.Running {
+		return ErrTurnStarted.Error() + ", and it is running"
+	}
+	return ErrTurnStarted.Error() + ", and it has ended"
+}
+
+// Is makes errors.Is(err, ErrTurnStarted) true.
+func (e *TurnStartedError) Is(target error) bool { return target == ErrTurnStarted }
 
 // Error is a failed call. It prints as the gRPC status it came from, so
 // messages stay the plugin's own words, and unwraps to its Reason and to
@@ -158,7 +181,11 @@ func classify(ctx context.Context, err error) error {
 	}
 	switch st.Code() {
 	case codes.FailedPrecondition:
-		e.Reason = refusal(wire.ReasonOf(st))
+		r, meta := wire.InfoOf(st)
+		e.Reason = refusal(r)
+		if r == wire.ReasonTurnStarted {
+			e.Reason = &TurnStartedError{Running: meta[wire.MetaTurnState] == wire.TurnStateRunning}
+		}
 	case codes.Canceled:
 		// Without a cancelled caller, it is the connection that closed.
 		e.Reason = ErrUnavailable

@@ -122,8 +122,18 @@ const (
 	ReasonAlreadyOpen Reason = "SESSION_ALREADY_OPEN"
 	// ReasonNoSession: no session is open yet.
 	ReasonNoSession Reason = "NO_SESSION_OPEN"
-	// ReasonBusy: a turn is still running.
+	// ReasonBusy: a turn is still running; the prompt names another turn
+	// (or none).
 	ReasonBusy Reason = "TURN_RUNNING"
+	// ReasonTurnStarted: the prompt names a turn id the plugin has already
+	// started in this process, so it is not run again. The ErrorInfo
+	// metadata says under MetaTurnState whether that turn is still running
+	// (TurnStateRunning) or has ended (TurnStateEnded); either way its
+	// updates and its turn_stopped are, or will be, in the outbox. A host
+	// that re-sends a journaled prompt after a restart reads this as "the
+	// plugin has or had the turn" and takes the turn's stop from the
+	// outbox rather than writing one.
+	ReasonTurnStarted Reason = "TURN_ALREADY_STARTED"
 	// ReasonAgent: the agent itself refused or failed (its factory, or
 	// opening the session); the message is the agent's.
 	ReasonAgent Reason = "AGENT_ERROR"
@@ -138,10 +148,18 @@ const (
 	ReasonInvalidSetting Reason = "INVALID_SETTING"
 )
 
-// ErrorInfo metadata keys of a ReasonInvalidSetting refusal.
+// ErrorInfo metadata keys of a ReasonInvalidSetting refusal, and of a
+// ReasonTurnStarted one (MetaTurnState).
 const (
-	MetaOption = "option"
-	MetaReason = "reason"
+	MetaOption    = "option"
+	MetaReason    = "reason"
+	MetaTurnState = "turn_state"
+)
+
+// Values of MetaTurnState.
+const (
+	TurnStateRunning = "running"
+	TurnStateEnded   = "ended"
 )
 
 // Refusal returns the status error of a refused call: code and message as

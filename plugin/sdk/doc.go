@@ -57,6 +57,14 @@
 // nothing is written twice. The outbox keeps a bounded amount in memory and
 // spills the oldest updates to a file in the session's directory.
 //
+// A turn runs at most once. The SDK remembers the turn ids it started
+// (the newest 1024, for the life of the process) and refuses a prompt
+// naming one of them, running or ended, with reason TURN_ALREADY_STARTED
+// instead of running it again: a host that restarted between journaling
+// a prompt and learning its fate re-sends it, and that refusal tells it
+// the turn is the plugin's, its stop in the outbox. A prompt naming
+// another turn while one runs is refused as busy (TURN_RUNNING).
+//
 // Every call from a host carries its lease fence. The plugin remembers the
 // highest fence it was attached at and refuses lower ones, so a host that
 // lost the session can never drive the plugin again. The protocol's whole

@@ -41,6 +41,10 @@ type server struct {
 	handle    string
 	opening   bool // an open is in progress
 	turn      *runningTurn
+	// started are the turn ids this process has started, the newest
+	// startedTurnsKept of them: a prompt naming one is refused
+	// (ReasonTurnStarted), never run twice.
+	started startedTurns
 	// perms are the permission requests the agent waits on, by id, and
 	// their ids in the order they were asked (Identify reports them, so a
 	// host that readopts the plugin learns them whatever its journal
@@ -326,6 +330,15 @@ func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agent
 	if s.handle == "" {
 		return nil, refuse(wire.ReasonNoSession, "no session is open: call NewSession or ResumeSession first")
 	}
+	if id := req.TurnId; id != "" && s.started.has(id) {
+		state := wire.TurnStateEnded
+		if s.turn != nil && s.turn.id == id {
+			state = wire.TurnStateRunning
+		}
+		return nil, wire.RefusalWith(codes.FailedPrecondition, wire.ReasonTurnStarted,
+			fmt.Sprintf("turn %s was already started in this plugin (%s): it is not run again", id, state),
+			map[string]string{wire.MetaTurnState: state})
+	}
 	if s.turn != nil {
 		return nil, refuse(wire.ReasonBusy, "turn %s is still running", s.turn.id)
 	}
@@ -333,6 +346,7 @@ func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agent
 	if id == "" {
 		id = newTurnID()
 	}
+	s.started.add(id)
 	turnCtx, cancel := context.WithCancel(context.Background())
 	rt := &runningTurn{id: id, cancel: cancel, done: make(chan struct{})}
 	s.turn = rt
@@ -340,6 +354,35 @@ func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agent
 	a := s.agent
 	go s.runTurn(turnCtx, a, prompt, rt)
 	return &agentpb.PromptResponse{TurnId: id}, nil
+}
+
+// startedTurnsKept bounds the turn ids a plugin remembers having started.
+// A host re-sends only its session's last open prompt, and a session's
+// turns in one plugin process are few, so the newest 1024 cover every
+// re-send that can happen.
+const startedTurnsKept = 1024
+
+// startedTurns is a bounded set of turn ids, the oldest forgotten first.
+type startedTurns struct {
+	ids   map[string]struct{}
+	order []string
+}
+
+func (t *startedTurns) has(id string) bool { _, ok := t.ids[id]; return ok }
+
+func (t *startedTurns) add(id string) {
+	if t.ids == nil {
+		t.ids = map[string]struct{}{}
+	}
+	if t.has(id) {
+		return
+	}
+	if len(t.order) == startedTurnsKept {
+		delete(t.ids, t.order[0])
+		t.order = append(t.order[:0], t.order[1:]...)
+	}
+	t.ids[id] = struct{}{}
+	t.order = append(t.order, id)
 }
 
 // runTurn runs one turn and always ends it with a turn_stopped update. A
