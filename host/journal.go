@@ -1,6 +1,8 @@
 package host
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
@@ -60,4 +62,73 @@ func hostEntry(r journal.Record) leasestore.EntryInput {
 		panic(fmt.Sprintf("host: encode a %s record: %v", r.EntryKind(), err))
 	}
 	return e
+}
+
+// walkBack calls fn for the session's journal entries newest first, a
+// window at a time, until fn returns true or the journal's start. Seqs
+// have no gaps but the jump of a restore or a journal recovery
+// (leasestore.RestoredSeqGap ahead), whose lifecycle entry names where the
+// entries below it end (GapAfter): the walk goes on from there. A window
+// with no entry at all is a jump without such an entry (an older restore
+// kept nothing below it): the walk ends, since stepping through 2^32 empty
+// seqs a window at a time would take millions of reads.
+func (h *Host) walkBack(ctx context.Context, id string, fn func(leasestore.Entry) (stop bool, err error)) error {
+	last, err := h.store.LastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	const window = 256
+	errEnough := errors.New("window read")
+	for hi := last; hi > 0; {
+		lo := uint64(1)
+		if hi > window {
+			lo = hi - window + 1
+		}
+		var entries []leasestore.Entry
+		err := h.store.Replay(ctx, id, lo, func(e leasestore.Entry) error {
+			if e.Seq > hi {
+				return errEnough
+			}
+			entries = append(entries, e)
+			return nil
+		})
+		if err != nil && !errors.Is(err, errEnough) {
+			return err
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+		next := lo - 1
+		for i := len(entries) - 1; i >= 0; i-- {
+			stop, err := fn(entries[i])
+			if stop || err != nil {
+				return err
+			}
+			if gap := gapBelow(entries[i]); gap > 0 {
+				next = gap
+				break
+			}
+		}
+		if lo == 1 && next == 0 {
+			return nil
+		}
+		hi = next
+	}
+	return nil
+}
+
+// gapBelow is where the entries below e end when e is the lifecycle entry
+// of a seq jump (GapAfter), else 0.
+func gapBelow(e leasestore.Entry) uint64 {
+	if e.Kind != leasestore.KindLifecycle {
+		return 0
+	}
+	rec, err := journal.Decode(e)
+	if err != nil {
+		return 0
+	}
+	if r, ok := rec.(*journal.Lifecycle); ok && r.GapAfter > 0 && r.GapAfter < e.Seq {
+		return r.GapAfter
+	}
+	return 0
 }

@@ -324,59 +324,23 @@ func (h *Host) stopUnproven(ctx context.Context, s leasestore.Session) error {
 // session's current plugin process: the update entries after that process's
 // owner-committed entry. 0 when none is journaled.
 func (h *Host) lastPluginSeq(ctx context.Context, id string) (uint64, error) {
-	last, err := h.store.LastSeq(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	const window = 256
-walk:
-	for hi := last; hi > 0; {
-		lo := uint64(1)
-		if hi > window {
-			lo = hi - window + 1
+	var last uint64
+	err := h.walkBack(ctx, id, func(e leasestore.Entry) (bool, error) {
+		if seq, ok := journal.PluginSeq(e); ok {
+			last = seq
+			return true, nil
 		}
-		var entries []leasestore.Entry
-		errEnough := errors.New("window read")
-		err := h.store.Replay(ctx, id, lo, func(e leasestore.Entry) error {
-			if e.Seq > hi {
-				return errEnough
-			}
-			entries = append(entries, e)
-			return nil
-		})
-		if err != nil && !errors.Is(err, errEnough) {
-			return 0, err
+		if e.Kind != leasestore.KindLifecycle {
+			return false, nil
 		}
-		if len(entries) == 0 {
-			// Seqs have no gaps but the jump of a restore from backup or
-			// a journal recovery (RestoredSeqGap ahead), whose entry names
-			// where to go on (GapAfter, below); a jump without one (an
-			// older restore) kept no entry below it: nothing further
-			// down, and walking there a window at a time would take
-			// millions of reads.
-			return 0, nil
+		rec, err := journal.Decode(e)
+		if err != nil {
+			return false, nil
 		}
-		for i := len(entries) - 1; i >= 0; i-- {
-			if seq, ok := journal.PluginSeq(entries[i]); ok {
-				return seq, nil
-			}
-			if entries[i].Kind != leasestore.KindLifecycle {
-				continue
-			}
-			if rec, err := journal.Decode(entries[i]); err == nil {
-				r, ok := rec.(*journal.Lifecycle)
-				if ok && r.Event == "owner-committed" {
-					return 0, nil
-				}
-				if ok && r.GapAfter > 0 && r.GapAfter < entries[i].Seq {
-					hi = r.GapAfter
-					continue walk
-				}
-			}
-		}
-		hi = lo - 1
-	}
-	return 0, nil
+		r, ok := rec.(*journal.Lifecycle)
+		return ok && r.Event == "owner-committed", nil
+	})
+	return last, err
 }
 
 // permissionWindow bounds how far back unansweredPermissions reads.

@@ -259,46 +259,22 @@ func titleOf(text string) string {
 // never overlap (a prompt is refused while one runs), so the newest prompt
 // or stop entry decides.
 func (h *Host) openTurn(ctx context.Context, id string) (*journal.Prompt, error) {
-	last, err := h.store.LastSeq(ctx, id)
-	if err != nil {
+	var newest *leasestore.Entry
+	err := h.walkBack(ctx, id, func(e leasestore.Entry) (bool, error) {
+		if e.Kind == leasestore.KindPrompt || e.Kind == leasestore.KindStop {
+			newest = &e
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil || newest == nil || newest.Kind == leasestore.KindStop {
 		return nil, err
 	}
-	const window = 256
-	for hi := last; hi > 0; {
-		lo := uint64(1)
-		if hi > window {
-			lo = hi - window + 1
-		}
-		var newest *leasestore.Entry
-		errEnough := errors.New("window read")
-		err := h.store.Replay(ctx, id, lo, func(e leasestore.Entry) error {
-			if e.Seq > hi {
-				return errEnough
-			}
-			if e.Kind == leasestore.KindPrompt || e.Kind == leasestore.KindStop {
-				newest = &e
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errEnough) {
-			return nil, err
-		}
-		if newest != nil {
-			if newest.Kind == leasestore.KindStop {
-				return nil, nil
-			}
-			rec, err := journal.Decode(*newest)
-			if err != nil {
-				return nil, fmt.Errorf("decode the prompt at seq %d: %w", newest.Seq, err)
-			}
-			return rec.(*journal.Prompt), nil
-		}
-		if lo == 1 {
-			return nil, nil
-		}
-		hi = lo - 1
+	rec, err := journal.Decode(*newest)
+	if err != nil {
+		return nil, fmt.Errorf("decode the prompt at seq %d: %w", newest.Seq, err)
 	}
-	return nil, nil
+	return rec.(*journal.Prompt), nil
 }
 
 // closeTurnOffline journals the end of an open turn no plugin can end, of
@@ -470,12 +446,8 @@ func (s *Session) failTurnOf(ctx context.Context, turn, why string) {
 // promptBlock is the prompt block a journaled content block was made from
 // (promptEntry): a text block as text, any other as its ACP JSON.
 func promptBlock(c journal.Content) pluginclient.ContentBlock {
-	var b struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+	if c.Type() == "text" {
+		return pluginclient.ContentBlock{Type: "text", Text: c.Text()}
 	}
-	if json.Unmarshal(c, &b) == nil && b.Type == "text" {
-		return pluginclient.ContentBlock{Type: "text", Text: b.Text}
-	}
-	return pluginclient.ContentBlock{Type: b.Type, JSON: string(c)}
+	return pluginclient.ContentBlock{Type: c.Type(), JSON: string(c)}
 }
