@@ -686,15 +686,21 @@ func TestRequestsInFlightAreBounded(t *testing.T) {
 			answered <- c.call(api.MethodSessionPrompt, acp.PromptRequest{SessionId: id, Prompt: []acp.ContentBlock{acp.TextBlock("sleep 30s")}})
 		}()
 	}
-	// Both prompts' echoes: both turns run.
+	// Both prompts' echoes: both turns run. (Each session's derived title
+	// is an update naming the prompt too, in either order, so only the
+	// user_message_chunk of each session counts.)
 	for n := 1; ; n++ {
-		echoes := 0
+		echoed := map[acp.SessionId]bool{}
 		for _, u := range c.waitNotes(api.MethodSessionUpdate, n) {
-			if strings.Contains(string(u.Params), "sleep 30s") {
-				echoes++
+			var p acp.SessionNotification
+			if err := json.Unmarshal(u.Params, &p); err != nil {
+				t.Fatalf("session/update %s: %v", u.Params, err)
+			}
+			if p.Update.UserMessageChunk != nil {
+				echoed[p.SessionId] = true
 			}
 		}
-		if echoes == bound {
+		if len(echoed) == bound {
 			break
 		}
 	}
