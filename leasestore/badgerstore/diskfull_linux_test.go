@@ -2,6 +2,8 @@ package badgerstore_test
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/ristretto/v2/z"
 	"golang.org/x/sys/unix"
 )
 
@@ -162,5 +165,45 @@ func TestDiskFilledByAnotherProgramNeverKillsTheStore(t *testing.T) {
 			t.Fatalf("round %d: the store's process failed: %v; stderr: %s", round, err, crashHead(stderr.String()))
 		}
 		t.Logf("held: round %d: refused with %.160q; %s", round, refused, closed)
+	}
+}
+
+// On a full disk Badger retries a flush or a compaction each second, each
+// with a new file created through the patched ristretto's OpenMmapFile:
+// every failed allocation must give back its descriptor and leave no empty
+// file, or a disk that stays full runs the host out of descriptors.
+func TestFailedAllocationLeavesNoDescriptorOrFile(t *testing.T) {
+	dir := smallTmpfs(t, 4)
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fill.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := fill.Write(chunk); err != nil {
+			break
+		}
+	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	for i := range 20 {
+		name := filepath.Join(dir, fmt.Sprintf("%06d.sst", i))
+		mf, err := z.OpenMmapFile(name, os.O_CREATE|os.O_RDWR|os.O_EXCL, 1<<20)
+		if err == nil || mf != nil {
+			t.Fatalf("allocating 1 MiB on a full disk: %v, want an error", err)
+		}
+		if _, err := os.Lstat(name); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the failed %s stays behind (%v)", filepath.Base(name), err)
+		}
+	}
+	if after := fds(); after > before {
+		t.Fatalf("%d descriptors after 20 failed allocations, %d before: each leaked one", after, before)
 	}
 }

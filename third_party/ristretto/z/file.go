@@ -48,7 +48,7 @@ func OpenMmapFileUsing(fd *os.File, sz int, writable bool) (*MmapFile, error) {
 		}
 		if err != nil {
 			_ = fd.Truncate(0)
-			return nil, errors.Join(err, fmt.Errorf("while allocating %d bytes for %s", sz, filename))
+			return nil, errors.Join(err, errAllocate, fmt.Errorf("while allocating %d bytes for %s", sz, filename))
 		}
 		fileSize = int64(sz)
 		rerr = NewFile
@@ -86,7 +86,18 @@ func OpenMmapFile(filename string, flag int, maxSz int) (*MmapFile, error) {
 	if flag == os.O_RDONLY {
 		writable = false
 	}
-	return OpenMmapFileUsing(fd, maxSz, writable)
+	mf, err := OpenMmapFileUsing(fd, maxSz, writable)
+	if mf == nil {
+		// agenthost patch: nothing holds fd but this call. On a full disk
+		// Badger retries a flush or a compaction each second, each with a
+		// new file: without this, each retry would leak a descriptor and
+		// leave an empty file behind.
+		_ = fd.Close()
+		if errors.Is(err, errAllocate) {
+			_ = os.Remove(filename)
+		}
+	}
+	return mf, err
 }
 
 type mmapReader struct {

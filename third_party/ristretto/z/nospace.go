@@ -8,6 +8,7 @@
 package z
 
 import (
+	"errors"
 	"path/filepath"
 	"sync"
 )
@@ -33,3 +34,7 @@ func freeSpaceFor(filename string) bool {
 	fn, ok := noSpaceHandlers.Load(filepath.Dir(filename))
 	return ok && (*fn.(*func() bool))()
 }
+
+// errAllocate marks OpenMmapFileUsing's failure to allocate a file it
+// made: OpenMmapFile then removes the empty file.
+var errAllocate = errors.New("cannot allocate the file's blocks")
