@@ -323,15 +323,19 @@ func (h *Host) closeOpenTurn(ctx context.Context, id, why string) {
 
 // resumeOpenTurn settles the open turn p of a session readopted at
 // restart (the session's turn from its launch, so a prompt meanwhile is
-// refused with ErrTurnRunning and never journaled), once the plugin's outbox is drained into the journal up to
-// lastSeq (the newest update it had produced when attached): a turn whose
+// refused with ErrTurnRunning and never journaled), once the plugin's
+// outbox is drained into the journal up to lastSeq (the newest update it had produced when attached): a turn whose
 // stop or updates arrived is the plugin's and goes on. Otherwise the
 // previous host journaled the prompt and died before or while it
 // dispatched it, and the prompt is dispatched again with its turn id: a
 // plugin that runs that turn already refuses it as busy with it (it ran
-// silently), one that never had it runs it now. Any other outcome (the
-// drain does not complete within ReattachTimeout, the plugin refuses or
-// runs another turn) ends the turn as failed, so it never stays open.
+// silently), one that never had it runs it now. A dispatch the plugin did
+// not answer (the transport or the deadline ended it) may have reached it:
+// the turn goes on if the plugin's updates name it within
+// ReattachTimeout. Any other outcome (the drain does not complete within
+// ReattachTimeout, the plugin refuses or runs another turn) ends the turn
+// as failed, so it never stays open. A host closing meanwhile (a detach)
+// decides nothing: the next host settles the turn.
 //
 // A turn that ran silently and ended between the drain and the dispatch
 // is not run twice: the SDK refuses a prompt for a turn id it already
@@ -340,14 +344,28 @@ func (h *Host) closeOpenTurn(ctx context.Context, id, why string) {
 // plugin built on an older SDK refuses only its running turn (as busy
 // with it); with one of those, such a turn (no update at all, ending
 // within that window of milliseconds) still runs twice.
-func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq uint64) {
-	ctx, cancel := context.WithTimeout(ctx, s.h.cfg.ReattachTimeout)
-	defer cancel()
-	switch s.await(ctx, func() bool { return s.journaled() >= lastSeq }) {
-	case errAwaitTimeout:
-		s.failTurnOf(ctx, p.TurnID, "the host restarted and could not read the plugin's updates to tell whether it ran this turn")
+func (s *Session) resumeOpenTurn(parent context.Context, p *journal.Prompt, lastSeq uint64) {
+	// The waits are bounded by ReattachTimeout; the host closing (parent
+	// ends: a detach for an app update) decides nothing, and the turn is
+	// the next host's to settle: the plugin may be running it. A stop is
+	// written even when the wait that decided it timed out.
+	budget := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(parent, s.h.cfg.ReattachTimeout)
+	}
+	write := context.WithoutCancel(parent)
+	wait := func(cond func() bool) (timedOut bool) {
+		ctx, cancel := budget()
+		defer cancel()
+		return s.await(ctx, cond) == errAwaitTimeout && parent.Err() == nil
+	}
+	if parent.Err() != nil {
 		return
-	case errAwaitGone:
+	}
+	if wait(func() bool { return s.journaled() >= lastSeq }) {
+		s.failTurnOf(write, p.TurnID, "the host restarted and could not read the plugin's updates to tell whether it ran this turn")
+		return
+	}
+	if parent.Err() != nil || s.gone() {
 		return
 	}
 	s.mu.Lock()
@@ -358,7 +376,7 @@ func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq
 	case known:
 		return
 	case other != "":
-		s.failTurnOf(ctx, p.TurnID, "the host restarted, and the plugin runs turn "+other+" instead")
+		s.failTurnOf(write, p.TurnID, "the host restarted, and the plugin runs turn "+other+" instead")
 		// That turn is the session's now, unless it ended already.
 		s.mu.Lock()
 		if s.turn == "" && s.lastTurn != other {
@@ -371,25 +389,56 @@ func (s *Session) resumeOpenTurn(ctx context.Context, p *journal.Prompt, lastSeq
 	for _, c := range p.Prompt {
 		blocks = append(blocks, promptBlock(c))
 	}
-	_, err := s.proc.att.Prompt(ctx, pluginclient.PromptRequest{TurnID: p.TurnID, Prompt: blocks})
-	var started *pluginclient.TurnStartedError
+	dctx, dcancel := budget()
+	_, err := s.proc.att.Prompt(dctx, pluginclient.PromptRequest{TurnID: p.TurnID, Prompt: blocks})
+	dcancel()
+	var (
+		started *pluginclient.TurnStartedError
+		perr    *pluginclient.Error
+	)
 	switch {
 	case err == nil:
 		s.h.log.Info("dispatched a prompt the previous host journaled but never dispatched", "session", s.id, "turn", p.TurnID)
+	case parent.Err() != nil:
+		// Closing: the next host settles the turn.
 	case errors.As(err, &started) && started.Running:
 		// The plugin runs the turn: its stop comes through the pump.
 	case errors.As(err, &started):
 		// The turn ended after the drain: its stop is in the outbox, past
 		// lastSeq, and the pump journals it. Only if it never arrives is the
 		// turn ended here.
-		if s.await(ctx, func() bool { return s.ended(p.TurnID) }) == errAwaitTimeout {
-			s.failTurnOf(ctx, p.TurnID, "the host restarted; the plugin says it ran this turn, but its end never arrived")
+		if wait(func() bool { return s.ended(p.TurnID) }) {
+			s.failTurnOf(write, p.TurnID, "the host restarted; the plugin says it ran this turn, but its end never arrived")
 		}
-	case errors.Is(err, pluginclient.ErrBusy) && strings.Contains(err.Error(), "turn "+p.TurnID+" "):
-		// A plugin on an older SDK names its running turn only in the
-		// message.
+	case errors.As(err, &perr) && errors.Is(err, pluginclient.ErrBusy) && strings.HasPrefix(perr.Message, "turn "+p.TurnID+" "):
+		// A plugin on an older SDK names its running turn only in its
+		// refusal's message.
+	case errors.As(err, &perr) && !perr.Answered():
+		// Unanswered (the transport or the deadline ended the call): the
+		// plugin may have taken the prompt. Its updates would say so; only
+		// without any is the turn ended here.
+		if wait(func() bool { return s.turnReported(p.TurnID) || s.ended(p.TurnID) }) {
+			s.failTurnOf(write, p.TurnID, "the host restarted, and dispatching this prompt again got no answer: "+err.Error())
+		}
 	default:
-		s.failTurn(ctx, "the host restarted before the plugin took this prompt, and dispatching it again failed: "+err.Error())
+		s.failTurn(write, "the host restarted before the plugin took this prompt, and dispatching it again failed: "+err.Error())
+	}
+}
+
+// turnReported reports whether the plugin's newest update names turn.
+func (s *Session) turnReported(turn string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reported == turn
+}
+
+// gone reports whether the session has ended.
+func (s *Session) gone() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
 	}
 }
 
