@@ -103,6 +103,9 @@ func (a *agent) NewSession(ctx context.Context, p acp.NewSessionRequest) (acp.Ne
 	if err != nil {
 		return acp.NewSessionResponse{}, apiError(err)
 	}
+	if err := a.roomToFollow(""); err != nil {
+		return acp.NewSessionResponse{}, err
+	}
 	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: meta.SessionID, Agent: name, Workspace: p.Cwd, Options: meta.Options,
 		MCPServers: servers})
 	if err != nil {
@@ -136,6 +139,9 @@ func (a *agent) checkedServers(ctx context.Context, name string, options map[str
 // and returns it. A resume passes the session's stored options, and its
 // stored MCP servers unless the request names some.
 func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) (*host.Session, error) {
+	if err := a.roomToFollow(id); err != nil {
+		return nil, err
+	}
 	if s, ok := a.srv.Host.Session(id); ok {
 		return s, nil
 	}
@@ -417,10 +423,10 @@ func (a *agent) subscribe(id string, from uint64) error {
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.mu.Lock()
-	if n, max := len(a.subs), a.srv.maxSubscriptions(); n >= max {
+	if err := a.roomLocked(); err != nil {
 		a.mu.Unlock()
 		cancel()
-		return overLimit("this connection holds %d subscriptions, its limit: use another connection, or reconnect and subscribe only to the sessions needed", max)
+		return err
 	}
 	a.nextSub++
 	n := a.nextSub

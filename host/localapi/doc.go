@@ -79,9 +79,11 @@
 // the protocol library's limits, so each connection is bounded (Server's
 // Max fields), and a client over a bound is told with api.CodeOverLimit:
 //
-//   - subscriptions (MaxSubscriptions): each is a goroutine and a chunk of
-//     journal entries read ahead of the socket; the next subscribe is
-//     refused, the ones held go on, and all end with the connection.
+//   - subscriptions and followed sessions together (MaxSubscriptions):
+//     each is a goroutine and a chunk of journal entries read ahead of the
+//     socket; the next subscribe, session/new, load or resume is refused
+//     (session/new before a plugin starts), the ones held go on, and all
+//     end with the connection.
 //   - bytes waiting to be written (MaxQueuedBytes): writes block on a
 //     client that does not read (backpressure, nothing is dropped), and
 //     while more than the bound waits no subscription is added.

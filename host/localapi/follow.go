@@ -28,17 +28,42 @@ type follower struct {
 }
 
 // follow starts following session id after seq `after`, once per session
-// per connection.
+// per connection. A follower is a goroutine and a read-ahead like a
+// subscription, and counts toward the same bound (roomToFollow).
 func (a *agent) follow(id string, after uint64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.followers[id]; ok {
 		return nil
 	}
+	if err := a.roomLocked(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	f := &follower{a: a, id: id, cancel: cancel, done: make(chan struct{}), ended: map[string]chan struct{}{}, asked: map[string]bool{}}
 	a.followers[id] = f
 	go f.run(ctx, after+1)
+	return nil
+}
+
+// roomToFollow refuses, before a session is started or resumed for this
+// connection, a connection that could not follow one more session: the
+// sessions it follows and its subscriptions together are bounded by
+// Server.MaxSubscriptions. Following a session it follows already always
+// has room.
+func (a *agent) roomToFollow(id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.followers[id]; ok && id != "" {
+		return nil
+	}
+	return a.roomLocked()
+}
+
+func (a *agent) roomLocked() error {
+	if n, max := len(a.subs)+len(a.followers), a.srv.maxSubscriptions(); n >= max {
+		return overLimit("this connection follows or subscribes to %d sessions, its limit: use another connection, or close the sessions it no longer shows", max)
+	}
 	return nil
 }
 

@@ -720,3 +720,35 @@ func TestRequestsInFlightAreBounded(t *testing.T) {
 		t.Fatalf("status once the prompts were answered: %+v", m.Error)
 	}
 }
+
+// Sessions a connection follows (session/new, load, resume) count toward
+// the same bound as its subscriptions: each is a goroutine and a
+// read-ahead. Past it, session/new is refused before a plugin starts.
+func TestFollowedSessionsCountTowardTheBound(t *testing.T) {
+	const bound = 2
+	sock, h := serveWith(t, func(s *localapi.Server) { s.MaxSubscriptions = bound })
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	var created acp.NewSessionResponse
+	for range bound {
+		c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+	}
+	sessions := func() int {
+		st, err := h.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Sessions
+	}
+	before := sessions()
+	m := c.call(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}})
+	if m.Error == nil || m.Error.Code != api.CodeOverLimit || !strings.Contains(m.Error.Message, strconv.Itoa(bound)) {
+		t.Fatalf("session/new past %d followed: %+v; want %d naming the bound", bound, m.Error, api.CodeOverLimit)
+	}
+	if n := sessions(); n != before {
+		t.Fatalf("%d sessions after the refused session/new, %d before: it started one", n, before)
+	}
+	if m := c.call(api.MethodSubscribe, map[string]any{"sessionId": created.SessionId, "fromSeq": 1}); m.Error == nil || m.Error.Code != api.CodeOverLimit {
+		t.Fatalf("a subscription past %d followed sessions: %+v; want %d", bound, m.Error, api.CodeOverLimit)
+	}
+}

@@ -65,7 +65,9 @@ type Server struct {
 	// Default: api.ListPageSize.
 	ListPageSize int
 	// MaxSubscriptions bounds the _agenthost/subscribe subscriptions one
-	// connection holds; the next is refused with api.CodeOverLimit.
+	// connection holds together with the sessions it follows (session/new,
+	// load, resume); the next is refused with api.CodeOverLimit, a
+	// session/new before any plugin starts.
 	// Default: DefaultMaxSubscriptions.
 	MaxSubscriptions int
 	// MaxQueuedBytes bounds the bytes waiting to be written to one
