@@ -142,8 +142,6 @@ func sessionUpdate(u *agentpb.Update) journal.SessionUpdate {
 // has.
 const emptyText = `{"type":"text","text":""}`
 
-// content is a block's ACP JSON: the plugin's own for a typed non-text
-// block whose JSON is valid, else a text block of its text.
 // permissionRequest is r as the journal records it: from the update that
 // asks it, or from Identify while the plugin waits on it.
 func permissionRequest(r *agentpb.PermissionRequest) *journal.PermissionRequest {
@@ -155,6 +153,8 @@ func permissionRequest(r *agentpb.PermissionRequest) *journal.PermissionRequest 
 	return out
 }
 
+// content is a block's ACP JSON: the plugin's own for a typed non-text
+// block whose JSON is valid, else a text block of its text.
 func content(b *agentpb.ContentBlock) journal.Content {
 	if b == nil {
 		return journal.Content(emptyText)
