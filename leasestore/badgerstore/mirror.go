@@ -307,16 +307,24 @@ func (m *mirror) run() {
 	}
 }
 
+// sync fsyncs the file outside mu, so that the writer's appends (every
+// commit) never wait behind an fsync; a write meanwhile marks the file
+// dirty again for the next sync. Only run and shutdown call it, one at a
+// time, and shutdown closes the file after it.
 func (m *mirror) sync() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.dirty {
+	dirty := m.dirty
+	m.dirty = false
+	m.mu.Unlock()
+	if !dirty {
 		return nil
 	}
 	if err := m.f.Sync(); err != nil {
+		m.mu.Lock()
+		m.dirty = true
+		m.mu.Unlock()
 		return err
 	}
-	m.dirty = false
 	return nil
 }
 
