@@ -12,8 +12,24 @@ const (
 	// MethodJournal: notification, params JournalEntry.
 	MethodJournal = "_agenthost/journal"
 	// MethodStop: Params{SessionID} → StopResult; the session's plugin is
-	// stopped and its lease released.
+	// stopped and its lease released. A session the host knows that does
+	// not run is no error: the result says it was stopped already.
 	MethodStop = "_agenthost/stop"
+	// MethodStopAll: no params → StopAllResult; every session running in
+	// the host is stopped, as MethodStop stops one.
+	MethodStopAll = "_agenthost/stopAll"
+	// MethodRemove: Params{SessionID, Force} → RemoveResult; the session's
+	// record, journal and session directory are removed. A running
+	// session is refused (CodeSessionRunning) unless Force, which stops it
+	// first; a session latched or held elsewhere is refused
+	// (CodeSessionHeld) even with Force: nobody can say its plugin is
+	// gone.
+	MethodRemove = "_agenthost/remove"
+	// MethodPrune: Params{OlderThan, DryRun} → PruneResult; removes, as
+	// MethodRemove does, every stopped session (and every failed one) not
+	// updated for OlderThan. Running, latched and held sessions are never
+	// pruned. DryRun lists what would be removed and removes nothing.
+	MethodPrune = "_agenthost/prune"
 	// MethodStatus: no params → StatusResult.
 	MethodStatus = "_agenthost/status"
 	// MethodAgents: no params → AgentsResult.
@@ -103,6 +119,9 @@ const (
 	// Nothing the connection already had is lost: unsubscribe, read what
 	// is queued, or slow down, then retry.
 	CodeOverLimit = -32009
+	// CodeSessionRunning: the request needs a session that does not run
+	// (removing one): stop it first, or pass force.
+	CodeSessionRunning = -32010
 )
 
 // ErrorData is the data member of a CodeInvalidParams error: what was

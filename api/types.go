@@ -16,6 +16,12 @@ import (
 type Params = struct {
 	FromSeq   uint64 `json:"fromSeq,omitempty"`
 	SessionID string `json:"sessionId"`
+	// Force: remove stops a running session first.
+	Force bool `json:"force,omitempty"`
+	// OlderThan: prune's bound, a Go duration ("72h", "30m"); required.
+	OlderThan string `json:"olderThan,omitempty"`
+	// DryRun: prune lists and removes nothing.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // SubscribeResult is the result of MethodSubscribe.
@@ -24,13 +30,69 @@ type SubscribeResult struct {
 	LastSeq uint64 `json:"lastSeq"`
 }
 
-// StopResult is the result of MethodStop: {}.
-type StopResult struct{}
+// StopResult is the result of MethodStop.
+type StopResult struct {
+	// AlreadyStopped: the session did not run in this host; nothing was
+	// done.
+	AlreadyStopped bool `json:"alreadyStopped,omitempty"`
+}
+
+// StopAllResult is the result of MethodStopAll.
+type StopAllResult struct {
+	// Stopped are the sessions stopped, sorted.
+	Stopped []string `json:"stopped"`
+	// Failed are the sessions whose stop failed, by id, with why.
+	Failed map[string]string `json:"failed,omitempty"`
+}
+
+// RemoveResult is the result of MethodRemove.
+type RemoveResult struct {
+	// Stopped: the session was running and Force stopped it first.
+	Stopped bool `json:"stopped,omitempty"`
+	// FreedBytes is what the session's directory held on disk (its
+	// journal's share of the store is freed as the store compacts).
+	FreedBytes int64 `json:"freedBytes"`
+}
+
+// PruneResult is the result of MethodPrune.
+type PruneResult struct {
+	// Removed are the sessions removed (with DryRun: that would be),
+	// sorted.
+	Removed []string `json:"removed"`
+	// DryRun echoes the request: nothing was removed.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Failed are the sessions whose removal failed, by id, with why.
+	Failed map[string]string `json:"failed,omitempty"`
+}
 
 // AgentsResult is the result of MethodAgents.
 type AgentsResult struct {
-	// Agents are the agents the host is configured with.
+	// Agents are the names of the agents the host serves now, sorted.
 	Agents []string `json:"agents"`
+	// Served says, for each of Agents, where it comes from.
+	Served []AgentInfo `json:"served,omitempty"`
+	// Reload is the host's last look at the plugins directory and
+	// agenthost.json, when it serves a state directory.
+	Reload *AgentsReload `json:"reload,omitempty"`
+}
+
+// AgentInfo is one agent a host serves.
+type AgentInfo struct {
+	Name string `json:"name"`
+	// Source: "built-in", "built-in, agenthost.json", "plugins
+	// directory", "agenthost.json".
+	Source string `json:"source"`
+	// Path is the plugin executable ("" for a built-in).
+	Path string `json:"path,omitempty"`
+}
+
+// AgentsReload is the outcome of the last rescan of the agents'
+// configuration.
+type AgentsReload struct {
+	At time.Time `json:"at"`
+	// Error, when set, says why the configuration on disk was refused:
+	// the host goes on serving Served, the configuration before it.
+	Error string `json:"error,omitempty"`
 }
 
 // StatusResult is the result of MethodStatus.
@@ -91,6 +153,13 @@ type Status struct {
 	// Decisions is each session's restart decision, by id, as it is made:
 	// ActionUndecided until then.
 	Decisions map[string]Decision `json:"decisions,omitempty"`
+	// DiskBytes is what the state directory holds on disk: the store and
+	// every session's directory (sockets and logs).
+	DiskBytes int64 `json:"diskBytes"`
+	// IdleTimeout is how long a session without a turn, a pending
+	// permission or a follower keeps its plugin; 0 for ever. Go duration
+	// text ("10m0s").
+	IdleTimeout string `json:"idleTimeout,omitempty"`
 }
 
 // Decision is the restart decision of one session: one of the actions
@@ -129,7 +198,9 @@ type Session struct {
 	Lease       Lease        `json:"lease"`
 	Incarnation string       `json:"incarnation,omitempty"`
 	// Deleting is set while the session is being deleted.
-	Deleting  bool      `json:"deleting,omitempty"`
+	Deleting bool `json:"deleting,omitempty"`
+	// State is what the session is doing, as one word (State* below).
+	State     string    `json:"state,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -141,6 +212,27 @@ func (s Session) Handle() string {
 	}
 	return s.Handles[len(s.Handles)-1].Handle
 }
+
+// The values of Session.State.
+const (
+	// StateRunning: its plugin runs in this host.
+	StateRunning = "running"
+	// StateIdle: its plugin was stopped after the host's idle timeout;
+	// the next prompt, load or resume starts it again, the conversation
+	// intact.
+	StateIdle = "idle"
+	// StateStopped: no plugin runs; load or resume it to go on.
+	StateStopped = "stopped"
+	// StateFailed: its first start failed, so it has no conversation
+	// (its journal says why); remove or prune it.
+	StateFailed = "failed"
+	// StateLatched: nobody can say whether its previous plugin is gone
+	// (Lease.LatchReason says why); it is not started until that is
+	// settled.
+	StateLatched = "latched"
+	// StateHeld: another process holds its lease.
+	StateHeld = "held"
+)
 
 // MCPServer is one MCP server of a session: Transport stdio (Command,
 // Args) or http or sse (URL).
