@@ -34,8 +34,9 @@ var copied = []string{"main.go", "main_test.go"}
 //
 // The build is offline: GOPROXY=off, so every module comes from the module
 // cache and the checkout, and GOFLAGS=-mod=readonly (the only -mod a
-// workspace takes besides vendor), so nothing is written to go.mod. It
-// shares the caller's GOCACHE, which keeps it a few seconds once warm.
+// workspace takes besides vendor), so nothing is written to go.mod, with
+// -buildvcs=false (the copy is in no repository of its own). It shares the
+// caller's GOCACHE, which keeps it a few seconds once warm.
 func TestMinimalPluginBuiltAsASeparateModule(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -58,7 +59,7 @@ func TestMinimalPluginBuiltAsASeparateModule(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly", "GOTOOLCHAIN=local", "GOWORK=")
+	env := append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly -buildvcs=false", "GOTOOLCHAIN=local", "GOWORK=")
 	goCmd := func(dir string, args ...string) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "go", args...)
