@@ -36,8 +36,8 @@ import (
 // served but harmless: nothing starts it but a request, and Linux refuses
 // to execute a file open for writing (ETXTBSY), so such a start fails with
 // that error instead of running half a plugin (and a failed capabilities
-// probe is not kept). Install by copy and rename (`install -m 755`) to be
-// safe everywhere.
+// probe is not kept). Install by copy to a dot-file (never a plugin) and
+// rename to be safe everywhere.
 //
 // A configuration loadAgents refuses (agenthost.json mid-write, a relative
 // path, a misspelt field) is logged at warn, reported by _agenthost/agents
