@@ -150,9 +150,14 @@ func (a *App) agents(ctx context.Context, asJSON bool) error {
 	}
 	if running != nil {
 		for _, s := range running.Served {
-			if !slices.ContainsFunc(disk, func(e agentEntry) bool { return e.Name == s.Name }) && diskErr == nil {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\n", s.Name, s.Source, firstNonEmpty(s.Path, "(this binary)"), "serves it; gone from disk")
+			if slices.ContainsFunc(disk, func(e agentEntry) bool { return e.Name == s.Name }) {
+				continue
 			}
+			state := "serves it; gone from disk"
+			if diskErr != nil {
+				state = "serves it" // and the files say nothing
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\n", s.Name, s.Source, firstNonEmpty(s.Path, "(this binary)"), state)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/host"
 )
 
 func entryNames(es []agentEntry) []string {
@@ -111,5 +112,32 @@ func TestAgentsWatchRescansOnChanges(t *testing.T) {
 	start := time.Now()
 	if got := next("the plugin"); !slices.Equal(got, []string{"mine", "other", "scripted"}) || time.Since(start) < reloadMaxWait-reloadQuiet {
 		t.Errorf("after the plugin: %v, %v after it was written", got, time.Since(start))
+	}
+}
+
+// agents marks how the running host serves each agent on disk.
+func TestServedStateMarksTheDifferences(t *testing.T) {
+	t.Parallel()
+	mine := agentEntry{Name: "mine", Source: sourcePluginsDir, Plugin: host.AgentPlugin{Path: "/s/plugins/mine"}}
+	builtin := agentEntry{Name: "scripted", Source: sourceBuiltin, Plugin: host.AgentPlugin{Path: "/bin/agenthost", Args: []string{PluginCommand, "scripted"}}}
+	served := []api.AgentInfo{
+		{Name: "mine", Source: ConfigName, Path: "/opt/mine"},
+		{Name: "scripted", Source: sourceBuiltin},
+	}
+	for _, c := range []struct {
+		e    agentEntry
+		want string
+	}{
+		{mine, "serves it from agenthost.json /opt/mine"},
+		{builtin, "serves it"},
+		{agentEntry{Name: "new", Source: sourcePluginsDir, Plugin: host.AgentPlugin{Path: "/s/plugins/new"}}, "not served yet (from its next rescan)"},
+	} {
+		if got := servedState(c.e, served); got != c.want {
+			t.Errorf("%s: %q, want %q", c.e.Name, got, c.want)
+		}
+	}
+	added, removed, changed := diffAgents([]agentEntry{mine, builtin}, []agentEntry{builtin, {Name: "mine", Source: ConfigName, Plugin: host.AgentPlugin{Path: "/opt/mine"}}, {Name: "new"}})
+	if !slices.Equal(added, []string{"new"}) || len(removed) != 0 || !slices.Equal(changed, []string{"mine"}) {
+		t.Errorf("diffAgents: added %v, removed %v, changed %v", added, removed, changed)
 	}
 }
