@@ -532,7 +532,8 @@ type Status struct {
 	// ActionUndecided for one not decided yet.
 	Decisions map[string]Decision `json:"decisions,omitempty"`
 	// IdleTimeout is Config.IdleTimeout: 0 when sessions are never idle.
-	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
+	// Not in this JSON: the API carries it as text (api.Status).
+	IdleTimeout time.Duration `json:"-"`
 }
 
 // ActionUndecided is what Status shows for a session found at open whose
