@@ -24,6 +24,21 @@ func serveIdle(t *testing.T, timeout time.Duration) (string, *host.Host) {
 	return serveHost(t, func(c *host.Config) { c.IdleTimeout = timeout }, nil)
 }
 
+// connected is a new initialized connection.
+func connected(t *testing.T, sock string) *rpcClient {
+	t.Helper()
+	c := connected(t, sock)
+	return c
+}
+
+// newSessionOn starts a session of the default agent on c, which follows it.
+func newSessionOn(t *testing.T, c *rpcClient) string {
+	t.Helper()
+	var created acp.NewSessionResponse
+	c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
+	return string(created.SessionId)
+}
+
 func promptText(c *rpcClient, id, text string) message {
 	return c.call(api.MethodSessionPrompt, acp.PromptRequest{SessionId: acp.SessionId(id), Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
 }
@@ -85,11 +100,8 @@ func sessionPrompts(t *testing.T, h *host.Host, id string) []string {
 func TestPromptResumesAnIdleSessionOnAnyConnection(t *testing.T) {
 	t.Parallel()
 	sock, h := serveIdle(t, 300*time.Millisecond)
-	c1 := dial(t, sock)
-	c1.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
-	var created acp.NewSessionResponse
-	c1.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
-	id := string(created.SessionId)
+	c1 := connected(t, sock)
+	id := newSessionOn(t, c1)
 	mustPromptText(t, c1, id, "count 2")
 	s, ok := h.Session(id)
 	if !ok {
@@ -102,8 +114,7 @@ func TestPromptResumesAnIdleSessionOnAnyConnection(t *testing.T) {
 	if !processGone(pid) {
 		t.Errorf("plugin %d still exists after the idle stop", pid)
 	}
-	c2 := dial(t, sock)
-	c2.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	c2 := connected(t, sock)
 	var st api.StatusResult
 	c2.mustCall(api.MethodStatus, nil, &st)
 	if st.Host.IdleTimeout != "300ms" {
@@ -133,7 +144,7 @@ func TestPromptResumesAnIdleSessionOnAnyConnection(t *testing.T) {
 	// starts it, as it starts any stopped session.
 	waitEnded(t, s2)
 	var resumed acp.ResumeSessionResponse
-	c2.mustCall(api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: created.SessionId, Cwd: "/"}, &resumed)
+	c2.mustCall(api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: acp.SessionId(id), Cwd: "/"}, &resumed)
 	s3, ok := h.Session(id)
 	if !ok || s3.Handle() != handle {
 		t.Fatalf("session/resume of the idle session: running %v", ok)
@@ -150,14 +161,10 @@ func TestPromptsRacingTheIdleStopAreNeverLost(t *testing.T) {
 	t.Parallel()
 	const idle = 100 * time.Millisecond
 	sock, h := serveIdle(t, idle)
-	c1 := dial(t, sock)
-	c1.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
-	var created acp.NewSessionResponse
-	c1.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
-	id := string(created.SessionId)
+	c1 := connected(t, sock)
+	id := newSessionOn(t, c1)
 	c1.conn.Close() // nobody follows the session: it idles
-	c := dial(t, sock)
-	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
+	c := connected(t, sock)
 	var want []string
 	for i := range 8 {
 		time.Sleep(idle * time.Duration(7+i%4*2) / 10) // 0.7, 0.9, 1.1, 1.3 timeouts
@@ -176,11 +183,8 @@ func TestFollowingConnectionKeepsTheResumedSessionAwake(t *testing.T) {
 	t.Parallel()
 	const idle = 300 * time.Millisecond
 	sock, h := serveIdle(t, idle)
-	c := dial(t, sock)
-	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
-	var created acp.NewSessionResponse
-	c.mustCall(api.MethodSessionNew, acp.NewSessionRequest{Cwd: t.TempDir(), McpServers: []acp.McpServer{}}, &created)
-	id := string(created.SessionId)
+	c := connected(t, sock)
+	id := newSessionOn(t, c)
 	s, _ := h.Session(id)
 	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)

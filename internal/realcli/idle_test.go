@@ -15,6 +15,17 @@ import (
 // is followed (never idle) until its client goes, and stopped soon after.
 var idleArgs = []string{"--idle-timeout", "500ms"}
 
+// startIdle is a rig of c with agenthost serve started with idleArgs, a
+// client connected, and the model server scripted with replies.
+func startIdle(t *testing.T, c cli, replies ...modelserver.Reply) (*rig, *server, *client) {
+	t.Helper()
+	r := newRig(t, c)
+	s := r.start(idleArgs...)
+	cl := r.dial(s)
+	r.script(replies...)
+	return r, s, cl
+}
+
 // idleStop closes the session's only client and waits until the host has
 // stopped the session's plugin and CLI as idle: no process of the rig
 // left, and the session idle in _agenthost/session of a new client,
@@ -44,10 +55,7 @@ func idleStop(t *testing.T, r *rig, s *server, cl *client, id string) *client {
 // the session's handle, and the model sees the first exchange.
 func TestClaudeIdleSessionResumesOnItsNextPrompt(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, claudeCLI)
-	s := r.start(idleArgs...)
-	cl := r.dial(s)
-	r.script(modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
+	r, s, cl := startIdle(t, claudeCLI, modelserver.Text("The capital of France is Paris."), modelserver.Text("And of Germany, Berlin."))
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "What is the capital of France?", "end_turn")
 	handle := cl.storedSession(id).Handle()
@@ -69,10 +77,7 @@ func TestClaudeIdleSessionResumesOnItsNextPrompt(t *testing.T) {
 // the thread the next prompt runs on is the one it had.
 func TestCodexIdleSessionResumesOnItsNextPrompt(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, codexCLI)
-	s := r.start(idleArgs...)
-	cl := r.dial(s)
-	r.script(modelserver.Text("The secret word is marmalade."), modelserver.Text("You asked about marmalade."))
+	r, s, cl := startIdle(t, codexCLI, modelserver.Text("The secret word is marmalade."), modelserver.Text("You asked about marmalade."))
 	id := cl.newSession(r, nil)
 	cl.mustPrompt(id, "remember the word marmalade", "end_turn")
 
