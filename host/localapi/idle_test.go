@@ -27,7 +27,8 @@ func serveIdle(t *testing.T, timeout time.Duration) (string, *host.Host) {
 // connected is a new initialized connection.
 func connected(t *testing.T, sock string) *rpcClient {
 	t.Helper()
-	c := connected(t, sock)
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}, nil)
 	return c
 }
 
