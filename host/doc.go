@@ -101,6 +101,16 @@
 // scope allowed always itself, and one nobody answers within
 // Config.PermissionTimeout with "cancelled".
 //
+// # Idle sessions
+//
+// With Config.IdleTimeout set, a session with no turn, no pending
+// permission request and no follower for that long has its plugin
+// stopped as Session.Stop stops it, its lease released with
+// IdleStopDetail (IdleStopped reads it, in any later host too), and
+// Host.ResumeIdle starts it again with its stored settings and provider
+// handle on its next request. Each session owns its timer (idle.go, which
+// also says how a request racing the stop is never lost).
+//
 // # Embedding
 //
 // A host is Linux-only (pidfds). Plugins inherit every descriptor of the

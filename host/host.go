@@ -134,6 +134,13 @@ type Config struct {
 	// "cancelled" and logs it. Default: DefaultPermissionTimeout (10
 	// minutes).
 	PermissionTimeout time.Duration
+	// IdleTimeout is how long a running session may be idle (no turn, no
+	// pending permission request, no follower: see Session.Followed)
+	// before the host stops its plugin, as Session.Stop does, with release
+	// detail IdleStopDetail; the session stays resumable, and
+	// Host.ResumeIdle starts it again on its next request. Default: 0,
+	// never idle.
+	IdleTimeout time.Duration
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
 	// Now is the wall clock for the times in the death evidence the host
@@ -535,6 +542,9 @@ type Status struct {
 	// Decisions is each session's restart decision as it is made, by id;
 	// ActionUndecided for one not decided yet.
 	Decisions map[string]Decision `json:"decisions,omitempty"`
+	// IdleTimeout is Config.IdleTimeout: 0 when sessions are never idle.
+	// Not in this JSON: the API carries it as text (api.Status).
+	IdleTimeout time.Duration `json:"-"`
 }
 
 // ActionUndecided is what Status shows for a session found at open whose
@@ -543,7 +553,8 @@ const ActionUndecided Action = "undecided"
 
 // Status reports what the host runs and what it decided at open.
 func (h *Host) Status(ctx context.Context) (Status, error) {
-	st := Status{PID: os.Getpid(), StateDir: h.cfg.StateDir, HostID: h.cfg.HostID, Agents: h.agentNames(), Decided: map[Action]int{}}
+	st := Status{PID: os.Getpid(), StateDir: h.cfg.StateDir, HostID: h.cfg.HostID, Agents: h.agentNames(), Decided: map[Action]int{},
+		IdleTimeout: h.cfg.IdleTimeout}
 	h.mu.Lock()
 	for id := range h.sessions {
 		st.Running = append(st.Running, id)

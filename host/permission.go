@@ -237,6 +237,7 @@ func (s *Session) addPermission(req *journal.PermissionRequest, late bool) {
 	p.timer = time.AfterFunc(timeout, func() { s.expirePermission(id, timeout) })
 	s.perms[id] = p
 	s.permOrder = append(s.permOrder, id)
+	s.idleCheckLocked()
 }
 
 // forgetPermission drops a request that was answered.
@@ -248,6 +249,7 @@ func (s *Session) forgetPermission(id string) {
 		close(p.done)
 		delete(s.perms, id)
 		s.permOrder = slices.DeleteFunc(s.permOrder, func(x string) bool { return x == id })
+		s.idleCheckLocked()
 	}
 }
 

@@ -40,6 +40,8 @@ type Session struct {
 	// followers counts the API connections following the session (see
 	// Followed).
 	followers int
+	// idle is the session's idle timer and what it decided (see idle.go).
+	idle idleState
 	// reported is the turn the plugin's newest journaled update named: a
 	// readopted session's open turn is the session's from its launch, and
 	// this tells resumeOpenTurn whether the plugin has it.
@@ -91,11 +93,19 @@ func (s *Session) run() {
 func (h *Host) register(s *Session) bool {
 	s.run()
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
+	closed := h.closed
+	if !closed {
+		h.sessions[s.id] = s
+	}
+	h.mu.Unlock()
+	if closed {
 		return false
 	}
-	h.sessions[s.id] = s
+	// Idle from here, unless a turn, a permission request or a follower
+	// says otherwise (see idle.go).
+	s.mu.Lock()
+	s.idleCheckLocked()
+	s.mu.Unlock()
 	return true
 }
 
@@ -134,6 +144,7 @@ func (s *Session) watch() {
 	case <-s.proc.Detached():
 		detached = true
 	}
+	idleStop, idle := s.endIdle()
 	<-s.pumpDone
 	s.stopPermissions()
 	ctx := context.Background()
@@ -150,6 +161,10 @@ func (s *Session) watch() {
 		detail = "plugin stopped"
 		if s.err != nil {
 			detail = s.err.Error()
+		} else if idle {
+			// The durable marker of a session that only sleeps: its next
+			// prompt resumes it (IdleStopped), in this host or the next.
+			detail = IdleStopDetail
 		}
 		// The lease is still this host's: the turn the plugin took with
 		// it ends in the journal now, or never.
@@ -175,6 +190,11 @@ func (s *Session) watch() {
 		delete(s.h.sessions, s.id)
 	}
 	s.h.mu.Unlock()
+	if idleStop != nil {
+		// The idle stop that stopped the plugin has returned, or returns
+		// now that the plugin is gone: it ends before the session does.
+		<-idleStop
+	}
 	close(s.done)
 }
 
@@ -215,12 +235,14 @@ func (s *Session) journalFailed(ctx context.Context, turn, why string) {
 func (s *Session) Followed() (release func()) {
 	s.mu.Lock()
 	s.followers++
+	s.idleCheckLocked()
 	s.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			s.mu.Lock()
 			s.followers--
+			s.idleCheckLocked()
 			s.mu.Unlock()
 		})
 	}
@@ -254,6 +276,7 @@ func (s *Session) Stop(ctx context.Context) error {
 		return nil
 	default:
 	}
+	s.stopAsked()
 	s.drain(ctx)
 	err := s.proc.Stop(ctx)
 	select {

@@ -209,6 +209,11 @@ func cloneConfigOptions(opts []pluginclient.ConfigOption) []pluginclient.ConfigO
 // pluginclient.ErrInvalidArgument; an agent without modes matches
 // pluginclient.ErrNotImplemented.
 func (s *Session) SetMode(ctx context.Context, modeID string) error {
+	release, err := s.awake()
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := s.proc.att.SetMode(ctx, modeID); err != nil {
 		return fmt.Errorf("session %q: set mode %q: %w", s.id, modeID, err)
 	}
@@ -219,6 +224,11 @@ func (s *Session) SetMode(ctx context.Context, modeID string) error {
 // now are; the new value is stored as the session option of the same
 // name. Errors as SetMode's.
 func (s *Session) SetConfigOption(ctx context.Context, id, value string) ([]pluginclient.ConfigOption, error) {
+	release, err := s.awake()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	opts, err := s.proc.att.SetConfigOption(ctx, id, value)
 	if err != nil {
 		return nil, fmt.Errorf("session %q: set config option %q: %w", s.id, id, err)

@@ -79,6 +79,11 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 	rec := promptEntry(turnID, blocks)
 	ch := make(chan TurnResult, 1)
 	s.mu.Lock()
+	if s.idle.stopping {
+		// Not journaled: the caller resumes the session and prompts again.
+		s.mu.Unlock()
+		return TurnResult{}, fmt.Errorf("session %q: %w", s.id, ErrIdleStopped)
+	}
 	if running := s.turn; running != "" {
 		s.mu.Unlock()
 		return TurnResult{}, fmt.Errorf("session %q: %w (%s): wait for it to end, or cancel it, and prompt again", s.id, ErrTurnRunning, running)
@@ -90,6 +95,7 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 	// and may cancel at once; that cancel finds no turn in the plugin yet,
 	// so it is remembered and delivered once the plugin has the turn.
 	s.dispatching++
+	s.idleCheckLocked()
 	s.mu.Unlock()
 	// dispatched ends the dispatch and says whether a cancel arrived
 	// during it that the plugin must still be given.
@@ -101,6 +107,7 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		if s.dispatching == 0 {
 			s.cancelPending = false
 		}
+		s.idleCheckLocked()
 		return recancel
 	}
 	forget := func() {
@@ -118,6 +125,7 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		if owned = s.turn == turnID; owned {
 			s.turn = ""
 		}
+		s.idleCheckLocked()
 		return owned
 	}
 	// The first prompt of a session without a title names it, journaled
@@ -187,6 +195,7 @@ func (s *Session) noteTurn(turnID string) {
 	s.reported = turnID
 	if s.turn == "" && turnID != s.lastTurn {
 		s.turn = turnID
+		s.idleCheckLocked()
 	}
 	s.mu.Unlock()
 }
@@ -211,6 +220,7 @@ func (s *Session) finishTurn(r TurnResult) {
 		s.turn = ""
 	}
 	s.lastTurn = r.TurnID
+	s.idleCheckLocked()
 	s.mu.Unlock()
 	if ok {
 		ch <- r
@@ -381,6 +391,7 @@ func (s *Session) resumeOpenTurn(parent context.Context, p *journal.Prompt, last
 		s.mu.Lock()
 		if s.turn == "" && s.lastTurn != other {
 			s.turn = other
+			s.idleCheckLocked()
 		}
 		s.mu.Unlock()
 		return

@@ -143,7 +143,17 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 		return nil, err
 	}
 	if s, ok := a.srv.Host.Session(id); ok {
-		return s, nil
+		if !s.IdleStopping() {
+			a.rebind(s)
+			return s, nil
+		}
+		// Its plugin is being stopped after the idle timeout: start it
+		// again once that stop is over.
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	rec, err := a.srv.Host.Store().Get(ctx, id)
 	if err != nil {
@@ -155,7 +165,22 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 			return nil, err
 		}
 	}
-	return a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers})
+	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers})
+	if err != nil {
+		return nil, err
+	}
+	a.rebind(s)
+	return s, nil
+}
+
+// rebind makes the connection's follower of s, if it has one, count as
+// following s: a session started again (resumed after its plugin died or
+// was stopped) is a new host.Session, and one with a follower must never
+// be idle.
+func (a *agent) rebind(s *host.Session) {
+	if f := a.followerOf(s.ID()); f != nil {
+		f.bind(s)
+	}
 }
 
 // LoadSession replays the session's journal as session/update
@@ -216,10 +241,6 @@ func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (
 // of the turn has been sent.
 func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.running(ctx, id)
-	if err != nil {
-		return acp.PromptResponse{}, err
-	}
 	blocks, err := promptBlocks(p.Prompt)
 	if err != nil {
 		return acp.PromptResponse{}, apiError(err)
@@ -230,7 +251,11 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	// "cancelled", which is the answer the client expects. So wait on the
 	// connection's lifetime instead.
 	pctx := a.ctx
-	res, err := s.PromptContent(pctx, blocks)
+	var res host.TurnResult
+	err = a.withRunning(ctx, id, func(s *host.Session) (err error) {
+		res, err = s.PromptContent(pctx, blocks)
+		return err
+	})
 	if err != nil {
 		return acp.PromptResponse{}, apiError(err)
 	}
@@ -301,8 +326,13 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 // stored settings) rather than the request refused. Otherwise a session
 // not running is a not-found error telling the client to load or resume
 // it.
+//
+// A session whose plugin the host stopped after its idle timeout
+// (host.IdleStopped, durable in its lease, so across a restart too) only
+// sleeps: it is resumed with its stored settings on any connection, and
+// the request simply takes a resume longer.
 func (a *agent) running(ctx context.Context, id string) (*host.Session, error) {
-	if s, ok := a.srv.Host.Session(id); ok {
+	if s, ok := a.srv.Host.Session(id); ok && !s.IdleStopping() {
 		return s, nil
 	}
 	if a.followerOf(id) != nil {
@@ -312,21 +342,51 @@ func (a *agent) running(ctx context.Context, id string) (*host.Session, error) {
 		}
 		return s, nil
 	}
+	switch s, ok, err := a.srv.Host.ResumeIdle(ctx, id); {
+	case ok && err != nil:
+		return nil, apiError(fmt.Errorf("session %q's plugin was stopped after the idle timeout and resuming it failed: %w", id, err))
+	case ok:
+		return s, nil
+	case err != nil:
+		return nil, apiError(err)
+	}
 	if a.srv.Host.Undecided(id) {
 		return nil, apiError(fmt.Errorf("session %q: %w", id, host.ErrUndecided))
 	}
 	return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 }
 
+// withRunning calls fn with session id running (see running). A request
+// that met the session's idle stop as it was decided (fn returned
+// host.ErrIdleStopped, and never reached the plugin) waits for that stop
+// and goes to the session resumed: the stop raced the request, so a
+// second attempt finds a fresh timer, and a third is given up on.
+func (a *agent) withRunning(ctx context.Context, id string, fn func(*host.Session) error) error {
+	for attempt := 1; ; attempt++ {
+		s, err := a.running(ctx, id)
+		if err != nil {
+			return err
+		}
+		err = fn(s)
+		if !errors.Is(err, host.ErrIdleStopped) || attempt == 3 {
+			return err
+		}
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // SetSessionMode switches the session's mode, between turns or during
 // one; the mode is stored as the session's "mode" option, so every resume
 // keeps it, and the agent's current_mode_update reaches every follower.
 func (a *agent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	s, err := a.running(ctx, string(p.SessionId))
+	err := a.withRunning(ctx, string(p.SessionId), func(s *host.Session) error { return s.SetMode(ctx, string(p.ModeId)) })
 	if err != nil {
-		return acp.SetSessionModeResponse{}, err
-	}
-	if err := s.SetMode(ctx, string(p.ModeId)); err != nil {
+		// The errors of running are API errors already, which settingError
+		// passes on.
 		return acp.SetSessionModeResponse{}, settingError(err, "mode")
 	}
 	return acp.SetSessionModeResponse{}, nil
@@ -339,11 +399,11 @@ func (a *agent) SetSessionConfigOption(ctx context.Context, p acp.SetSessionConf
 		return acp.SetSessionConfigOptionResponse{}, errf("only config options of type select are supported")
 	}
 	v := p.ValueId
-	s, err := a.running(ctx, string(v.SessionId))
-	if err != nil {
-		return acp.SetSessionConfigOptionResponse{}, err
-	}
-	opts, err := s.SetConfigOption(ctx, string(v.ConfigId), string(v.Value))
+	var opts []pluginclient.ConfigOption
+	err := a.withRunning(ctx, string(v.SessionId), func(s *host.Session) (err error) {
+		opts, err = s.SetConfigOption(ctx, string(v.ConfigId), string(v.Value))
+		return err
+	})
 	if err != nil {
 		return acp.SetSessionConfigOptionResponse{}, settingError(err, string(v.ConfigId))
 	}

@@ -19,6 +19,10 @@ import (
 func apiStatus(st host.Status) api.Status {
 	out := api.Status{PID: st.PID, StateDir: st.StateDir, HostID: st.HostID, Agents: st.Agents, Running: st.Running,
 		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched, Reconciling: st.Reconciling}
+	if st.IdleTimeout > 0 {
+		// Omitted: sessions are never idle.
+		out.IdleTimeout = st.IdleTimeout.String()
+	}
 	if st.Decisions != nil {
 		out.Decisions = make(map[string]api.Decision, len(st.Decisions))
 		for id, d := range st.Decisions {

@@ -21,6 +21,13 @@ type follower struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// bound is the session this follower counts as following, and
+	// release ends that (see bind); over once the follower stopped.
+	bindMu  sync.Mutex
+	bound   *host.Session
+	release func()
+	over    bool
+
 	mu    sync.Mutex
 	ended map[string]chan struct{} // turn id -> closed once its stop was sent
 	asked map[string]bool          // permission requests asked of this client
@@ -93,13 +100,12 @@ func (f *follower) run(ctx context.Context, from uint64) {
 	defer close(f.done)
 	// The session counts this follower until its questions are over
 	// (_agenthost/session's followers).
-	release := func() {}
-	defer func() { release() }()
+	defer f.unbind()
 	defer f.wg.Wait()
 	// The requests the plugin waits on that arrived before this client
 	// followed (none followed, or another did): asked now.
 	if s, ok := f.a.srv.Host.Session(f.id); ok {
-		release = s.Followed()
+		f.bind(s)
 		wake := s.PermissionsAdded()
 		for _, q := range s.PendingPermissions() {
 			f.ask(ctx, q)
@@ -126,6 +132,34 @@ func (f *follower) run(ctx context.Context, from uint64) {
 		}
 		return nil
 	})
+}
+
+// bind makes the follower count as following s (Session.Followed), and
+// no longer the session it followed before: a session resumed for this
+// connection is a new host.Session. Nothing once the follower stopped.
+func (f *follower) bind(s *host.Session) {
+	f.bindMu.Lock()
+	if f.over || f.bound == s {
+		f.bindMu.Unlock()
+		return
+	}
+	old := f.release
+	f.bound, f.release = s, s.Followed()
+	f.bindMu.Unlock()
+	if old != nil {
+		old()
+	}
+}
+
+// unbind ends the follower's count for good.
+func (f *follower) unbind() {
+	f.bindMu.Lock()
+	old := f.release
+	f.over, f.bound, f.release = true, nil, nil
+	f.bindMu.Unlock()
+	if old != nil {
+		old()
+	}
 }
 
 // askLate asks the requests the session registers pending after their

@@ -196,6 +196,12 @@ func serve(t *testing.T) (string, *host.Host) {
 // serveWith is serve with the server's settings changed by set.
 func serveWith(t *testing.T, set func(*localapi.Server)) (string, *host.Host) {
 	t.Helper()
+	return serveHost(t, nil, set)
+}
+
+// serveHost is serveWith with the host's configuration changed by setHost.
+func serveHost(t *testing.T, setHost func(*host.Config), set func(*localapi.Server)) (string, *host.Host) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "ah-api-")
 	if err != nil {
 		t.Fatal(err)
@@ -205,9 +211,13 @@ func serveWith(t *testing.T, set func(*localapi.Server)) (string, *host.Host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(context.Background(), host.Config{
+	cfg := host.Config{
 		StateDir: dir, Store: store, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, Logger: logtest.New(t),
-	})
+	}
+	if setHost != nil {
+		setHost(&cfg)
+	}
+	h, err := host.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@
 //     equally minimal plugin built the same way;
 //   - reattach after a host restart vs a cold start, per session, at 100
 //     sessions;
+//   - a prompt's resume of an idle-stopped session to its first update vs a
+//     cold create and first prompt to the same point (idle.go);
 //   - durable journal appends from 8 concurrent sessions vs one raw
 //     write+fsync per record;
 //   - batch probe of 500 owners vs a minimal hand-written /proc scan;
@@ -63,6 +65,7 @@ func main() {
 	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
 	work := flag.String("work", "", "internal: the work directory holding the built plugins")
 	rssChild := flag.String("rss-child", "", "internal: measure RSS in this process (MODE,PLUGIN,SESSIONS)")
+	only := flag.String("only", "", "run only these figures' steps, comma-separated (of "+strings.Join(stepNames, ", ")+")")
 	flag.Parse()
 	var err error
 	switch {
@@ -71,7 +74,7 @@ func main() {
 	case *step != "":
 		err = runStep(*step, *work, *quick)
 	default:
-		err = run(*quick, *out)
+		err = run(*quick, *out, *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -84,7 +87,7 @@ func main() {
 // process that had just run 100 plugins and a store through a burst was
 // measured against that process's leftovers (GC debt, exiting children),
 // which moved the probe ratio alone from 1.1x to 1.7x.
-var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
+var stepNames = []string{"create", "reattach", "idle", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
 func runStep(name, work string, quick bool) error {
 	n := func(full, small int) int {
@@ -101,6 +104,8 @@ func runStep(name, work string, quick bool) error {
 		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
 	case "reattach":
 		rows, err = benchReattach(work, scripted, n(100, 10))
+	case "idle":
+		rows, err = benchIdle(work, scripted, n(20, 5))
 	case "appends":
 		rows, err = benchAppends(work, scripted, n(2000, 300))
 	case "probe":
@@ -122,7 +127,19 @@ func runStep(name, work string, quick bool) error {
 	return json.NewEncoder(os.Stdout).Encode(rows)
 }
 
-func run(quick bool, mdPath string) error {
+func run(quick bool, mdPath, only string) error {
+	steps := stepNames
+	if only != "" {
+		steps = strings.Split(only, ",")
+		for _, name := range steps {
+			if !slices.Contains(stepNames, name) {
+				return fmt.Errorf("-only %s: no such step; the steps are %s", name, strings.Join(stepNames, ", "))
+			}
+		}
+		if mdPath != "" {
+			return fmt.Errorf("-only and -update: a table of some figures would replace the whole one in %s", mdPath)
+		}
+	}
 	work, err := os.MkdirTemp("", "ahb-")
 	if err != nil {
 		return err
@@ -143,7 +160,7 @@ func run(quick bool, mdPath string) error {
 	fmt.Printf("agenthost benchmarks on %s\n\n", machine)
 
 	var rows []row
-	for _, name := range stepNames {
+	for _, name := range steps {
 		args := []string{"-step", name, "-work", work}
 		if quick {
 			args = append(args, "-quick")

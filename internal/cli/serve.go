@@ -65,21 +65,34 @@ already running keeps its plugin; a removed agent takes no new session. A
 malformed change is logged and refused, and the agents before it are kept:
 'agenthost agents' shows what the host serves and the refusal.`
 
+// DefaultIdleTimeout is serve --idle-timeout's default.
+const DefaultIdleTimeout = 10 * time.Minute
+
 func (a *App) serveCommand() *cobra.Command {
-	var shutdown bool
+	var (
+		shutdown bool
+		idle     time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the host and serve its API on <state-dir>/agenthost.sock",
 		Long:  serveLong,
 		Example: `  agenthost serve
   agenthost serve --state-dir /tmp/ah --log-level info
-  agenthost serve --shutdown-sessions     # stop every session on exit`,
+  agenthost serve --shutdown-sessions     # stop every session on exit
+  agenthost serve --idle-timeout 0        # never stop an idle session's plugin`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.serve(cmd.Context(), shutdown)
+			if idle < 0 {
+				return usageErrorf("--idle-timeout %s is negative: give a duration such as 10m, or 0 to never stop idle sessions", idle)
+			}
+			return a.serve(cmd.Context(), shutdown, idle)
 		},
 	}
 	cmd.Flags().BoolVar(&shutdown, "shutdown-sessions", false, "on exit, stop every session instead of leaving its plugin running for the next host")
+	cmd.Flags().DurationVar(&idle, "idle-timeout", DefaultIdleTimeout,
+		"stop the plugin (and CLI) of a session with no turn, no pending permission and no client following it for this long; "+
+			"its next prompt, load or resume starts it again, the conversation intact (0: never)")
 	return cmd
 }
 
@@ -95,8 +108,9 @@ type openedHost struct {
 	stopWatch func()
 }
 
-// openHost loads the agents and opens the host on the state directory.
-func (a *App) openHost(ctx context.Context) (*openedHost, error) {
+// openHost loads the agents and opens the host on the state directory,
+// stopping the plugins of sessions idle for idle (0: never).
+func (a *App) openHost(ctx context.Context, idle time.Duration) (*openedHost, error) {
 	dir, err := a.resolveStateDir()
 	if err != nil {
 		return nil, err
@@ -137,7 +151,7 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	// The API is served while the sessions are decided: a plugin that
 	// does not answer holds up its own session's decision only.
 	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog,
-		ReconcileInBackground: true, OnUnknownAgent: reloader.onUnknownAgent})
+		ReconcileInBackground: true, OnUnknownAgent: reloader.onUnknownAgent, IdleTimeout: idle})
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +235,7 @@ func (a *App) signals(ctx context.Context, onFirst func()) (context.Context, fun
 	}
 }
 
-func (a *App) serve(ctx context.Context, shutdown bool) (err error) {
+func (a *App) serve(ctx context.Context, shutdown bool, idle time.Duration) (err error) {
 	ctx, stop := a.signals(ctx, nil)
 	defer stop()
 	if dir, err := a.resolveStateDir(); err != nil {
@@ -229,7 +243,7 @@ func (a *App) serve(ctx context.Context, shutdown bool) (err error) {
 	} else if err := checkSocketPath(dir); err != nil {
 		return err
 	}
-	o, err := a.openHost(ctx)
+	o, err := a.openHost(ctx, idle)
 	if err != nil {
 		return err
 	}
@@ -320,7 +334,7 @@ func (a *App) acpCommand() *cobra.Command {
 func (a *App) acp(ctx context.Context, agent string, shutdown bool) (err error) {
 	ctx, stop := a.signals(ctx, nil)
 	defer stop()
-	o, err := a.openHost(ctx)
+	o, err := a.openHost(ctx, 0) // its one client follows its sessions: never idle
 	if err != nil {
 		return err
 	}

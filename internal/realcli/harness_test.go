@@ -159,11 +159,11 @@ type server struct {
 	socket string
 }
 
-// start starts agenthost serve and waits for its ready line. The rig
-// stops it at the end of the test (shutting its sessions down).
-func (r *rig) start() *server {
+// start starts agenthost serve, with args, and waits for its ready line.
+// The rig stops it at the end of the test (shutting its sessions down).
+func (r *rig) start(args ...string) *server {
 	r.t.Helper()
-	sp, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: r.dir, Env: r.env, Args: []string{"--shutdown-sessions"}})
+	sp, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: r.dir, Env: r.env, Args: append([]string{"--shutdown-sessions"}, args...)})
 	if err != nil {
 		r.t.Fatal(err)
 	}
