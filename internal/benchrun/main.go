@@ -24,6 +24,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -32,6 +33,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,15 +64,17 @@ func main() {
 	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
 	work := flag.String("work", "", "internal: the work directory holding the built plugins")
 	rssChild := flag.String("rss-child", "", "internal: measure RSS in this process (MODE,PLUGIN,SESSIONS)")
+	only := flag.String("only", "", "run only these figures' steps, comma-separated (e.g. reattach); the table then holds only their rows and -update is refused")
+	profile := flag.String("profile", "", "write CPU and block profiles of the measured part of the steps that take one (reattach: host.Open readopting every session) into this directory")
 	flag.Parse()
 	var err error
 	switch {
 	case *rssChild != "":
 		err = measureRSS(*rssChild)
 	case *step != "":
-		err = runStep(*step, *work, *quick)
+		err = runStep(*step, *work, *quick, *profile)
 	default:
-		err = run(*quick, *out)
+		err = run(*quick, *out, *only, *profile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -85,7 +89,7 @@ func main() {
 // which moved the probe ratio alone from 1.1x to 1.7x.
 var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
-func runStep(name, work string, quick bool) error {
+func runStep(name, work string, quick bool, profileDir string) error {
 	n := func(full, small int) int {
 		if quick {
 			return small
@@ -99,7 +103,7 @@ func runStep(name, work string, quick bool) error {
 	case "create":
 		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
 	case "reattach":
-		rows, err = benchReattach(work, scripted, n(100, 10))
+		rows, err = benchReattach(work, scripted, n(100, 10), profileDir)
 	case "appends":
 		rows, err = benchAppends(work, scripted, n(2000, 300))
 	case "probe":
@@ -121,7 +125,29 @@ func runStep(name, work string, quick bool) error {
 	return json.NewEncoder(os.Stdout).Encode(rows)
 }
 
-func run(quick bool, mdPath string) error {
+func run(quick bool, mdPath, only, profileDir string) error {
+	steps := stepNames
+	if only != "" {
+		if mdPath != "" {
+			return fmt.Errorf("-update writes the whole table: it cannot be combined with -only")
+		}
+		steps = strings.Split(only, ",")
+		for _, name := range steps {
+			if !slices.Contains(stepNames, name) {
+				return fmt.Errorf("-only: unknown step %q (the steps are %s)", name, strings.Join(stepNames, ", "))
+			}
+		}
+	}
+	if profileDir != "" {
+		abs, err := filepath.Abs(profileDir)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		profileDir = abs
+	}
 	work, err := os.MkdirTemp("", "ahb-")
 	if err != nil {
 		return err
@@ -142,10 +168,13 @@ func run(quick bool, mdPath string) error {
 	fmt.Printf("agenthost benchmarks on %s\n\n", machine)
 
 	var rows []row
-	for _, name := range stepNames {
+	for _, name := range steps {
 		args := []string{"-step", name, "-work", work}
 		if quick {
 			args = append(args, "-quick")
+		}
+		if profileDir != "" {
+			args = append(args, "-profile", profileDir)
 		}
 		cmd := exec.Command(self, args...)
 		cmd.Stderr = os.Stderr
@@ -300,7 +329,7 @@ func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
 
 // benchReattach: open a host over sessions whose plugins survived the last
 // one (readoption of every session) against starting them cold.
-func benchReattach(work, scripted string, sessions int) ([]row, error) {
+func benchReattach(work, scripted string, sessions int, profileDir string) ([]row, error) {
 	h, dir, err := openHost(work, "reattach", scripted)
 	if err != nil {
 		return nil, err
@@ -316,11 +345,18 @@ func benchReattach(work, scripted string, sessions int) ([]row, error) {
 	if err := h.Close(context.Background()); err != nil {
 		return nil, err
 	}
+	stopProfiles, err := startProfiles(profileDir, "reattach")
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	h2, err := openOnBadger(host.Config{
 		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
 	})
 	total := time.Since(start)
+	if perr := stopProfiles(); perr != nil && err == nil {
+		err = perr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -684,5 +720,36 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 		{Name: "sustained updates to an API client", Value: fmt.Sprintf("%.0f updates/s", rate),
 			Baseline: fmt.Sprintf("%.0f records/s raw write+fsync", float64(time.Second)/float64(r50)),
 			Ratio:    fmt.Sprintf("%.1f×", rate*float64(r50)/float64(time.Second)), Target: "–", Verdict: "–"},
+	}, nil
+}
+
+// startProfiles starts a CPU profile and the block profile of this process
+// when dir is set, and returns what writes them as dir/NAME.cpu.pprof and
+// dir/NAME.block.pprof (read them with go tool pprof). The block profile
+// records every blocking event (rate 1), so it says where the goroutines of
+// the measured part waited: syncs, RPCs, locks.
+func startProfiles(dir, name string) (stop func() error, err error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	cpu, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		_ = cpu.Close()
+		return nil, err
+	}
+	runtime.SetBlockProfileRate(1)
+	return func() error {
+		pprof.StopCPUProfile()
+		runtime.SetBlockProfileRate(0)
+		errs := []error{cpu.Close()}
+		block, err := os.Create(filepath.Join(dir, name+".block.pprof"))
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		errs = append(errs, pprof.Lookup("block").WriteTo(block, 0), block.Close())
+		return errors.Join(errs...)
 	}, nil
 }
