@@ -755,10 +755,6 @@ func startProfiles(dir, name string) (stop func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// 1 kHz rather than pprof's 100 Hz: a readoption of 100 sessions is
-	// a few hundred milliseconds of CPU. StartCPUProfile keeps a rate set
-	// before it, and says so on stderr ("cannot set cpu profile rate").
-	runtime.SetCPUProfileRate(1000)
 	if err := pprof.StartCPUProfile(cpu); err != nil {
 		_ = cpu.Close()
 		return nil, err
