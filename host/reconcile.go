@@ -64,12 +64,24 @@ func (h *Host) beginReconcile(ctx context.Context) ([]leasestore.Session, error)
 
 // reconcileAll decides every session beginReconcile listed (see Open),
 // each one's decision recorded as it is made. Sessions are decided
-// independently, a few at a time: readopting one is mostly waiting (a
-// reconnect, a few RPCs, durable lease moves that group-commit with the
-// others'), and a plugin that does not answer holds up only its own
-// decision, for at most ReattachTimeout. A decision holds the session's
-// start turn, so no StartSession of it runs meanwhile.
+// independently, reconcileParallelism at a time: readopting one is mostly
+// waiting (a reconnect, a few RPCs, a durable lease move), and a plugin
+// that does not answer holds up only its own decision, for at most
+// ReattachTimeout. The pass's readoptions move their leases through one
+// leaseBatcher, so the moves that meet share a synced commit; it ends with
+// the pass. A decision holds the session's start turn, so no StartSession
+// of it runs meanwhile.
 func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) {
+	moves := startLeaseBatcher(ctx, h.store)
+	h.mu.Lock()
+	h.moves = moves
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.moves = nil
+		h.mu.Unlock()
+		moves.close()
+	}()
 	results := h.prober.ProbeAll(ctx, sessions)
 	sem := make(chan struct{}, reconcileParallelism)
 	var wg sync.WaitGroup
@@ -99,6 +111,14 @@ func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) 
 // decision.
 var ErrUndecided = fmt.Errorf("not decided yet since the host started: %w", leasestore.ErrReconciling)
 
+// reconcileMoves returns the batcher of the reconcile pass under way, or
+// nil.
+func (h *Host) reconcileMoves() *leaseBatcher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.moves
+}
+
 // Undecided reports whether session id is still waiting for its restart
 // decision.
 func (h *Host) Undecided(id string) bool {
@@ -107,8 +127,14 @@ func (h *Host) Undecided(id string) bool {
 	return h.undecided[id]
 }
 
-// reconcileParallelism bounds how many sessions are decided at once at open.
-const reconcileParallelism = 8
+// reconcileParallelism bounds how many sessions are decided at once at
+// open. Enough that the readoptions' lease moves meet in the batcher (at 8
+// a pass of 100 sessions moved them in ~50 commits, at 32 in ~16), and that
+// a plugin that does not answer holds up only its own decision: it keeps
+// one of these slots until ReattachTimeout, and only this many silent
+// plugins at once would delay the rest. More buys nothing: past it the host
+// is bound by its CPU (BENCHMARKS.md).
+const reconcileParallelism = 32
 
 // decide applies the restart decision for one session. Every path fails
 // closed: only proof of death frees a lease, only a verified identity

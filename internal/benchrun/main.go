@@ -27,6 +27,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -35,10 +36,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -65,16 +68,17 @@ func main() {
 	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
 	work := flag.String("work", "", "internal: the work directory holding the built plugins")
 	rssChild := flag.String("rss-child", "", "internal: measure RSS in this process (MODE,PLUGIN,SESSIONS)")
-	only := flag.String("only", "", "run only these figures' steps, comma-separated (of "+strings.Join(stepNames, ", ")+")")
+	only := flag.String("only", "", "run only these figures' steps, comma-separated (of "+strings.Join(stepNames, ", ")+"); the table then holds only their rows and -update is refused")
+	profile := flag.String("profile", "", "write CPU and block profiles of the measured part of the steps that take one (reattach: host.Open readopting every session) into this directory")
 	flag.Parse()
 	var err error
 	switch {
 	case *rssChild != "":
 		err = measureRSS(*rssChild)
 	case *step != "":
-		err = runStep(*step, *work, *quick)
+		err = runStep(*step, *work, *quick, *profile)
 	default:
-		err = run(*quick, *out, *only)
+		err = run(*quick, *out, *only, *profile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -89,7 +93,7 @@ func main() {
 // which moved the probe ratio alone from 1.1x to 1.7x.
 var stepNames = []string{"create", "reattach", "idle", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
-func runStep(name, work string, quick bool) error {
+func runStep(name, work string, quick bool, profileDir string) error {
 	n := func(full, small int) int {
 		if quick {
 			return small
@@ -103,7 +107,7 @@ func runStep(name, work string, quick bool) error {
 	case "create":
 		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
 	case "reattach":
-		rows, err = benchReattach(work, scripted, n(100, 10))
+		rows, err = benchReattach(work, scripted, n(100, 10), profileDir)
 	case "idle":
 		rows, err = benchIdle(work, scripted, n(20, 5))
 	case "appends":
@@ -127,18 +131,28 @@ func runStep(name, work string, quick bool) error {
 	return json.NewEncoder(os.Stdout).Encode(rows)
 }
 
-func run(quick bool, mdPath, only string) error {
+func run(quick bool, mdPath, only, profileDir string) error {
 	steps := stepNames
 	if only != "" {
+		if mdPath != "" {
+			return fmt.Errorf("-update writes the whole table: it cannot be combined with -only")
+		}
 		steps = strings.Split(only, ",")
 		for _, name := range steps {
 			if !slices.Contains(stepNames, name) {
-				return fmt.Errorf("-only %s: no such step; the steps are %s", name, strings.Join(stepNames, ", "))
+				return fmt.Errorf("-only: unknown step %q (the steps are %s)", name, strings.Join(stepNames, ", "))
 			}
 		}
-		if mdPath != "" {
-			return fmt.Errorf("-only and -update: a table of some figures would replace the whole one in %s", mdPath)
+	}
+	if profileDir != "" {
+		abs, err := filepath.Abs(profileDir)
+		if err != nil {
+			return err
 		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		profileDir = abs
 	}
 	work, err := os.MkdirTemp("", "ahb-")
 	if err != nil {
@@ -164,6 +178,9 @@ func run(quick bool, mdPath, only string) error {
 		args := []string{"-step", name, "-work", work}
 		if quick {
 			args = append(args, "-quick")
+		}
+		if profileDir != "" {
+			args = append(args, "-profile", profileDir)
 		}
 		cmd := exec.Command(self, args...)
 		cmd.Stderr = os.Stderr
@@ -318,7 +335,7 @@ func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
 
 // benchReattach: open a host over sessions whose plugins survived the last
 // one (readoption of every session) against starting them cold.
-func benchReattach(work, scripted string, sessions int) ([]row, error) {
+func benchReattach(work, scripted string, sessions int, profileDir string) ([]row, error) {
 	h, dir, err := openHost(work, "reattach", scripted)
 	if err != nil {
 		return nil, err
@@ -334,20 +351,73 @@ func benchReattach(work, scripted string, sessions int) ([]row, error) {
 	if err := h.Close(context.Background()); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	h2, err := openOnBadger(host.Config{
-		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
-	})
-	total := time.Since(start)
+	// reopen opens a host over dir, which readopts every session, and
+	// times it. Its work is labelled phase=open in the CPU profile, so
+	// that go tool pprof -tagfocus phase=open leaves out the closes.
+	reopen := func() (h2 *host.Host, counted *batchCounter, took time.Duration, err error) {
+		pprof.Do(context.Background(), pprof.Labels("phase", "open"), func(ctx context.Context) {
+			start := time.Now()
+			store, serr := badgerstore.Open(ctx, dir, badgerstore.Options{})
+			if serr != nil {
+				err = serr
+				return
+			}
+			counted = &batchCounter{Store: store}
+			h2, err = host.Open(ctx, host.Config{
+				StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
+				Store: counted,
+			})
+			took = time.Since(start)
+		})
+		return h2, counted, took, err
+	}
+	stopProfiles, err := startProfiles(profileDir, "reattach")
 	if err != nil {
 		return nil, err
 	}
-	defer h2.Shutdown(context.Background())
+	h2, counted, total, err := reopen()
+	if err != nil {
+		_ = stopProfiles()
+		return nil, err
+	}
 	st, _ := h2.Status(context.Background())
+	// A profile of one open holds a few hundred samples: profile more
+	// readoptions of the same sessions (the row times the first).
+	for round := 1; profileDir != "" && round < profileRounds; round++ {
+		if err := h2.Close(context.Background()); err != nil {
+			_ = stopProfiles()
+			return nil, err
+		}
+		if h2, _, _, err = reopen(); err != nil {
+			_ = stopProfiles()
+			return nil, err
+		}
+	}
+	if err := stopProfiles(); err != nil {
+		_ = h2.Shutdown(context.Background())
+		return nil, err
+	}
+	defer h2.Shutdown(context.Background())
 	per := total / time.Duration(sessions)
 	ratio := float64(median(cold)) / float64(per)
-	return []row{{Name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), Value: ms(per) + fmt.Sprintf(" (%d readopted)", st.Decided[host.ActionReadopted]),
+	return []row{{Name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), Value: ms(per) + fmt.Sprintf(" (%d readopted; lease moves in %d batches)", st.Decided[host.ActionReadopted], counted.batches.Load()),
 		Baseline: ms(median(cold)) + " cold start", Ratio: fmt.Sprintf("%.1f× faster", ratio), Target: "≥ 10×", Verdict: verdict(ratio >= 10)}}, nil
+}
+
+// profileRounds is how many times the reattach step readopts its sessions
+// under -profile.
+const profileRounds = 5
+
+// batchCounter counts the store's ApplyBatch calls: how many commits the
+// readoptions' lease moves took.
+type batchCounter struct {
+	leasestore.Store
+	batches atomic.Int64
+}
+
+func (c *batchCounter) ApplyBatch(ctx context.Context, moves []leasestore.Move) []leasestore.MoveResult {
+	c.batches.Add(1)
+	return c.Store.ApplyBatch(ctx, moves)
 }
 
 // benchAppends: 8 sessions stream updates at once; every update is
@@ -702,5 +772,36 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 		{Name: "sustained updates to an API client", Value: fmt.Sprintf("%.0f updates/s", rate),
 			Baseline: fmt.Sprintf("%.0f records/s raw write+fsync", float64(time.Second)/float64(r50)),
 			Ratio:    fmt.Sprintf("%.1f×", rate*float64(r50)/float64(time.Second)), Target: "–", Verdict: "–"},
+	}, nil
+}
+
+// startProfiles starts a CPU profile and the block profile of this process
+// when dir is set, and returns what writes them as dir/NAME.cpu.pprof and
+// dir/NAME.block.pprof (read them with go tool pprof). The block profile
+// records every blocking event (rate 1), so it says where the goroutines of
+// the measured part waited: syncs, RPCs, locks.
+func startProfiles(dir, name string) (stop func() error, err error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	cpu, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		_ = cpu.Close()
+		return nil, err
+	}
+	runtime.SetBlockProfileRate(1)
+	return func() error {
+		pprof.StopCPUProfile()
+		runtime.SetBlockProfileRate(0)
+		errs := []error{cpu.Close()}
+		block, err := os.Create(filepath.Join(dir, name+".block.pprof"))
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		errs = append(errs, pprof.Lookup("block").WriteTo(block, 0), block.Close())
+		return errors.Join(errs...)
 	}, nil
 }
