@@ -524,6 +524,9 @@ type Status struct {
 	// Decisions is each session's restart decision as it is made, by id;
 	// ActionUndecided for one not decided yet.
 	Decisions map[string]Decision `json:"decisions,omitempty"`
+	// DiskBytes is what the state directory holds on disk: the store, the
+	// session directories and the plugin sockets (not plugins/).
+	DiskBytes int64 `json:"diskBytes"`
 }
 
 // ActionUndecided is what Status shows for a session found at open whose
@@ -565,5 +568,6 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 		msg := r.String()
 		st.Recovery = &msg
 	}
+	st.DiskBytes = h.diskBytes()
 	return st, nil
 }
