@@ -18,7 +18,7 @@ import (
 
 func apiStatus(st host.Status) api.Status {
 	out := api.Status{PID: st.PID, StateDir: st.StateDir, HostID: st.HostID, Agents: st.Agents, Running: st.Running,
-		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched, Reconciling: st.Reconciling}
+		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched, Reconciling: st.Reconciling, DiskBytes: st.DiskBytes}
 	if st.Decisions != nil {
 		out.Decisions = make(map[string]api.Decision, len(st.Decisions))
 		for id, d := range st.Decisions {
@@ -34,9 +34,11 @@ func apiStatus(st host.Status) api.Status {
 	return out
 }
 
-func apiSession(s leasestore.Session) api.Session {
+// apiSession is s as the API shows it; running says whether it runs in
+// this host (host.Session), which its State says first.
+func apiSession(s leasestore.Session, running bool) api.Session {
 	out := api.Session{ID: s.ID, Agent: s.Agent, Workspace: s.Workspace, Options: s.Options, Lease: apiLease(s.Lease),
-		Incarnation: s.Incarnation, Deleting: s.Deleting, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Incarnation: s.Incarnation, Deleting: s.Deleting, State: host.StateOf(s, running), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		Title: s.Title, AllowedScopes: s.AllowedScopes}
 	for _, m := range s.MCPServers {
 		out.MCPServers = append(out.MCPServers, api.MCPServer{Name: m.Name, Transport: m.Transport, Command: m.Command, Args: m.Args, URL: m.URL})
@@ -68,10 +70,12 @@ func apiLease(l leasestore.Lease) api.Lease {
 	return out
 }
 
-// listedMeta is _meta.agenthost of a session in a session/list result.
-func listedMeta(s leasestore.Session) map[string]any {
+// listedMeta is _meta.agenthost of a session in a session/list result;
+// running says whether it runs in this host.
+func listedMeta(s leasestore.Session, running bool) map[string]any {
 	return map[string]any{api.MetaKey: api.ListedSessionMeta{
 		Agent: s.Agent, Claim: string(s.Lease.Claim), Fence: s.Lease.Fence, Handle: s.Handle(), Stage: string(s.Lease.Stage),
+		State: host.StateOf(s, running),
 	}}
 }
 
