@@ -165,28 +165,29 @@ func TestRemoveRefusesAHeldSession(t *testing.T) {
 	}
 }
 
-// latchedHost returns a host on which session id is latched: its owner is
-// a live process carrying its spawn token that serves no plugin.
-func latchedHost(t *testing.T, id string) *Host {
+// silentOwner makes session id, new in h's store, owned by a live process
+// carrying its spawn token that serves no plugin: the next host cannot
+// readopt it nor prove it gone, so it latches it. It returns the process
+// and the fence it owns.
+func silentOwner(t *testing.T, h *Host, id string) (*exec.Cmd, uint64) {
 	t.Helper()
 	ctx := testCtx(t)
-	dir := stateDir(t)
-	h1 := mustOpen(t, hostConfig(t, dir))
-	sess, err := h1.store.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted", Workspace: dir})
+	dir := h.cfg.StateDir
+	sess, err := h.store.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted", Workspace: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := h1.store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: sess.Lease.Fence})
+	r, err := h.store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: sess.Lease.Fence})
 	if err != nil {
 		t.Fatal(err)
 	}
 	silent := exec.Command("sleep", "300")
-	silent.Env = []string{h1.tokenVar + "=" + r.Lease.ReservedSpawnToken}
+	silent.Env = []string{h.tokenVar + "=" + r.Lease.ReservedSpawnToken}
 	if err := silent.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = silent.Process.Kill(); _ = silent.Wait() })
-	ident, err := h1.prober.IdentifyStarted(ctx, silent.Process.Pid)
+	ident, err := h.prober.IdentifyStarted(ctx, silent.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +197,20 @@ func latchedHost(t *testing.T, id string) *Host {
 		leasestore.ProveOwner{Fence: f, Handle: "h", Origin: leasestore.HandleCreated,
 			Reattach: &leasestore.Reattach{Network: "unix", Address: filepath.Join(dir, "no-such-socket"), ProtocolVersion: 1}},
 	} {
-		if _, err := h1.store.Apply(ctx, id, tr); err != nil {
+		if _, err := h.store.Apply(ctx, id, tr); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := h1.Close(ctx); err != nil {
+	return silent, f
+}
+
+// latchedHost returns a host on which session id is latched (silentOwner).
+func latchedHost(t *testing.T, id string) *Host {
+	t.Helper()
+	dir := stateDir(t)
+	h1 := mustOpen(t, hostConfig(t, dir))
+	silentOwner(t, h1, id)
+	if err := h1.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h2 := mustOpen(t, hostConfig(t, dir))
