@@ -20,7 +20,8 @@ import (
 func TestStatusWithoutHost(t *testing.T) {
 	t.Parallel()
 	dir := stateDir(t)
-	for _, args := range [][]string{{"status"}, {"sessions", "list"}, {"run", "--agent", "scripted", "hi"}, {"journal", "x"}} {
+	for _, args := range [][]string{{"status"}, {"sessions", "list"}, {"run", "--agent", "scripted", "hi"}, {"journal", "x"},
+		{"sessions", "stop", "--all"}, {"sessions", "rm", "x"}, {"sessions", "prune", "--older-than", "1h"}} {
 		start := time.Now()
 		r := ah(t, append([]string{"--state-dir", dir}, args...)...)
 		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "no agenthost is serving the state directory "+dir) ||
