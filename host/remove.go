@@ -228,10 +228,11 @@ type PruneReport struct {
 var errNotPrunable = errors.New("no longer prunable")
 
 // Prune removes, as RemoveSession does, every session stopped, idle or
-// failed (StateOf) whose record did not change for olderThan. Running,
-// latched and held sessions, and those not decided yet, are never
-// pruned; a session that started or changed after Prune listed it is left
-// alone. With dryRun nothing is removed: Removed lists what would be.
+// failed (StateOf) whose record did not change for olderThan, and every
+// one whose removal was interrupted. Running, latched and held sessions,
+// and those not decided yet, are never pruned; a session that started or
+// changed after Prune listed it is left alone. With dryRun nothing is
+// removed: Removed lists what would be.
 func (h *Host) Prune(ctx context.Context, olderThan time.Duration, dryRun bool) (PruneReport, error) {
 	out := PruneReport{Removed: []string{}}
 	if olderThan < 0 {
@@ -243,11 +244,14 @@ func (h *Host) Prune(ctx context.Context, olderThan time.Duration, dryRun bool) 
 	}
 	cutoff := h.cfg.Now().Add(-olderThan)
 	prunable := func(rec leasestore.Session) bool {
-		if h.Undecided(rec.ID) || !rec.UpdatedAt.Before(cutoff) {
+		if h.Undecided(rec.ID) {
 			return false
 		}
 		if rec.Deleting {
-			return true // an interrupted removal: finish it
+			return true // an interrupted removal, whatever its age: finish it
+		}
+		if !rec.UpdatedAt.Before(cutoff) {
+			return false
 		}
 		_, running := h.Session(rec.ID)
 		switch StateOf(rec, running) {
