@@ -519,14 +519,14 @@ type Status struct {
 	Decided  map[Action]int    `json:"decided"`
 	Recovery *string           `json:"recovery,omitempty"`
 	Latched  map[string]string `json:"latched,omitempty"`
+	// DiskBytes is what the state directory holds on disk: the store, the
+	// session directories and the plugin sockets (not plugins/).
+	DiskBytes int64 `json:"diskBytes"`
 	// Reconciling: sessions found at open are still being decided.
 	Reconciling bool `json:"reconciling,omitempty"`
 	// Decisions is each session's restart decision as it is made, by id;
 	// ActionUndecided for one not decided yet.
 	Decisions map[string]Decision `json:"decisions,omitempty"`
-	// DiskBytes is what the state directory holds on disk: the store, the
-	// session directories and the plugin sockets (not plugins/).
-	DiskBytes int64 `json:"diskBytes"`
 }
 
 // ActionUndecided is what Status shows for a session found at open whose

@@ -18,7 +18,7 @@ import (
 
 func apiStatus(st host.Status) api.Status {
 	out := api.Status{PID: st.PID, StateDir: st.StateDir, HostID: st.HostID, Agents: st.Agents, Running: st.Running,
-		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched, Reconciling: st.Reconciling, DiskBytes: st.DiskBytes}
+		Sessions: st.Sessions, Recovery: st.Recovery, Latched: st.Latched, Reconciling: st.Reconciling}
 	if st.Decisions != nil {
 		out.Decisions = make(map[string]api.Decision, len(st.Decisions))
 		for id, d := range st.Decisions {
@@ -31,6 +31,7 @@ func apiStatus(st host.Status) api.Status {
 			out.Decided[string(act)] = n
 		}
 	}
+	out.DiskBytes = st.DiskBytes
 	return out
 }
 
