@@ -38,7 +38,7 @@ type capEntry struct {
 // failed probe is not kept: the next call tries again. Its error matches
 // ErrStartFailed.
 func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Capabilities, error) {
-	plug, ok := h.cfg.Agents[agent]
+	plug, ok := h.lookupAgent(ctx, agent)
 	if !ok {
 		return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
 	}

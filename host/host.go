@@ -72,8 +72,15 @@ type Config struct {
 	HostID string
 	// ClaimKeyID names the key claims are granted under. Default: "default".
 	ClaimKeyID string
-	// Agents maps agent names to their plugins.
+	// Agents maps agent names to their plugins. Host.SetAgents replaces
+	// them (and Credentials) while the host runs.
 	Agents map[string]AgentPlugin
+	// OnUnknownAgent is called when a start or a capabilities request
+	// names an agent not configured, before it is refused; it may call
+	// SetAgents, and the agent is looked up again after it returns. The
+	// agenthost binary rescans its configuration there, so a plugin copied
+	// in just before the request runs at once. Default: none.
+	OnUnknownAgent func(ctx context.Context, agent string)
 	// ResolveWorkspace turns the workspace a session asks for into the
 	// absolute directory its agent runs in. Default: the request itself,
 	// which must be absolute.
@@ -175,7 +182,9 @@ const ReaperScope = probe.ReaperScope
 // Host supervises agent sessions: one plugin process per session, each
 // admitted as the session's writer only through the lease store.
 type Host struct {
-	cfg      Config
+	cfg Config
+	// agentsMu guards cfg.Agents and cfg.Credentials (see SetAgents).
+	agentsMu sync.RWMutex
 	log      hclog.Logger
 	store    leasestore.Store
 	prober   *probe.Prober
@@ -363,7 +372,7 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 // must be configured, loc must be this host, and this platform must be able
 // to verify process identities (an injected process table does not count).
 func (h *Host) SupportsCreate(loc probe.Location, agent string) bool {
-	_, ok := h.cfg.Agents[agent]
+	_, ok := h.agent(agent)
 	return ok && probe.CanVerifyIdentity(h.cfg.HostID, loc)
 }
 
@@ -449,7 +458,7 @@ func allowlist() []string {
 // the agent's configured extras. Nothing else is inherited; a later entry
 // of the same key wins.
 func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, allowCredentials bool) ([]string, error) {
-	policy := h.cfg.Credentials[name]
+	policy := h.credentialPolicy(name)
 	keys := allowlist()
 	if policy.Inherit {
 		keys = append(keys, policy.Variables...)
@@ -478,6 +487,8 @@ func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, 
 }
 
 func (h *Host) agentNames() []string {
+	h.agentsMu.RLock()
+	defer h.agentsMu.RUnlock()
 	names := make([]string, 0, len(h.cfg.Agents))
 	for n := range h.cfg.Agents {
 		names = append(names, n)

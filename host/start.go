@@ -69,7 +69,7 @@ type SessionRequest struct {
 // session accept prompts. A failure before the spawn records durable
 // pre-spawn proof; any failure releases the lease.
 func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, error) {
-	agent, ok := h.cfg.Agents[req.Agent]
+	agent, ok := h.lookupAgent(ctx, req.Agent)
 	if !ok {
 		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
 	}
@@ -161,7 +161,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			req.MCPServers = mcpFromStore(rec.MCPServers)
 		}
 	}
-	if h.cfg.Credentials[req.Agent].Inherit {
+	if h.credentialPolicy(req.Agent).Inherit {
 		req.AllowCredentials = true
 	}
 	if req.AllowCredentials {

@@ -377,6 +377,9 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 		}
 		return api.StatusResult{Host: apiStatus(st), Version: a.srv.Version}, nil
 	case api.MethodAgents:
+		if a.srv.Agents != nil {
+			return a.srv.Agents(), nil
+		}
 		return api.AgentsResult{Agents: h.Agents()}, nil
 	case api.MethodSession:
 		rec, err := h.Store().Get(ctx, p.SessionID)

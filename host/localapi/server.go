@@ -56,6 +56,11 @@ type Server struct {
 	DefaultAgent string
 	// Version is reported by initialize and _agenthost/status.
 	Version string
+	// Agents answers _agenthost/agents, for an embedder that knows where
+	// the host's agents come from and when it last looked (the agenthost
+	// binary's rescans of its plugins directory and agenthost.json).
+	// Default: the host's agent names alone.
+	Agents func() api.AgentsResult
 	// MaxRequestBytes bounds one request line; a longer one is answered
 	// with a JSON-RPC error and skipped. Default: DefaultMaxRequestBytes.
 	MaxRequestBytes int

@@ -56,7 +56,9 @@ func (a *App) loadAgents(stateDir, exe string) ([]agentEntry, error) {
 // and those agenthost.json names, later sources overriding earlier ones
 // of the same name; an agenthost.json entry without a path configures the
 // built-in of its name. A malformed configuration is an error; a missing
-// one is not.
+// one is not. It is the one place that decides: serve calls it at open and
+// on every rescan of a running host (agentsreload.go), `agenthost agents`
+// to show the files.
 func loadAgents(stateDir, exe string, builtins []string, policies map[string]host.CredentialPolicy) ([]agentEntry, error) {
 	byName := map[string]agentEntry{}
 	builtin := func(name string) agentEntry {

@@ -58,7 +58,12 @@ Agents: the built-ins (claude, codex, scripted), every executable in
   {"agents": {"mine": {"path": "/abs/path/to/plugin", "args": [], "env": ["K=V"],
                        "sha256": "<hex digest, verified before every start>"}}}
 
-Restart serve to pick up new plugins.`
+No restart is needed to pick up a change: serve watches both, and a request
+naming an agent it does not serve rescans them at once (so 'cp plugin
+<state-dir>/plugins/mine && agenthost run --agent mine' works). A session
+already running keeps its plugin; a removed agent takes no new session. A
+malformed change is logged and refused, and the agents before it are kept:
+'agenthost agents' shows what the host serves and the refusal.`
 
 func (a *App) serveCommand() *cobra.Command {
 	var shutdown bool
@@ -82,8 +87,12 @@ func (a *App) serveCommand() *cobra.Command {
 type openedHost struct {
 	h        *host.Host
 	stateDir string
-	agents   []agentEntry
+	agents   []agentEntry // at open; reloader has those served now
 	log      hclog.Logger
+	// reloader finds agents installed while the host runs (see
+	// agentsreload.go); stopWatch ends its watch.
+	reloader  *agentsReloader
+	stopWatch func()
 }
 
 // openHost loads the agents and opens the host on the state directory.
@@ -124,19 +133,22 @@ func (a *App) openHost(ctx context.Context) (*openedHost, error) {
 	if err != nil {
 		return nil, err
 	}
+	reloader := newAgentsReloader(dir, agents, func() ([]agentEntry, error) { return a.loadAgents(dir, exe) }, log.Named("agents"))
 	// The API is served while the sessions are decided: a plugin that
 	// does not answer holds up its own session's decision only.
 	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog,
-		ReconcileInBackground: true})
+		ReconcileInBackground: true, OnUnknownAgent: reloader.onUnknownAgent})
 	if err != nil {
 		return nil, err
 	}
-	return &openedHost{h: h, stateDir: dir, agents: agents, log: log}, nil
+	reloader.attach(h)
+	return &openedHost{h: h, stateDir: dir, agents: agents, log: log, reloader: reloader, stopWatch: reloader.watch(context.WithoutCancel(ctx))}, nil
 }
 
 // close detaches from (or, with shutdown, stops) every session and closes
 // the host.
 func (o *openedHost) close(shutdown bool) error {
+	o.stopWatch()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	if shutdown {
@@ -231,7 +243,7 @@ func (a *App) serve(ctx context.Context, shutdown bool) (err error) {
 		return err
 	}
 	sock := socket.path
-	srv := &localapi.Server{Host: o.h, Version: a.version(), Logger: o.log.Named("api")}
+	srv := &localapi.Server{Host: o.h, Version: a.version(), Logger: o.log.Named("api"), Agents: o.reloader.result}
 	served := make(chan error, 1)
 	go func() { served <- serveSocket(ctx, srv, socket, o.log) }()
 
@@ -333,10 +345,10 @@ func (a *App) acp(ctx context.Context, agent string, shutdown bool) (err error) 
 	} else {
 		sockDone = make(chan error, 1)
 		o.log.Debug("serving the socket too", "socket", socket.path)
-		srv := &localapi.Server{Host: o.h, Version: a.version(), Logger: o.log.Named("api")}
+		srv := &localapi.Server{Host: o.h, Version: a.version(), Logger: o.log.Named("api"), Agents: o.reloader.result}
 		go func() { sockDone <- serveSocket(ctx, srv, socket, o.log) }()
 	}
-	srv := &localapi.Server{Host: o.h, DefaultAgent: agent, Version: a.version(), Logger: o.log.Named("acp")}
+	srv := &localapi.Server{Host: o.h, DefaultAgent: agent, Version: a.version(), Logger: o.log.Named("acp"), Agents: o.reloader.result}
 	// Reading goes through a pipe: closing it ends the server's reader at
 	// once, where closing a blocking stdin would not interrupt a read.
 	pr, pw := io.Pipe()

@@ -1,0 +1,91 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+)
+
+// SetAgents while sessions run: a session of a removed agent goes on, a
+// new start of it is refused, an added agent starts, and the capabilities
+// kept for an agent are dropped only when its plugin changes. Concurrent
+// replacements and reads race nothing (run with -race).
+func TestSetAgentsReplacesTheAgentsOfARunningHost(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Capabilities(ctx, "scripted"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Replaced many times while starts and listings read them.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted}}, map[string]CredentialPolicy{"scripted": {}})
+		})
+		wg.Go(func() { _ = h.Agents(); _, _ = h.agent("scripted"); _ = h.credentialPolicy("scripted") })
+	}
+	wg.Wait()
+	h.mu.Lock()
+	_, kept := h.caps["scripted"]
+	h.mu.Unlock()
+	if !kept {
+		t.Errorf("the capabilities of an unchanged agent were dropped")
+	}
+
+	h.SetAgents(map[string]AgentPlugin{"again": {Path: bins.scripted}}, nil)
+	h.mu.Lock()
+	_, kept = h.caps["scripted"]
+	h.mu.Unlock()
+	if kept {
+		t.Errorf("the capabilities of a removed agent were kept")
+	}
+	if got := h.Agents(); len(got) != 1 || got[0] != "again" {
+		t.Errorf("Agents after SetAgents: %v", got)
+	}
+	if _, err := h.StartSession(ctx, SessionRequest{Agent: "scripted", Workspace: t.TempDir()}); !errors.Is(err, ErrUnknownAgent) {
+		t.Errorf("a new session of the removed agent: %v", err)
+	}
+	if res, err := s.Prompt(ctx, "count 2"); err != nil || res.StopReason != "end_turn" {
+		t.Errorf("the running session of the removed agent: %+v, %v", res, err)
+	}
+	again, err := h.StartSession(ctx, SessionRequest{Agent: "again", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := again.Prompt(ctx, "count 1"); err != nil || res.StopReason != "end_turn" {
+		t.Errorf("a session of the added agent: %+v, %v", res, err)
+	}
+}
+
+// OnUnknownAgent runs before a start of an unknown agent is refused, and
+// what it sets is used at once.
+func TestOnUnknownAgentMayConfigureTheAgent(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	var asked []string
+	h.cfg.OnUnknownAgent = func(_ context.Context, agent string) {
+		asked = append(asked, agent)
+		if agent == "late" {
+			h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted}, "late": {Path: bins.scripted}}, nil)
+		}
+	}
+	s, err := h.StartSession(ctx, SessionRequest{Agent: "late", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Prompt(ctx, "count 1"); err != nil || res.StopReason != "end_turn" {
+		t.Errorf("a session of the agent configured on the way: %+v, %v", res, err)
+	}
+	if _, err := h.StartSession(ctx, SessionRequest{Agent: "nobody", Workspace: t.TempDir()}); !errors.Is(err, ErrUnknownAgent) {
+		t.Errorf("a start of an agent nobody configures: %v", err)
+	}
+	if len(asked) != 2 || asked[0] != "late" || asked[1] != "nobody" {
+		t.Errorf("OnUnknownAgent was asked %v", asked)
+	}
+}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/host"
+)
+
+func entryNames(es []agentEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+// newTestReloader is a reloader on dir whose applied configurations arrive
+// on the channel.
+func newTestReloader(t *testing.T, dir string) (*agentsReloader, <-chan []agentEntry) {
+	t.Helper()
+	load := func() ([]agentEntry, error) { return loadAgents(dir, "/bin/agenthost", []string{"scripted"}, nil) }
+	initial, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newAgentsReloader(dir, initial, load, hclog.NewNullLogger())
+	applied := make(chan []agentEntry, 16)
+	r.apply = func(es []agentEntry) { applied <- es }
+	return r, applied
+}
+
+// A rescan applies a changed configuration, and keeps the one served when
+// the configuration on disk is refused, saying why.
+func TestAgentsReloadKeepsThePreviousOnAMalformedChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r, applied := newTestReloader(t, dir)
+	r.reload("test")
+	if len(applied) != 0 {
+		t.Fatalf("an unchanged configuration was applied again")
+	}
+	write(t, filepath.Join(dir, PluginsDirName, "mine"), "#!/bin/sh\n", 0o755)
+	r.reload("test")
+	if got := entryNames(<-applied); !slices.Equal(got, []string{"mine", "scripted"}) {
+		t.Errorf("applied %v", got)
+	}
+	write(t, filepath.Join(dir, ConfigName), `{"agents": {"x": {"path": "relative"}}}`, 0o600)
+	r.reload("test")
+	res := r.result()
+	if len(applied) != 0 || !slices.Equal(res.Agents, []string{"mine", "scripted"}) || res.Reload == nil ||
+		!strings.Contains(res.Reload.Error, `"path" must be absolute`) {
+		t.Errorf("after a malformed change: %d applied, result %+v (reload %+v)", len(applied), res, res.Reload)
+	}
+	want := api.AgentInfo{Name: "mine", Source: sourcePluginsDir, Path: filepath.Join(dir, PluginsDirName, "mine")}
+	if !slices.Contains(res.Served, want) || !slices.Contains(res.Served, api.AgentInfo{Name: "scripted", Source: sourceBuiltin}) {
+		t.Errorf("served %+v", res.Served)
+	}
+	write(t, filepath.Join(dir, ConfigName), `{"agents": {}}`, 0o600)
+	if err := os.Remove(filepath.Join(dir, PluginsDirName, "mine")); err != nil {
+		t.Fatal(err)
+	}
+	r.reload("test")
+	if got := entryNames(<-applied); !slices.Equal(got, []string{"scripted"}) || r.result().Reload.Error != "" {
+		t.Errorf("after mending and removing: applied %v, reload %+v", got, r.result().Reload)
+	}
+}
+
+// The watch rescans on agenthost.json replaced by rename and on a plugin
+// copied into a plugins directory made after it started, and waits for a
+// plugin still being written.
+func TestAgentsWatchRescansOnChanges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r, applied := newTestReloader(t, dir)
+	stop := r.watch(context.Background())
+	defer stop()
+	next := func(what string) []string {
+		t.Helper()
+		select {
+		case es := <-applied:
+			return entryNames(es)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no rescan applied %s", what)
+			return nil
+		}
+	}
+	tmp := filepath.Join(dir, "agenthost.json.tmp")
+	write(t, tmp, `{"agents": {"other": {"path": "/opt/other"}}}`, 0o600)
+	if err := os.Rename(tmp, filepath.Join(dir, ConfigName)); err != nil {
+		t.Fatal(err)
+	}
+	if got := next("agenthost.json"); !slices.Equal(got, []string{"other", "scripted"}) {
+		t.Errorf("after agenthost.json: %v", got)
+	}
+	plugin := filepath.Join(dir, PluginsDirName, "mine")
+	write(t, plugin, "#!/bin/sh\n", 0o755)
+	// Still being written, as far as its mtime says: no rescan until it
+	// settles (or reloadMaxWait passes).
+	soon := time.Now().Add(time.Hour)
+	if err := os.Chtimes(plugin, soon, soon); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if got := next("the plugin"); !slices.Equal(got, []string{"mine", "other", "scripted"}) || time.Since(start) < reloadMaxWait-reloadQuiet {
+		t.Errorf("after the plugin: %v, %v after it was written", got, time.Since(start))
+	}
+}
+
+// agents marks how the running host serves each agent on disk.
+func TestServedStateMarksTheDifferences(t *testing.T) {
+	t.Parallel()
+	mine := agentEntry{Name: "mine", Source: sourcePluginsDir, Plugin: host.AgentPlugin{Path: "/s/plugins/mine"}}
+	builtin := agentEntry{Name: "scripted", Source: sourceBuiltin, Plugin: host.AgentPlugin{Path: "/bin/agenthost", Args: []string{PluginCommand, "scripted"}}}
+	served := []api.AgentInfo{
+		{Name: "mine", Source: ConfigName, Path: "/opt/mine"},
+		{Name: "scripted", Source: sourceBuiltin},
+	}
+	for _, c := range []struct {
+		e    agentEntry
+		want string
+	}{
+		{mine, "serves it from agenthost.json /opt/mine"},
+		{builtin, "serves it"},
+		{agentEntry{Name: "new", Source: sourcePluginsDir, Plugin: host.AgentPlugin{Path: "/s/plugins/new"}}, "not served yet (from its next rescan)"},
+	} {
+		if got := servedState(c.e, served); got != c.want {
+			t.Errorf("%s: %q, want %q", c.e.Name, got, c.want)
+		}
+	}
+	added, removed, changed := diffAgents([]agentEntry{mine, builtin}, []agentEntry{builtin, {Name: "mine", Source: ConfigName, Plugin: host.AgentPlugin{Path: "/opt/mine"}}, {Name: "new"}})
+	if !slices.Equal(added, []string{"new"}) || len(removed) != 0 || !slices.Equal(changed, []string{"mine"}) {
+		t.Errorf("diffAgents: added %v, removed %v, changed %v", added, removed, changed)
+	}
+}
