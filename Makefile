@@ -96,7 +96,7 @@ fuzz: ## Run every Fuzz* target for FUZZTIME each (default 15s).
 
 # The first-token rows drive the pinned CLIs (make clis); without npm
 # they are printed as skipped, saying why.
-bench: clis ## Measure every DESIGN §9 figure, and the real CLIs' first token, beside its baseline; print the table and write it into BENCHMARKS.md.
+bench: clis ## Measure every performance figure (internal/benchrun lists them), and the real CLIs' first token, beside its baseline; print the table and write it into BENCHMARKS.md.
 	@if [[ -e "$(CLI_STAMP)" ]]; then \
 		export AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude AGENTHOST_REAL_CODEX=$(CLI_CACHE)/node_modules/.bin/codex; \
 	fi; \
@@ -106,8 +106,13 @@ bench: clis ## Measure every DESIGN §9 figure, and the real CLIs' first token, 
 bench-go: ## Run the packages' go test -bench suites.
 	go test -run '^$$' -bench . -benchmem ./...
 
+# On a fresh machine the first run compiles every dependency (Badger,
+# gRPC, go-plugin…) for minutes; -v names each package as it is compiled,
+# so the wait says what it is doing, and prints nothing once cached.
 demo: ## Build bin/agenthost, kill its host mid-turn, restart it, and check the session's journal (examples/demo).
-	go run ./examples/demo
+	@echo "make demo: compiling bin/agenthost and the demo (examples/demo); the first run on a fresh machine compiles every dependency, about 3 CPU-minutes (2-3 minutes on an idle 2-core machine), listing each package as it goes"
+	go build -v -o bin/agenthost ./cmd/agenthost
+	go run -v ./examples/demo
 
 # Unlike the tests, which skip without the CLIs, the demo of the real path
 # has nothing to show without them: no npm is an error here.

@@ -122,9 +122,9 @@ type DeathEvidence struct {
 	ObservedAt time.Time    `json:"observedAt"`
 }
 
-// Lease says which process may write to a session right now. Its fields are
-// the ones DESIGN.md §3 names; only the transitions in this package change
-// them.
+// Lease says which process may write to a session right now (the package
+// doc explains the lease model); only the transitions in this package
+// change its fields.
 type Lease struct {
 	// Fence is the monotonic generation: 0 means never owned. It moves only
 	// on acquisition, proven release, proven eviction and readoption, always

@@ -77,7 +77,7 @@ func tokenEnv(token string) []string {
 	return []string{"PATH=/bin", tokenVar + "=" + token, "HOME=/root"}
 }
 
-// The seed suite's owner-probe group and DESIGN §4's rules, one case each.
+// The owner probe's rules (package doc), one case each.
 func TestOwnerProbe(t *testing.T) {
 	ctx := context.Background()
 	aliveOwner := probetest.Proc{PID: owner.PID, StartTicks: owner.StartTicks, Env: tokenEnv("token-1")}

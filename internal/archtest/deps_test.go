@@ -28,8 +28,8 @@ type depRule struct {
 	reason string
 }
 
-// rules are the dependency directions of the design; see the layout
-// section of the style anchors.
+// rules are the dependency directions of the design; the README's Layout
+// section describes each package.
 var rules = []depRule{
 	{
 		from: "./plugin/sdk",

@@ -3,7 +3,8 @@
 // machine it ran on. `make bench` runs it. It never fails on absolute
 // times: it reports them.
 //
-// Figures (DESIGN §9):
+// Figures, each a performance target of agenthost beside the baseline that
+// bounds it:
 //
 //   - create → ready (durable) vs a bare go-plugin start + first RPC of an
 //     equally minimal plugin built the same way;

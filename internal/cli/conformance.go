@@ -28,10 +28,13 @@ PLUGIN_BINARY is the plugin's executable; arguments after -- are passed to it.
 The name of a built-in agent (scripted, claude, codex) checks the one this
 binary serves.
 
-The default prompts are the scripted example's; a plugin for a real agent
-passes its own: --prompt-stream (a turn that streams text and ends by itself),
---prompt-hold (a turn that runs until cancelled) and --prompt-replay (a turn
-streaming at least four updates over a few hundred milliseconds).
+The default prompts suit an agent that echoes its prompt word by word and
+holds its turn on "wait" until cancelled (examples/minimal-plugin), and the
+scripted agent; a plugin for a real agent passes its own: --prompt-stream (a
+turn that streams text and ends by itself), --prompt-hold (a turn that runs
+until cancelled) and --prompt-replay (a turn streaming at least four updates
+over a few hundred milliseconds). A failure such a prompt could explain names
+the flag to pass.
 
 Exits with status 1 if any check fails or does not run.`
 
@@ -97,9 +100,10 @@ func (a *App) conformanceCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringArrayVar(&env, "env", nil, "extra environment for the plugin, KEY=VALUE (repeatable)")
 	f.StringArrayVar(&options, "option", nil, "a session option, KEY=VALUE (repeatable)")
-	f.StringVar(&prompts.Stream, "prompt-stream", "", `a prompt whose turn streams text and ends by itself (default "count 3")`)
-	f.StringVar(&prompts.Hold, "prompt-hold", "", `a prompt whose turn runs until cancelled (default "sleep 30s")`)
-	f.StringVar(&prompts.Replay, "prompt-replay", "", `a prompt whose turn streams several updates over a few hundred ms (default "count 20 10ms")`)
+	def := conformance.DefaultPrompts()
+	f.StringVar(&prompts.Stream, "prompt-stream", "", fmt.Sprintf("a prompt whose turn streams text and ends by itself (default %q)", def.Stream))
+	f.StringVar(&prompts.Hold, "prompt-hold", "", fmt.Sprintf("a prompt whose turn runs until cancelled (default %q)", def.Hold))
+	f.StringVar(&prompts.Replay, "prompt-replay", "", fmt.Sprintf("a prompt whose turn streams several updates over a few hundred ms (default %q)", def.Replay))
 	f.DurationVar(&timeout, "timeout", 20*time.Second, "the time each check may take")
 	f.BoolVar(&asJSON, "json", false, `print one JSON object per check: {"check","pass","notRun","error","seconds"}`)
 	return cmd

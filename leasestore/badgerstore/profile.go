@@ -13,8 +13,7 @@ import (
 // 64 MiB memtable, five of them, a 256 MiB block cache and a 1 GiB value log
 // preallocated twice (2 GiB apparent size on disk). A desktop sidecar holds a
 // few hundred sessions and their journals, so the profile trades peak write
-// throughput for footprint (measured numbers: reference/badger-gopsutil.md
-// §2.2 and §4):
+// throughput for footprint (the numbers below are measured):
 //
 //   - MemTableSize 8 MiB, NumMemtables 2: two small arenas. The memtable also
 //     caps one transaction at 15% of its size (1.2 MiB), which bounds a group
@@ -44,7 +43,7 @@ import (
 // runtime included): 9 MiB before open, 12 MiB after opening a fresh store
 // (open: 9 ms), 20 MiB after 1,000 synced appends of 200 bytes, 130 MiB at
 // the peak of a burst of 100,000 appends (table builders during flush and
-// compaction dominate; reference §4.5). Steady desktop trickles stay near
+// compaction dominate). Steady desktop trickles stay near
 // the low figures; the burst figure is what issue-level benchmarks track.
 func badgerOptions(dir string, log hclog.Logger) badger.Options {
 	return badger.DefaultOptions(dir).

@@ -12,7 +12,7 @@ import (
 )
 
 // credentialVars are the provider credential variables Claude Code 2.1.332
-// reads (agent-clis.md §1.8): credentials proper, the cloud credentials used
+// reads: credentials proper, the cloud credentials used
 // when Bedrock or Vertex is selected, and the provider selection and routing
 // variables that decide where credentials are sent. They are removed from
 // the CLI's environment unless the session option allow_credentials is

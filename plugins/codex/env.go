@@ -12,8 +12,8 @@ import (
 )
 
 // credentialVars are the provider credential variables stripped from the
-// CLI's environment unless the session allows credentials (agent-clis.md
-// §2.7); the env_key of every model provider in config.toml is added.
+// CLI's environment unless the session allows credentials; the env_key of
+// every model provider in config.toml is added.
 var credentialVars = []string{
 	"OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_ACCESS_TOKEN", "OPENAI_BASE_URL", "OPENAI_ORGANIZATION", "AZURE_OPENAI_API_KEY",
 }

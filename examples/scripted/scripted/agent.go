@@ -159,6 +159,9 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 			return sdk.StopCancelled, nil
 		}
 		return sdk.StopEndTurn, nil
+	case opWait:
+		<-ctx.Done()
+		return sdk.StopCancelled, nil
 	case opFail:
 		return "", errors.New(cmd.text)
 	case opAuth:

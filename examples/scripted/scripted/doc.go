@@ -10,6 +10,8 @@
 //	count N [INTERVAL]  stream N message chunks "1" … "N", INTERVAL apart
 //	                    (a Go duration; default 0), then end the turn
 //	sleep DURATION      hold the turn for DURATION, then end it
+//	wait                hold the turn until it is cancelled (the
+//	                    conformance kit's default hold prompt)
 //	fail MESSAGE        fail the turn with MESSAGE as its error
 //	auth                fail the turn as a provider refusing the
 //	                    credentials (sdk.ErrAuthRequired)
@@ -39,8 +41,8 @@
 //
 // Any other text is echoed back as one message chunk. A command with
 // malformed arguments ("count x") fails the turn with a message that gives
-// the expected syntax. When the host cancels the turn, count, sleep, ask
-// and edit stop at once and end it as cancelled.
+// the expected syntax. When the host cancels the turn, count, sleep, wait,
+// ask and edit stop at once and end it as cancelled.
 //
 // # Rich prompts
 //

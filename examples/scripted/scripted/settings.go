@@ -247,6 +247,7 @@ func commands() []sdk.Command {
 	return []sdk.Command{
 		{Name: "count", Description: "Stream the numbers 1 to N", InputHint: "N [INTERVAL]"},
 		{Name: "sleep", Description: "Hold the turn", InputHint: "DURATION"},
+		{Name: "wait", Description: "Hold the turn until it is cancelled"},
 		{Name: "fail", Description: "Fail the turn", InputHint: "MESSAGE"},
 		{Name: "auth", Description: "Fail the turn as the provider refusing the credentials"},
 		{Name: "tool", Description: "Report a tool call"},

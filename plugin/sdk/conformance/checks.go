@@ -209,14 +209,14 @@ func promptStreamsUpdates(e *env) error {
 	}
 	ups, stop, err := f.readTurn(turn, e.remaining())
 	if err != nil {
-		return fmt.Errorf("turn of prompt %q: %w", e.cfg.prompts.Stream, err)
+		return fmt.Errorf("turn of prompt %q: %w%s", e.cfg.prompts.Stream, err, hintStream)
 	}
 	if err := expectStop(stop, "end_turn", e.cfg.prompts.Stream); err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, hintStream)
 	}
 	if countKind(ups, turn, "agent_message_chunk") == 0 {
-		return fmt.Errorf("turn of prompt %q: expected at least one agent_message_chunk before turn_stopped, got %s",
-			e.cfg.prompts.Stream, describe(ups))
+		return fmt.Errorf("turn of prompt %q: expected at least one agent_message_chunk before turn_stopped, got %s%s",
+			e.cfg.prompts.Stream, describe(ups), hintStream)
 	}
 
 	// A host that sees turn_stopped may start the next turn at once.
@@ -253,8 +253,8 @@ func cancelYieldsCancelled(e *env) error {
 	}
 	// Let the turn get going; it must not end by itself.
 	if ups, stop, err := f.readTurn(turn, holdSettle); err == nil {
-		return fmt.Errorf("the turn of prompt %q ended by itself (%s) before Cancel, after %s; expected it to hold until cancelled (set Prompts.Hold)",
-			e.cfg.prompts.Hold, stopString(stop), describe(ups))
+		return fmt.Errorf("the turn of prompt %q ended by itself (%s) before Cancel, after %s; expected it to hold until cancelled%s",
+			e.cfg.prompts.Hold, stopString(stop), describe(ups), hintHold)
 	} else if !errors.Is(err, errNoStopYet) {
 		return fmt.Errorf("turn of prompt %q: %w", e.cfg.prompts.Hold, err)
 	}
@@ -416,8 +416,8 @@ func outboxReplayAfterReattach(e *env) error {
 		}
 		got = append(got, u)
 		if isStop(u, turn) {
-			return fmt.Errorf("the turn of prompt %q ended after %s; expected more than %d updates so that some arrive after the connection drops (set Prompts.Replay)",
-				prompt, describe(got), replayPrefix)
+			return fmt.Errorf("the turn of prompt %q ended after %s; expected more than %d updates so that some arrive after the connection drops%s",
+				prompt, describe(got), replayPrefix, hintReplay)
 		}
 	}
 	last := got[len(got)-1].Seq

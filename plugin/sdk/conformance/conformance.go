@@ -53,14 +53,25 @@ type Result struct {
 }
 
 // Prompts are the prompts the checks send. An empty field keeps its
-// default, which the scripted example plugin understands.
+// default. The defaults are understood by both example plugins: an agent
+// that echoes its prompt word by word (examples/minimal-plugin) streams
+// "count 3" and "count 20 10ms" as their words, and holds on "wait" until
+// cancelled; the scripted agent (examples/scripted) counts and waits. Any
+// other agent gets prompts of its own language, so that its turns do what
+// each check needs.
+//
+// The agenthost conformance command sets them with --prompt-stream,
+// --prompt-hold and --prompt-replay, and a check that fails in a way a
+// prompt the plugin does not understand would explain names the flag
+// (hintStream, hintHold, hintReplay): a Go caller sets the field of the
+// same name.
 type Prompts struct {
 	// Stream starts a turn that streams at least one agent message chunk
 	// and ends by itself, promptly, with stop reason end_turn.
 	// Default "count 3".
 	Stream string
 	// Hold starts a turn that runs until it is cancelled (at least for
-	// the per-check timeout). Default "sleep 30s".
+	// the per-check timeout). Default "wait".
 	Hold string
 	// Replay starts a turn that streams at least three updates before its
 	// turn_stopped, ideally over a few hundred milliseconds, and ends by
@@ -69,11 +80,18 @@ type Prompts struct {
 	Replay string
 }
 
-// DefaultPrompts returns the prompts used unless WithPrompts overrides them:
-// the scripted example plugin's language.
+// DefaultPrompts returns the prompts used unless WithPrompts overrides them.
 func DefaultPrompts() Prompts {
-	return Prompts{Stream: "count 3", Hold: "sleep 30s", Replay: "count 20 10ms"}
+	return Prompts{Stream: "count 3", Hold: "wait", Replay: "count 20 10ms"}
 }
+
+// The hints a check adds to a failure a prompt may explain: they name the
+// agenthost conformance flag, which is what a plugin author runs first.
+const (
+	hintStream = "; if the plugin does not stream text for this prompt and end the turn by itself, pass a prompt it does with --prompt-stream"
+	hintHold   = "; pass a prompt whose turn runs until it is cancelled with --prompt-hold (the default, \"wait\", holds the example plugins' turns)"
+	hintReplay = "; pass a prompt whose turn streams more updates, over a few hundred milliseconds, with --prompt-replay"
+)
 
 // Option configures Run and Check.
 type Option func(*config)

@@ -389,3 +389,27 @@ func TestStopWithDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestFailuresNameTheFlagToPass gives a plugin prompts it does not
+// understand for each prompt a check sends: each failure says which flag
+// of agenthost conformance sets a prompt that works, and names no Go field.
+func TestFailuresNameTheFlagToPass(t *testing.T) {
+	bin := fixture(t, "conforming")
+	prompts := WithPrompts(Prompts{Stream: "say hello", Hold: "stream 3", Replay: "stream 1"})
+	for check, flag := range map[string]string{
+		"prompt-streams-updates":       "with --prompt-stream",
+		"cancel-yields-cancelled":      "with --prompt-hold",
+		"outbox-replay-after-reattach": "with --prompt-replay",
+	} {
+		r := RunCheck(t.Context(), bin, check, prompts)
+		switch {
+		case r.Err == nil:
+			t.Errorf("%s passed with a prompt the plugin does not understand", check)
+		case !strings.Contains(r.Err.Error(), flag) || strings.Contains(r.Err.Error(), "Prompts."):
+			t.Errorf("%s: %v\nexpected the error to name the flag to pass (%q), and no Go field", check, r.Err, flag)
+		default:
+			t.Logf("%s: %v", check, r.Err)
+		}
+	}
+	noLeftovers(t)
+}

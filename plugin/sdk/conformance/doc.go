@@ -55,10 +55,16 @@
 //
 // # Prompts
 //
-// The default prompts are those of the scripted example plugin
-// (examples/scripted): "count 3" streams three chunks, "sleep 30s" holds
-// the turn, "count 20 10ms" streams twenty chunks over 200 ms. Any other
-// plugin passes prompts of its own with WithPrompts.
+// The default prompts work for both example plugins: "count 3" streams
+// three chunks of the scripted agent (examples/scripted) and two of an
+// agent that echoes its prompt word by word (examples/minimal-plugin);
+// "wait" holds the turn of both until it is cancelled; "count 20 10ms"
+// streams twenty chunks of the scripted agent over 200 ms, and three
+// words of the echo. Any other plugin passes prompts of its own with
+// WithPrompts. A failure a prompt the plugin does not understand could
+// explain names the agenthost conformance flag that sets it
+// (--prompt-stream, --prompt-hold, --prompt-replay: Prompts.Stream, Hold
+// and Replay in Go).
 //
 // The agenthost command line runs the kit too:
 //

@@ -1,8 +1,8 @@
 // Command fakecodex is a faithful fake of the `codex` CLI 0.171.0 for the
 // codex plugin's tests: `codex --version` and `codex app-server`, JSON-RPC
 // over stdio as JSONL without the "jsonrpc" member, with the real method
-// names, shapes, errors (codes and texts) and extra fields (see
-// agent-clis.md §2 and §6). Its "model" is the prompt text:
+// names, shapes, errors (codes and texts) and extra fields. Its "model" is
+// the prompt text:
 //
 //	count N [INTERVAL]  stream N agentMessage deltas "1".."N", INTERVAL apart
 //	sleep DURATION      hold the turn for DURATION or until interrupted
