@@ -61,6 +61,8 @@ type ListedSessionMeta struct {
 	Fence  uint64 `json:"fence"`
 	Handle string `json:"handle"`
 	Stage  string `json:"stage"`
+	// State is the session's Session.State.
+	State string `json:"state,omitempty"`
 }
 
 // Meta is the _meta member of an ACP message as a client decodes it, with

@@ -32,6 +32,9 @@
 // the evidence when it is proven gone ([ActionEvicted]), or latches it
 // ([ActionLatched]); plugins carrying a spawn token no lease owns are
 // stopped in the background. [Host.Shutdown] stops every session instead.
+// [Host.RemoveSession] and [Host.Prune] delete sessions no plugin can hold
+// (record, journal, session directories), under the session's start turn
+// (see remove.go); [StateOf] says in one word what a session is doing.
 // A turn whose plugin is gone ends: its stop, reason "failed" with the
 // plugin's fate, is journaled by the host that saw the exit, or by the
 // next one's reconciliation; a readopted plugin's open turn goes on if the

@@ -541,6 +541,9 @@ type Status struct {
 	Decided  map[Action]int    `json:"decided"`
 	Recovery *string           `json:"recovery,omitempty"`
 	Latched  map[string]string `json:"latched,omitempty"`
+	// DiskBytes is what the state directory holds on disk: the store, the
+	// session directories and the plugin sockets (not plugins/).
+	DiskBytes int64 `json:"diskBytes"`
 	// Reconciling: sessions found at open are still being decided.
 	Reconciling bool `json:"reconciling,omitempty"`
 	// Decisions is each session's restart decision as it is made, by id;
@@ -591,5 +594,6 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 		msg := r.String()
 		st.Recovery = &msg
 	}
+	st.DiskBytes = h.diskBytes()
 	return st, nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,36 +244,7 @@ func TestAliveButSilentOwnerIsLatched(t *testing.T) {
 	ctx := testCtx(t)
 	dir := stateDir(t)
 	h1 := mustOpen(t, hostConfig(t, dir))
-	tokenVar := h1.tokenVar
-	sess, err := h1.store.Create(ctx, leasestore.SessionSpec{ID: "silent", Agent: "scripted", Workspace: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := h1.store.Apply(ctx, "silent", leasestore.Reserve{ExpectedFence: sess.Lease.Fence})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A live process carrying the reserved token, that serves no socket.
-	silent := exec.Command("sleep", "300")
-	silent.Env = []string{tokenVar + "=" + r.Lease.ReservedSpawnToken}
-	if err := silent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = silent.Process.Kill(); _ = silent.Wait() })
-	ident, err := h1.prober.IdentifyStarted(ctx, silent.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := r.Lease.Fence
-	for _, tr := range []leasestore.Transition{
-		leasestore.CommitOwner{Fence: f, Owner: ident},
-		leasestore.ProveOwner{Fence: f, Handle: "h", Origin: leasestore.HandleCreated,
-			Reattach: &leasestore.Reattach{Network: "unix", Address: filepath.Join(dir, "no-such-socket"), ProtocolVersion: 1}},
-	} {
-		if _, err := h1.store.Apply(ctx, "silent", tr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	silent, f := silentOwner(t, h1, "silent")
 	if err := h1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +257,7 @@ func TestAliveButSilentOwnerIsLatched(t *testing.T) {
 	if d.Action != ActionLatched || !strings.Contains(d.Reason, "could not be readopted") {
 		t.Fatalf("decision %+v, want latched", d)
 	}
-	_, err = h2.StartSession(ctx, SessionRequest{ID: "silent", Agent: "scripted"})
+	_, err := h2.StartSession(ctx, SessionRequest{ID: "silent", Agent: "scripted"})
 	if !errors.Is(err, leasestore.ErrOwnershipUnknown) {
 		t.Fatalf("starting a latched session: %v, want ErrOwnershipUnknown", err)
 	}

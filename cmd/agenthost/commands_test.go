@@ -20,7 +20,8 @@ import (
 func TestStatusWithoutHost(t *testing.T) {
 	t.Parallel()
 	dir := stateDir(t)
-	for _, args := range [][]string{{"status"}, {"sessions", "list"}, {"run", "--agent", "scripted", "hi"}, {"journal", "x"}} {
+	for _, args := range [][]string{{"status"}, {"sessions", "list"}, {"run", "--agent", "scripted", "hi"}, {"journal", "x"},
+		{"sessions", "stop", "--all"}, {"sessions", "rm", "x"}, {"sessions", "prune", "--older-than", "1h"}} {
 		start := time.Now()
 		r := ah(t, append([]string{"--state-dir", dir}, args...)...)
 		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "no agenthost is serving the state directory "+dir) ||
@@ -419,10 +420,10 @@ func TestSessionsListShowStop(t *testing.T) {
 		t.Errorf("the plugin (pid %d) still runs after sessions stop", pid)
 	}
 	r = mustAH(t, "--state-dir", dir, "sessions", "list")
-	if !regexpMatch(`s-one\s+scripted\s+released\s+2`, r.stdout) {
+	if !regexpMatch(`s-one\s+scripted\s+stopped\s+2`, r.stdout) {
 		t.Errorf("sessions list after stop:\n%s", r.stdout)
 	}
-	if r := ah(t, "--state-dir", dir, "sessions", "stop", "s-one"); r.code != 1 || !strings.Contains(r.stderr, `session "s-one" is not running`) {
+	if r := ah(t, "--state-dir", dir, "sessions", "stop", "s-one"); r.code != 0 || r.stdout != "session s-one was stopped already\n" {
 		t.Errorf("stopping a stopped session: %s", r)
 	}
 	if r := ah(t, "--state-dir", dir, "sessions", "show", "nope"); r.code != 1 || !strings.Contains(r.stderr, "no session nope") {

@@ -323,7 +323,7 @@ func TestUnknownCommand(t *testing.T) {
 		t.Errorf("unknown flag: %s", r)
 	}
 	r = ah(t, "sessions", "frob")
-	if r.code != 2 || !strings.Contains(r.stderr, "use list, show or stop") {
+	if r.code != 2 || !strings.Contains(r.stderr, "use list, show, stop, rm or prune") {
 		t.Errorf("agenthost sessions frob: %s", r)
 	}
 }

@@ -313,7 +313,7 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 	for _, s := range page {
 		updated := s.UpdatedAt.Format(time.RFC3339Nano)
 		out.Sessions = append(out.Sessions, acp.SessionInfo{
-			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: optString(s.Title), UpdatedAt: &updated, Meta: listedMeta(s),
+			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: optString(s.Title), UpdatedAt: &updated, Meta: listedMeta(s, a.runs(s.ID)),
 		})
 	}
 	return out, nil
@@ -447,20 +447,20 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 			return nil, apiError(err)
 		}
 		last, _ := h.Store().LastSeq(ctx, p.SessionID)
-		r := api.SessionResult{LastSeq: last, Session: apiSession(rec)}
-		if s, ok := h.Session(p.SessionID); ok {
-			r.Running, r.Followers = true, s.Followers()
+		s, running := h.Session(p.SessionID)
+		r := api.SessionResult{LastSeq: last, Session: apiSession(rec, running), Running: running}
+		if running {
+			r.Followers = s.Followers()
 		}
 		return r, nil
 	case api.MethodStop:
-		s, ok := h.Session(p.SessionID)
-		if !ok {
-			return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running", p.SessionID)}
-		}
-		if err := s.Stop(ctx); err != nil {
-			return nil, apiError(err)
-		}
-		return api.StopResult{}, nil
+		return a.stop(ctx, p.SessionID)
+	case api.MethodStopAll:
+		return a.stopAll(ctx), nil
+	case api.MethodRemove:
+		return a.remove(ctx, p)
+	case api.MethodPrune:
+		return a.prune(ctx, p)
 	case api.MethodSubscribe:
 		last, err := h.Store().LastSeq(ctx, p.SessionID)
 		if err != nil {

@@ -46,18 +46,18 @@ func goldenResults() map[string]any {
 	status := host.Status{
 		PID: 77, StateDir: "/state", HostID: "host-a", Agents: []string{"claude", "codex"}, Running: []string{"a", "b"},
 		Sessions: 5, Decided: map[host.Action]int{host.ActionReadopted: 1, host.ActionEvicted: 2, host.ActionFree: 0},
-		Recovery: &recovery, Latched: map[string]string{"x": "why", "a": "because"},
+		Recovery: &recovery, Latched: map[string]string{"x": "why", "a": "because"}, DiskBytes: 4096,
 	}
 	bare := host.Status{PID: 1, StateDir: "/s", Decided: map[host.Action]int{}}
 	return map[string]any{
-		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Followers: 2, Session: apiSession(full)},
-		"session-minimal": api.SessionResult{Session: apiSession(minimal)},
+		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Followers: 2, Session: apiSession(full, true)},
+		"session-minimal": api.SessionResult{Session: apiSession(minimal, false)},
 		"status-full":     api.StatusResult{Host: apiStatus(status), Version: "1.2.3"},
 		"status-bare":     api.StatusResult{Host: apiStatus(bare)},
 		// The _meta.agenthost of a session/list entry and of a
 		// session/update notification.
-		"list-meta":         listedMeta(full),
-		"list-meta-minimal": listedMeta(minimal),
+		"list-meta":         listedMeta(full, false),
+		"list-meta-minimal": listedMeta(minimal, false),
 		"update-meta":       updateMeta(41, "turn-1"),
 	}
 }

@@ -35,12 +35,15 @@ func apiStatus(st host.Status) api.Status {
 			out.Decided[string(act)] = n
 		}
 	}
+	out.DiskBytes = st.DiskBytes
 	return out
 }
 
-func apiSession(s leasestore.Session) api.Session {
+// apiSession is s as the API shows it; running says whether it runs in
+// this host (host.Session), which its State says first.
+func apiSession(s leasestore.Session, running bool) api.Session {
 	out := api.Session{ID: s.ID, Agent: s.Agent, Workspace: s.Workspace, Options: s.Options, Lease: apiLease(s.Lease),
-		Incarnation: s.Incarnation, Deleting: s.Deleting, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Incarnation: s.Incarnation, Deleting: s.Deleting, State: host.StateOf(s, running), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		Title: s.Title, AllowedScopes: s.AllowedScopes}
 	for _, m := range s.MCPServers {
 		out.MCPServers = append(out.MCPServers, api.MCPServer{Name: m.Name, Transport: m.Transport, Command: m.Command, Args: m.Args, URL: m.URL})
@@ -72,10 +75,12 @@ func apiLease(l leasestore.Lease) api.Lease {
 	return out
 }
 
-// listedMeta is _meta.agenthost of a session in a session/list result.
-func listedMeta(s leasestore.Session) map[string]any {
+// listedMeta is _meta.agenthost of a session in a session/list result;
+// running says whether it runs in this host.
+func listedMeta(s leasestore.Session, running bool) map[string]any {
 	return map[string]any{api.MetaKey: api.ListedSessionMeta{
 		Agent: s.Agent, Claim: string(s.Lease.Claim), Fence: s.Lease.Fence, Handle: s.Handle(), Stage: string(s.Lease.Stage),
+		State: host.StateOf(s, running),
 	}}
 }
 

@@ -60,8 +60,9 @@
 // agenthost's own methods use the _agenthost/ prefix: subscribe to a
 // session's journal from a sequence number (entries arrive as
 // _agenthost/journal notifications; a client that reconnects with the last
-// seq it saw misses nothing), stop a session, read one session's record,
-// the host's status, and the configured agents. Package api owns this
+// seq it saw misses nothing), stop a session or all of them, remove one
+// or prune the old stopped ones (tidy.go), read one session's record and
+// state, the host's status, and the configured agents. Package api owns this
 // contract (method names, params, results, error codes, the journal entry
 // shape); this package serves it, converting the host's and the store's
 // types to the API's, and reads journal payloads with package journal.

@@ -287,6 +287,8 @@ func errorCode(err error) int {
 		return api.CodeNotFound
 	case is(host.ErrTurnRunning):
 		return api.CodeTurnRunning
+	case is(host.ErrSessionRunning):
+		return api.CodeSessionRunning
 	case is(host.ErrStartFailed):
 		return api.CodeAgentFailed
 	case is(leasestore.ErrReconciling, leasestore.ErrOwnershipUnknown, leasestore.ErrConflict, leasestore.ErrStaleFence, leasestore.ErrInvalidTransition):

@@ -22,23 +22,28 @@ import (
 func (a *App) sessionsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "List, inspect and stop sessions",
-		Long: `List the sessions the host knows, show one in detail, or stop one.
+		Short: "List, inspect, stop and remove sessions",
+		Long: `List the sessions the host knows, show one in detail, stop one (or all), remove
+some, or prune the ones nobody used for a while.
 
 A session outlives its processes: stopping it ends its plugin and releases its
 lease, and 'agenthost run --session ID' resumes it later from the agent's own
-handle (a Claude session id, a Codex thread id).`,
+handle (a Claude session id, a Codex thread id). Removing it deletes its
+record, journal and session directory for good.`,
 		Example: `  agenthost sessions list
   agenthost sessions show 0198c2d5-…
-  agenthost sessions stop 0198c2d5-…`,
+  agenthost sessions stop 0198c2d5-…
+  agenthost sessions stop --all
+  agenthost sessions rm 0198c2d5-…
+  agenthost sessions prune --older-than 168h --dry-run`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageErrorf("unknown command %q for %q: use list, show or stop", args[0], cmd.CommandPath())
+				return usageErrorf("unknown command %q for %q: use list, show, stop, rm or prune", args[0], cmd.CommandPath())
 			}
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(a.sessionsListCommand(), a.sessionsShowCommand(), a.sessionsStopCommand())
+	cmd.AddCommand(a.sessionsListCommand(), a.sessionsShowCommand(), a.sessionsStopCommand(), a.sessionsRemoveCommand(), a.sessionsPruneCommand())
 	return cmd
 }
 
@@ -76,8 +81,10 @@ func (a *App) sessionsListCommand() *cobra.Command {
 		Use:   "list",
 		Short: "List every session the host knows",
 		Long: `List every session recorded in the state directory, newest first: its agent,
-its state (running in this host, or the lease's claim: live, released,
-reserved, conflicted, with a stage when latched), its fence, when it last
+its state (running in this host; idle: stopped after the idle timeout,
+resumed by its next prompt; stopped; failed: its first start failed;
+latched: nobody can say whether its last plugin is gone; held: another
+process holds its lease), its fence, when it last
 changed, its workspace and its title (the agent's, or the first line of its
 first prompt). --json prints the first page of the session/list result.`,
 		Args: noArgs,
@@ -109,12 +116,16 @@ first prompt). --json prints the first page of the session/list result.`,
 			fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tFENCE\tUPDATED\tWORKSPACE\tTITLE")
 			for _, s := range list.Sessions {
 				ah := s.Meta.Agenthost
-				state := string(ah.Claim)
-				if ah.Stage != "" {
-					state += "/" + string(ah.Stage)
+				state := ah.State
+				if state == "" {
+					// A host from before session states: its lease.
+					state = ah.Claim
+					if ah.Stage != "" {
+						state += "/" + ah.Stage
+					}
 				}
 				if slices.Contains(st.Host.Running, s.SessionID) {
-					state = "running"
+					state = api.StateRunning
 				}
 				updated := "-"
 				if s.UpdatedAt != nil {
@@ -269,41 +280,15 @@ func printSession(w io.Writer, info api.SessionResult) {
 	_ = tw.Flush()
 }
 
-func (a *App) sessionsStopCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "stop SESSION",
-		Short: "Stop a running session: its turn ends, its plugin exits, its lease is released",
-		Long: `Stop a session that runs in the host: the plugin is asked to close the session
-(a running turn ends and is journaled), then stopped; the lease is released.
-The session stays resumable with 'agenthost run --session SESSION'.`,
-		Args:              exactArgs("SESSION"),
-		ValidArgsFunction: a.completeSessionArg,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connect(ctx, apiclient.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.Call(ctx, api.MethodStop, api.Params{SessionID: args[0]}, nil); err != nil {
-				if apiclient.ErrorCode(err) == api.CodeNotFound {
-					return fmt.Errorf("%w; agenthost sessions list shows every session and its state", err)
-				}
-				return err
-			}
-			fmt.Fprintf(a.Stdout, "stopped session %s\n", displayID(args[0]))
-			return nil
-		},
-	}
-}
-
 func (a *App) statusCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the host serving the state directory: agents, sessions, restart decisions",
 		Long: `Show the host that serves the state directory: its pid and version, the agents
-it runs, how many sessions it knows and which run now, and what it decided for
+it runs, how many sessions it knows and which run now, what the state
+directory takes on disk (its store, session directories and sockets; not the
+installed plugins), and what it decided for
 each session it found when it opened (readopted: the plugin survived the last
 host and was taken over; evicted: its plugin was gone, the session is
 resumable; latched: the evidence was incomplete, the session waits).
@@ -334,6 +319,7 @@ func printStatus(w io.Writer, st api.StatusResult) {
 	row("socket", "%s", h.StateDir+string(os.PathSeparator)+SocketName)
 	row("agents", "%s", strings.Join(h.Agents, ", "))
 	row("sessions", "%d recorded, %d running", h.Sessions, len(h.Running))
+	row("disk use", "%s (store, session directories and sockets; agenthost sessions prune frees it)", humanBytes(h.DiskBytes))
 	for i, id := range h.Running {
 		k := ""
 		if i == 0 {
