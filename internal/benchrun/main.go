@@ -24,6 +24,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -32,6 +33,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,15 +64,17 @@ func main() {
 	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
 	work := flag.String("work", "", "internal: the work directory holding the built plugins")
 	rssChild := flag.String("rss-child", "", "internal: measure RSS in this process (MODE,PLUGIN,SESSIONS)")
+	only := flag.String("only", "", "run only these figures, comma-separated step names ("+strings.Join(stepNames, ", ")+"); -update is refused with it, so the table is never written from a partial run")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured part of the reattach figure (host.Open readopting every session) to this file")
 	flag.Parse()
 	var err error
 	switch {
 	case *rssChild != "":
 		err = measureRSS(*rssChild)
 	case *step != "":
-		err = runStep(*step, *work, *quick)
+		err = runStep(*step, *work, *quick, *cpuProfile)
 	default:
-		err = run(*quick, *out)
+		err = run(*quick, *out, *only, *cpuProfile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -85,7 +89,7 @@ func main() {
 // which moved the probe ratio alone from 1.1x to 1.7x.
 var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
-func runStep(name, work string, quick bool) error {
+func runStep(name, work string, quick bool, cpuProfile string) error {
 	n := func(full, small int) int {
 		if quick {
 			return small
@@ -99,7 +103,7 @@ func runStep(name, work string, quick bool) error {
 	case "create":
 		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
 	case "reattach":
-		rows, err = benchReattach(work, scripted, n(100, 10))
+		rows, err = benchReattach(work, scripted, n(100, 10), cpuProfile)
 	case "appends":
 		rows, err = benchAppends(work, scripted, n(2000, 300))
 	case "probe":
@@ -121,7 +125,27 @@ func runStep(name, work string, quick bool) error {
 	return json.NewEncoder(os.Stdout).Encode(rows)
 }
 
-func run(quick bool, mdPath string) error {
+func run(quick bool, mdPath, only, cpuProfile string) error {
+	steps := stepNames
+	if only != "" {
+		if mdPath != "" {
+			return errors.New("-only measures part of the table: it cannot -update a file, which holds the whole table")
+		}
+		steps = nil
+		for _, name := range strings.Split(only, ",") {
+			if name = strings.TrimSpace(name); !slices.Contains(stepNames, name) {
+				return fmt.Errorf("-only: unknown figure %q; the figures are %s", name, strings.Join(stepNames, ", "))
+			}
+			steps = append(steps, name)
+		}
+	}
+	if cpuProfile != "" {
+		abs, err := filepath.Abs(cpuProfile)
+		if err != nil {
+			return err
+		}
+		cpuProfile = abs
+	}
 	work, err := os.MkdirTemp("", "ahb-")
 	if err != nil {
 		return err
@@ -142,10 +166,13 @@ func run(quick bool, mdPath string) error {
 	fmt.Printf("agenthost benchmarks on %s\n\n", machine)
 
 	var rows []row
-	for _, name := range stepNames {
+	for _, name := range steps {
 		args := []string{"-step", name, "-work", work}
 		if quick {
 			args = append(args, "-quick")
+		}
+		if cpuProfile != "" {
+			args = append(args, "-cpuprofile", cpuProfile)
 		}
 		cmd := exec.Command(self, args...)
 		cmd.Stderr = os.Stderr
@@ -300,7 +327,7 @@ func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
 
 // benchReattach: open a host over sessions whose plugins survived the last
 // one (readoption of every session) against starting them cold.
-func benchReattach(work, scripted string, sessions int) ([]row, error) {
+func benchReattach(work, scripted string, sessions int, cpuProfile string) ([]row, error) {
 	h, dir, err := openHost(work, "reattach", scripted)
 	if err != nil {
 		return nil, err
@@ -316,11 +343,18 @@ func benchReattach(work, scripted string, sessions int) ([]row, error) {
 	if err := h.Close(context.Background()); err != nil {
 		return nil, err
 	}
+	stopProfile, err := startCPUProfile(cpuProfile)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	h2, err := openOnBadger(host.Config{
 		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
 	})
 	total := time.Since(start)
+	if perr := stopProfile(); perr != nil && err == nil {
+		err = perr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +364,26 @@ func benchReattach(work, scripted string, sessions int) ([]row, error) {
 	ratio := float64(median(cold)) / float64(per)
 	return []row{{Name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), Value: ms(per) + fmt.Sprintf(" (%d readopted)", st.Decided[host.ActionReadopted]),
 		Baseline: ms(median(cold)) + " cold start", Ratio: fmt.Sprintf("%.1f× faster", ratio), Target: "≥ 10×", Verdict: verdict(ratio >= 10)}}, nil
+}
+
+// startCPUProfile starts a CPU profile into path; "" profiles nothing.
+// The returned func stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // benchAppends: 8 sessions stream updates at once; every update is
@@ -546,7 +600,7 @@ func bareStart(plug string) (*plugin.Client, *pluginclient.Client, error) {
 		client.Kill()
 		return nil, nil, err
 	}
-	agent, err := pluginclient.Dispense(rpc)
+	agent, err := pluginclient.Dispense(rpc, client.NegotiatedVersion())
 	if err != nil {
 		client.Kill()
 		return nil, nil, err

@@ -54,7 +54,7 @@ func serve(t *testing.T, factory sdk.Factory) (c *Client, stop func()) {
 		stop()
 		conn.Close()
 	})
-	return New(conn), stop
+	return New(conn, wire.ProtocolVersion), stop
 }
 
 // holder opens sessions (failing for workspace "fail"), holds every turn
