@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/privdir"
@@ -72,11 +75,13 @@ type pluginSpec struct {
 
 // pluginProc is one running plugin process and its connection.
 type pluginProc struct {
-	spec     pluginSpec
-	client   *plugin.Client
-	rpc      *pluginclient.Client
-	att      *pluginclient.Attachment   // this host's attachment, once attached
-	conn     interface{ Close() error } // the gRPC connection, once made
+	spec   pluginSpec
+	client *plugin.Client
+	rpc    *pluginclient.Client
+	att    *pluginclient.Attachment   // this host's attachment, once attached
+	conn   interface{ Close() error } // the gRPC connection, once made
+	// direct: conn was dialed here, not by go-plugin's Client.
+	direct   bool
 	runner   *procRunner
 	handle   string
 	info     pluginclient.SessionInfo // what Open answered
@@ -160,7 +165,7 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 		return nil, err
 	}
 
-	rpcClient, err := client.Client()
+	addr, err := client.Start() // the handshake
 	// No agenthost request reaches the plugin before its owner is recorded;
 	// a failed record explains a failed handshake better than the handshake
 	// does.
@@ -170,12 +175,31 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))
 	}
-	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
-		p.conn = g.Conn
-	}
 	p.version = client.NegotiatedVersion()
-	if p.rpc, err = pluginclient.Dispense(rpcClient, p.version); err != nil {
-		return fail(fmt.Errorf("dispense plugin: %w", err))
+	if p.version >= wire.ProtocolVersion2 {
+		// go-plugin's Client would open its broker and stdio streams,
+		// which agenthost never uses; a version 2 plugin does not need
+		// its stdio drained (see reattachPlugin), so dial it directly.
+		conn, err := grpc.NewClient("passthrough:///"+addr.String(), append(wire.HostDialOptions(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, addr.Network(), addr.String())
+			}))...)
+		if err != nil {
+			return fail(fmt.Errorf("connect to the plugin: %w", err))
+		}
+		p.conn, p.direct, p.rpc = conn, true, pluginclient.New(conn, p.version)
+	} else {
+		rpcClient, err := client.Client()
+		if err != nil {
+			return fail(p.classifyStartError(ctx, err))
+		}
+		if g, ok := rpcClient.(*plugin.GRPCClient); ok {
+			p.conn = g.Conn
+		}
+		if p.rpc, err = pluginclient.Dispense(rpcClient, p.version); err != nil {
+			return fail(fmt.Errorf("dispense plugin: %w", err))
+		}
 	}
 	go p.watchExit()
 
@@ -223,12 +247,9 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 		}
 		p.handle, p.info = info.Handle, info
 	}
-	addr := client.ReattachConfig()
 	p.reattach = leasestore.Reattach{
 		ProtocolVersion: p.version, PluginPath: spec.Path, LogPath: r.logPath,
-	}
-	if addr != nil && addr.Addr != nil {
-		p.reattach.Network, p.reattach.Address = addr.Addr.Network(), addr.Addr.String()
+		Network: addr.Network(), Address: addr.String(),
 	}
 	return p, nil
 }
@@ -419,12 +440,16 @@ func (p *pluginProc) discard() {
 }
 
 // closeClient ends the go-plugin client of a plugin this host started
-// (its goroutines, the connection), or the connection of a reattached
-// one, which has no go-plugin client (see reattachPlugin).
+// (its goroutines, the connection), or the connection of one dialed
+// directly (version 2, see startPlugin and reattachPlugin). go-plugin's
+// Kill would make the protocol client it never made, streams included,
+// only to close it: of a directly dialed plugin, go-plugin's goroutines
+// end with the process, which has exited (or was never started) here.
 func (p *pluginProc) closeClient() {
-	if p.client != nil {
+	if p.client != nil && !p.direct {
 		p.client.Kill()
-	} else if p.conn != nil {
+	}
+	if p.conn != nil {
 		_ = p.conn.Close()
 	}
 }

@@ -121,8 +121,8 @@ func restartReadoptsAndDrains(t *testing.T, env []string, version int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := s.proc.version; v != version {
-		t.Fatalf("negotiated protocol version %d, want %d", v, version)
+	if v := s.proc.version; v != version || s.proc.direct != (version >= wire.ProtocolVersion2) {
+		t.Fatalf("negotiated protocol version %d (dialed directly %v), want %d (directly at version 2 only)", v, s.proc.direct, version)
 	}
 	pid, fence := s.PID(), s.Fence()
 	turn := make(chan TurnResult, 1)
