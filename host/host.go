@@ -206,6 +206,10 @@ type Host struct {
 	// their agent: no lease holds them, and the reaper must not stop them.
 	identifying map[string]bool
 	closed      bool
+
+	// moves batches the lease moves of the reconcile pass under way; nil
+	// outside one (see reconcileAll). Guarded by mu.
+	moves *leaseBatcher
 }
 
 // Open opens the host's state directory and reconciles every session the

@@ -71,6 +71,16 @@ func (h *Host) beginReconcile(ctx context.Context) ([]leasestore.Session, error)
 // decision, for at most ReattachTimeout. A decision holds the session's
 // start turn, so no StartSession of it runs meanwhile.
 func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) {
+	moves := startLeaseBatcher(ctx, h.store)
+	h.mu.Lock()
+	h.moves = moves
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.moves = nil
+		h.mu.Unlock()
+		moves.close()
+	}()
 	results := h.prober.ProbeAll(ctx, sessions)
 	sem := make(chan struct{}, reconcileParallelism)
 	var wg sync.WaitGroup
@@ -99,6 +109,14 @@ func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) 
 // leasestore.ErrReconciling too. Retry once _agenthost/status shows its
 // decision.
 var ErrUndecided = fmt.Errorf("not decided yet since the host started: %w", leasestore.ErrReconciling)
+
+// reconcileMoves returns the batcher of the reconcile pass under way, or
+// nil.
+func (h *Host) reconcileMoves() *leaseBatcher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.moves
+}
 
 // Undecided reports whether session id is still waiting for its restart
 // decision.

@@ -432,7 +432,15 @@ func (a *startAttempt) recordSettings(ctx context.Context, asked map[string]stri
 // refused t lets go of the plugin (abandon, with detail) and returns the
 // store's error as it is.
 func (a *startAttempt) own(ctx context.Context, t leasestore.Transition, detail string) (leasestore.Session, error) {
-	rec, err := a.h.store.Apply(ctx, a.id, t)
+	apply := a.h.store.Apply
+	if a.adopted {
+		// A readoption of a reconcile pass shares its synced commit with
+		// the pass's other moves (see leaseBatcher).
+		if b := a.h.reconcileMoves(); b != nil {
+			apply = b.apply
+		}
+	}
+	rec, err := apply(ctx, a.id, t)
 	if err != nil {
 		a.abandon(ctx, detail)
 		return rec, err

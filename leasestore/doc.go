@@ -55,6 +55,27 @@
 // the result together with the journal entry the move produced, so the
 // journal holds the lease's whole history.
 //
+// # Batches
+//
+// ApplyBatch makes several sessions' moves durable in one commit: a host
+// that readopts a hundred sessions at start pays one sync for the moves
+// that arrive together, not one each. A batch changes nothing about what a
+// move may do: each is judged alone (CheckAppend's rules, fences,
+// Deleting, the journal entry it writes), and a refused move only fills its
+// own result slot. Moves of one session apply in the batch's order.
+//
+// What is atomic is a commit, not a batch. The accepted moves of one
+// commit land together or not at all, each with its lifecycle entry; a
+// backend may split a batch too large for one commit (the Badger backend
+// does, at its transaction size limit, and may also share a commit with
+// other callers' writes), so a caller must not read a batch as one
+// all-or-nothing step across sessions: every slot reports its own move's
+// fate. A commit that failed gives each of its moves the commit's error;
+// if the backend cannot tell whether it landed, the error matches
+// ErrDamaged and the store refuses every later write, exactly as for
+// Apply. A batch whose context ended before the backend took it reports
+// ctx's error in every slot and wrote nothing; once taken, it completes.
+//
 // # Failing closed
 //
 // Latches leave only on evidence, never on a timeout. A lapsed deadline means

@@ -30,6 +30,17 @@ type SessionStore interface {
 	List(ctx context.Context) ([]Session, error)
 	// Apply runs one lease transition and returns the session as written.
 	Apply(ctx context.Context, id string, t Transition) (Session, error)
+	// ApplyBatch runs several lease transitions, usually of different
+	// sessions, and makes the accepted ones durable together: one commit
+	// (one sync) for the batch where Apply would cost one per move. Each
+	// move is judged on its own, in order, exactly as Apply would judge it
+	// (a later move of the same session sees the earlier one's result);
+	// a refused move leaves no trace and does not refuse the others. The
+	// result has one slot per move, in the order of moves: the session as
+	// written, or the move's own error (a nil Transition is
+	// ErrInvalidArgument). See the package doc's "Batches" for atomicity
+	// and what a failed commit reports.
+	ApplyBatch(ctx context.Context, moves []Move) []MoveResult
 	// MarkAllUnreconciled flags every lease as awaiting a restart decision
 	// and returns how many sessions it flagged. A host calls it right after
 	// opening the store, before it admits any writer. A session that
@@ -43,6 +54,20 @@ type SessionStore interface {
 	// is accepted, which finishes the job even after a restart flagged the
 	// session unreconciled.
 	Delete(ctx context.Context, id string, fence uint64) error
+}
+
+// Move is one lease transition of a batch (SessionStore.ApplyBatch): what
+// Apply(ctx, ID, Transition) would run.
+type Move struct {
+	ID         string
+	Transition Transition
+}
+
+// MoveResult is what became of one Move: the session as written when Err
+// is nil, or why the move was refused or did not commit.
+type MoveResult struct {
+	Session Session
+	Err     error
 }
 
 // JournalStore keeps each session's append-only journal.

@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -64,17 +65,17 @@ func main() {
 	step := flag.String("step", "", "internal: run one figure's step in this process and print its rows as JSON")
 	work := flag.String("work", "", "internal: the work directory holding the built plugins")
 	rssChild := flag.String("rss-child", "", "internal: measure RSS in this process (MODE,PLUGIN,SESSIONS)")
-	only := flag.String("only", "", "run only these figures, comma-separated step names ("+strings.Join(stepNames, ", ")+"); -update is refused with it, so the table is never written from a partial run")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured part of the reattach figure (host.Open readopting every session) to this file")
+	only := flag.String("only", "", "run only these figures' steps, comma-separated (e.g. reattach); the table then holds only their rows and -update is refused")
+	profile := flag.String("profile", "", "write CPU and block profiles of the measured part of the steps that take one (reattach: host.Open readopting every session) into this directory")
 	flag.Parse()
 	var err error
 	switch {
 	case *rssChild != "":
 		err = measureRSS(*rssChild)
 	case *step != "":
-		err = runStep(*step, *work, *quick, *cpuProfile)
+		err = runStep(*step, *work, *quick, *profile)
 	default:
-		err = run(*quick, *out, *only, *cpuProfile)
+		err = run(*quick, *out, *only, *profile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -89,7 +90,7 @@ func main() {
 // which moved the probe ratio alone from 1.1x to 1.7x.
 var stepNames = []string{"create", "reattach", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
-func runStep(name, work string, quick bool, cpuProfile string) error {
+func runStep(name, work string, quick bool, profileDir string) error {
 	n := func(full, small int) int {
 		if quick {
 			return small
@@ -103,7 +104,7 @@ func runStep(name, work string, quick bool, cpuProfile string) error {
 	case "create":
 		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
 	case "reattach":
-		rows, err = benchReattach(work, scripted, n(100, 10), cpuProfile)
+		rows, err = benchReattach(work, scripted, n(100, 10), profileDir)
 	case "appends":
 		rows, err = benchAppends(work, scripted, n(2000, 300))
 	case "probe":
@@ -125,26 +126,28 @@ func runStep(name, work string, quick bool, cpuProfile string) error {
 	return json.NewEncoder(os.Stdout).Encode(rows)
 }
 
-func run(quick bool, mdPath, only, cpuProfile string) error {
+func run(quick bool, mdPath, only, profileDir string) error {
 	steps := stepNames
 	if only != "" {
 		if mdPath != "" {
-			return errors.New("-only measures part of the table: it cannot -update a file, which holds the whole table")
+			return fmt.Errorf("-update writes the whole table: it cannot be combined with -only")
 		}
-		steps = nil
-		for _, name := range strings.Split(only, ",") {
-			if name = strings.TrimSpace(name); !slices.Contains(stepNames, name) {
-				return fmt.Errorf("-only: unknown figure %q; the figures are %s", name, strings.Join(stepNames, ", "))
+		steps = strings.Split(only, ",")
+		for _, name := range steps {
+			if !slices.Contains(stepNames, name) {
+				return fmt.Errorf("-only: unknown step %q (the steps are %s)", name, strings.Join(stepNames, ", "))
 			}
-			steps = append(steps, name)
 		}
 	}
-	if cpuProfile != "" {
-		abs, err := filepath.Abs(cpuProfile)
+	if profileDir != "" {
+		abs, err := filepath.Abs(profileDir)
 		if err != nil {
 			return err
 		}
-		cpuProfile = abs
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		profileDir = abs
 	}
 	work, err := os.MkdirTemp("", "ahb-")
 	if err != nil {
@@ -171,8 +174,8 @@ func run(quick bool, mdPath, only, cpuProfile string) error {
 		if quick {
 			args = append(args, "-quick")
 		}
-		if cpuProfile != "" {
-			args = append(args, "-cpuprofile", cpuProfile)
+		if profileDir != "" {
+			args = append(args, "-profile", profileDir)
 		}
 		cmd := exec.Command(self, args...)
 		cmd.Stderr = os.Stderr
@@ -327,7 +330,7 @@ func benchCreate(work, scripted, fixture string, rounds int) ([]row, error) {
 
 // benchReattach: open a host over sessions whose plugins survived the last
 // one (readoption of every session) against starting them cold.
-func benchReattach(work, scripted string, sessions int, cpuProfile string) ([]row, error) {
+func benchReattach(work, scripted string, sessions int, profileDir string) ([]row, error) {
 	h, dir, err := openHost(work, "reattach", scripted)
 	if err != nil {
 		return nil, err
@@ -343,16 +346,22 @@ func benchReattach(work, scripted string, sessions int, cpuProfile string) ([]ro
 	if err := h.Close(context.Background()); err != nil {
 		return nil, err
 	}
-	stopProfile, err := startCPUProfile(cpuProfile)
+	stopProfiles, err := startProfiles(profileDir, "reattach")
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	h2, err := openOnBadger(host.Config{
+	store, err := badgerstore.Open(context.Background(), dir, badgerstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	counted := &batchCounter{Store: store}
+	h2, err := host.Open(context.Background(), host.Config{
 		StateDir: dir, Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, ReattachTimeout: 30 * time.Second,
+		Store: counted,
 	})
 	total := time.Since(start)
-	if perr := stopProfile(); perr != nil && err == nil {
+	if perr := stopProfiles(); perr != nil && err == nil {
 		err = perr
 	}
 	if err != nil {
@@ -362,28 +371,20 @@ func benchReattach(work, scripted string, sessions int, cpuProfile string) ([]ro
 	st, _ := h2.Status(context.Background())
 	per := total / time.Duration(sessions)
 	ratio := float64(median(cold)) / float64(per)
-	return []row{{Name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), Value: ms(per) + fmt.Sprintf(" (%d readopted)", st.Decided[host.ActionReadopted]),
+	return []row{{Name: fmt.Sprintf("reattach per session at %d (open reconciles all)", sessions), Value: ms(per) + fmt.Sprintf(" (%d readopted; lease moves in %d batches)", st.Decided[host.ActionReadopted], counted.batches.Load()),
 		Baseline: ms(median(cold)) + " cold start", Ratio: fmt.Sprintf("%.1f× faster", ratio), Target: "≥ 10×", Verdict: verdict(ratio >= 10)}}, nil
 }
 
-// startCPUProfile starts a CPU profile into path; "" profiles nothing.
-// The returned func stops it and closes the file.
-func startCPUProfile(path string) (stop func() error, err error) {
-	if path == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
+// batchCounter counts the store's ApplyBatch calls: how many commits the
+// readoptions' lease moves took.
+type batchCounter struct {
+	leasestore.Store
+	batches atomic.Int64
+}
+
+func (c *batchCounter) ApplyBatch(ctx context.Context, moves []leasestore.Move) []leasestore.MoveResult {
+	c.batches.Add(1)
+	return c.Store.ApplyBatch(ctx, moves)
 }
 
 // benchAppends: 8 sessions stream updates at once; every update is
@@ -738,5 +739,40 @@ func benchLatency(work, scripted string, updates int) ([]row, error) {
 		{Name: "sustained updates to an API client", Value: fmt.Sprintf("%.0f updates/s", rate),
 			Baseline: fmt.Sprintf("%.0f records/s raw write+fsync", float64(time.Second)/float64(r50)),
 			Ratio:    fmt.Sprintf("%.1f×", rate*float64(r50)/float64(time.Second)), Target: "–", Verdict: "–"},
+	}, nil
+}
+
+// startProfiles starts a CPU profile and the block profile of this process
+// when dir is set, and returns what writes them as dir/NAME.cpu.pprof and
+// dir/NAME.block.pprof (read them with go tool pprof). The block profile
+// records every blocking event (rate 1), so it says where the goroutines of
+// the measured part waited: syncs, RPCs, locks.
+func startProfiles(dir, name string) (stop func() error, err error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	cpu, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	// 1 kHz rather than pprof's 100 Hz: a readoption of 100 sessions is
+	// a few hundred milliseconds of CPU. StartCPUProfile keeps a rate set
+	// before it, and says so on stderr ("cannot set cpu profile rate").
+	runtime.SetCPUProfileRate(1000)
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		_ = cpu.Close()
+		return nil, err
+	}
+	runtime.SetBlockProfileRate(1)
+	return func() error {
+		pprof.StopCPUProfile()
+		runtime.SetBlockProfileRate(0)
+		errs := []error{cpu.Close()}
+		block, err := os.Create(filepath.Join(dir, name+".block.pprof"))
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		errs = append(errs, pprof.Lookup("block").WriteTo(block, 0), block.Close())
+		return errors.Join(errs...)
 	}, nil
 }

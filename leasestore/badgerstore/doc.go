@@ -10,7 +10,9 @@
 // (recovery.go, consistency.go), and then starts two parts that each own a
 // goroutine: the writer (writer.go), through which every write goes and
 // which group-commits whatever has queued into one synced transaction, so a
-// durable append costs one sync however many sessions append at once; the
+// durable append costs one sync however many sessions append at once (the
+// moves of one ApplyBatch reach it together and share that transaction,
+// unless Badger's transaction size limit splits them into several); the
 // journal mirror (mirror.go), store.journal, a plain append-only copy of
 // every journal entry that the writer appends to before anyone hears of a
 // commit and that its goroutine syncs within BackupDelay; and the backup

@@ -68,6 +68,48 @@ func (s *Store) Apply(ctx context.Context, id string, t leasestore.Transition) (
 	return out, err
 }
 
+// ApplyBatch implements leasestore.SessionStore. Every move is an
+// operation of its own (its writes staged apart, so a refused one leaves no
+// trace), and all of them reach the writer in one send: they share one
+// synced transaction, with whatever else is queued then, unless Badger's
+// transaction size limit (15% of a memtable, tens of thousands of moves of
+// ordinary records) splits them into several, each committed on its own.
+// Each move's lifecycle entry goes to the journal mirror with the commit
+// that holds it.
+func (s *Store) ApplyBatch(ctx context.Context, moves []leasestore.Move) []leasestore.MoveResult {
+	out := make([]leasestore.MoveResult, len(moves))
+	ops := make([]*op, 0, len(moves))
+	slots := make([]int, 0, len(moves)) // ops[i] is the move of out[slots[i]]
+	for i, m := range moves {
+		if m.Transition == nil {
+			out[i].Err = fmt.Errorf("apply to session %q: %w: nil transition", m.ID, leasestore.ErrInvalidArgument)
+			continue
+		}
+		ops = append(ops, newOp(m.Transition.Name(), m.ID, func(b *batch) error {
+			var err error
+			out[i].Session, err = s.applyIn(b, m.ID, m.Transition)
+			return err
+		}))
+		slots = append(slots, i)
+	}
+	if len(ops) == 0 {
+		return out
+	}
+	if err := s.send(ctx, ops...); err != nil {
+		for _, i := range slots {
+			out[i].Err = fmt.Errorf("%s session %q: %w", moves[i].Transition.Name(), moves[i].ID, err)
+		}
+		return out
+	}
+	for k, o := range ops {
+		<-o.done
+		if o.err != nil {
+			out[slots[k]] = leasestore.MoveResult{Err: o.err}
+		}
+	}
+	return out
+}
+
 // applyIn runs t on the session as the batch sees it and stages the result
 // and its journal entry.
 func (s *Store) applyIn(b *batch, id string, t leasestore.Transition) (leasestore.Session, error) {

@@ -263,16 +263,16 @@ func (s *Store) wait(ctx context.Context, o *op) error {
 	return o.err
 }
 
-// send queues o for the writer, refusing new writes while a Close is under
-// way or after one succeeded.
-func (s *Store) send(ctx context.Context, o *op) error {
+// send queues ops for the writer, together (see writer.send), refusing new
+// writes while a Close is under way or after one succeeded.
+func (s *Store) send(ctx context.Context, ops ...*op) error {
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
 		return leasestore.ErrClosed
 	}
-	return s.writer.send(ctx, o)
+	return s.writer.send(ctx, ops...)
 }
 
 // committed is the writer's report of a commit: readers of the sessions it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +72,7 @@ type writer struct {
 	// Set before the first write.
 	commitHook func(*badger.Txn) error
 
-	ops  chan *op
+	ops  chan []*op // the ops of one send, kept together
 	stop chan struct{}
 	done chan struct{}
 
@@ -86,7 +87,7 @@ type writer struct {
 }
 
 func (w *writer) start() {
-	w.ops = make(chan *op, maxBatchOps)
+	w.ops = make(chan []*op, maxBatchOps)
 	w.stop = make(chan struct{})
 	w.done = make(chan struct{})
 	go w.run()
@@ -102,13 +103,15 @@ func (w *writer) shutdown() {
 	<-w.done
 }
 
-// send queues o without waiting for its result, so that a caller with many
-// independent operations (MarkAllUnreconciled) can queue them all and let
-// group commit batch them. The caller must wait on o.done for every o that
+// send queues ops without waiting for their results, so that a caller
+// with many independent operations (MarkAllUnreconciled, ApplyBatch) can
+// queue them all and let group commit batch them. The ops of one send
+// reach the writer together, so they share a transaction unless Badger's
+// size limit splits them. The caller must wait on o.done for every o that
 // send accepted. Once queued, an operation always completes, so a caller
 // never has to guess whether a cancelled call took effect. After the store
 // failed (see fail) it refuses.
-func (w *writer) send(ctx context.Context, o *op) error {
+func (w *writer) send(ctx context.Context, ops ...*op) error {
 	if err := w.failure(); err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func (w *writer) send(ctx context.Context, o *op) error {
 		return leasestore.ErrClosed
 	}
 	select {
-	case w.ops <- o:
+	case w.ops <- slices.Clip(ops): // the writer appends to it
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -158,26 +161,25 @@ func (w *writer) commitTxn(txn *badger.Txn) error {
 func (w *writer) run() {
 	defer close(w.done)
 	for {
-		var first *op
+		var batch []*op
 		select {
-		case first = <-w.ops:
+		case batch = <-w.ops:
 		case <-w.stop:
 			// Senders are excluded by now; finish what they queued.
 			for {
 				select {
-				case o := <-w.ops:
-					w.commit([]*op{o})
+				case ops := <-w.ops:
+					w.commit(ops)
 				default:
 					return
 				}
 			}
 		}
-		batch := []*op{first}
 	gather:
 		for len(batch) < maxBatchOps {
 			select {
-			case o := <-w.ops:
-				batch = append(batch, o)
+			case ops := <-w.ops:
+				batch = append(batch, ops...)
 			default:
 				break gather
 			}

@@ -72,6 +72,9 @@ func Run(t *testing.T, open Factory) {
 		{"Delete", testDelete},
 		{"DeleteIsNotRacedByReserve", testDeleteRace},
 		{"TailEndsWhenTheSessionIsRecreated", testTailRecreated},
+		{"BatchJudgesEachMoveOnItsOwn", testBatchEachMove},
+		{"BatchOfManySessions", testBatchMany},
+		{"BatchAfterCloseRefusesEveryMove", testBatchClosed},
 		{"ClosedStoreRefuses", testClosed},
 		{"ConcurrentCloses", testConcurrentCloses},
 	}
@@ -919,6 +922,153 @@ func testTailRecreated(t *testing.T, s leasestore.Store) {
 	for _, seq := range delivered {
 		if seq > oldLast {
 			t.Fatalf("the tail went on into the new session's journal: delivered seqs %v, the old journal ended at %d", delivered, oldLast)
+		}
+	}
+}
+
+// testBatchEachMove is a host's readoption pass in one batch: most moves
+// are accepted, and each refused one (a stale fence, a wrong process, a
+// deleted session, no transition at all) fails in its own slot, leaves its
+// session and journal as they were, and refuses nothing else. A second
+// move of a session in the same batch sees the first one's result.
+func testBatchEachMove(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	live := map[string]leasestore.Session{}
+	for _, id := range []string{"ok", "ok-then-handle", "stale", "other-process", "deleted"} {
+		live[id] = Live(t, ctx, s, id)
+	}
+	del := live["deleted"]
+	apply(t, ctx, s, "deleted", leasestore.Release{Fence: del.Lease.Fence})
+	must(t, s.Delete(ctx, "deleted", del.Lease.Fence+1))
+	_, err := s.MarkAllUnreconciled(ctx)
+	must(t, err)
+	before := map[string]int{}
+	for id := range live {
+		if id != "deleted" {
+			before[id] = len(entries(t, ctx, s, id, 0))
+		}
+	}
+	readopt := func(id string) leasestore.Readopt {
+		l := live[id].Lease
+		return leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach}
+	}
+	stale := readopt("stale")
+	stale.Fence--
+	wrong := readopt("other-process")
+	wrong.Owner.PID++
+	next := live["ok-then-handle"].Lease.NextFence()
+	moves := []leasestore.Move{
+		{ID: "ok", Transition: readopt("ok")},
+		{ID: "stale", Transition: stale},
+		{ID: "ok-then-handle", Transition: readopt("ok-then-handle")},
+		{ID: "other-process", Transition: wrong},
+		{ID: "deleted", Transition: readopt("deleted")},
+		{ID: "ok", Transition: nil},
+		{ID: "ok-then-handle", Transition: leasestore.RecordHandle{Fence: next, Handle: "resumed-handle", Origin: leasestore.HandleResumed}},
+	}
+	res := s.ApplyBatch(ctx, moves)
+	if len(res) != len(moves) {
+		t.Fatalf("ApplyBatch returned %d results for %d moves", len(res), len(moves))
+	}
+	wantErr(t, res[1].Err, leasestore.ErrStaleFence)
+	wantErr(t, res[3].Err, leasestore.ErrIdentityMismatch)
+	wantErr(t, res[4].Err, leasestore.ErrNotFound)
+	wantErr(t, res[5].Err, leasestore.ErrInvalidArgument)
+	for _, i := range []int{0, 2, 6} {
+		if res[i].Err != nil {
+			t.Fatalf("move %d (%s on %q) was refused beside refused moves: %v", i, moves[i].Transition.Name(), moves[i].ID, res[i].Err)
+		}
+		if res[i].Session.ID != moves[i].ID {
+			t.Fatalf("result %d is session %q, want %q: results must be in the order of moves", i, res[i].Session.ID, moves[i].ID)
+		}
+	}
+	for _, id := range []string{"ok", "ok-then-handle"} {
+		got := mustGet(t, ctx, s, id)
+		if got.Lease.Fence != live[id].Lease.NextFence() || got.Lease.Claim != leasestore.ClaimLive || got.Lease.Unreconciled {
+			t.Errorf("%q after its batched readoption: %+v", id, got.Lease)
+		}
+	}
+	if got := res[6].Session.Handle(); got != "resumed-handle" {
+		t.Errorf("the handle recorded after a readoption in the same batch is %q", got)
+	}
+	if got := mustGet(t, ctx, s, "ok-then-handle").Handle(); got != "resumed-handle" {
+		t.Errorf("stored handle %q, want the one the batch's second move recorded", got)
+	}
+	wantEvents := map[string]string{"ok": "readopted", "ok-then-handle": "readopted,handle-changed", "stale": "", "other-process": ""}
+	for id, want := range wantEvents {
+		es := entries(t, ctx, s, id, 0)
+		if got := strings.Join(events(t, es[before[id]:]), ","); got != want {
+			t.Errorf("the batch journaled %q for %q, want %q", got, id, want)
+		}
+		if want == "" {
+			got := mustGet(t, ctx, s, id)
+			if got.Lease.Fence != live[id].Lease.Fence || !got.Lease.Unreconciled {
+				t.Errorf("a refused move changed %q: %+v", id, got.Lease)
+			}
+		}
+	}
+	if res := s.ApplyBatch(ctx, nil); len(res) != 0 {
+		t.Errorf("an empty batch returned %d results", len(res))
+	}
+}
+
+// testBatchMany moves more sessions in one batch than a backend might
+// group by default; every move is accepted, in order, and journaled.
+func testBatchMany(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	const n = 600
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.Create(ctx, leasestore.SessionSpec{ID: fmt.Sprintf("many-%03d", i), Agent: "scripted"})
+		})
+	}
+	wg.Wait()
+	must(t, errors.Join(errs...))
+	moves := make([]leasestore.Move, n)
+	for i := range moves {
+		moves[i] = leasestore.Move{ID: fmt.Sprintf("many-%03d", i), Transition: leasestore.Reserve{ExpectedFence: 0, ClaimKeyID: "key-1"}}
+	}
+	res := s.ApplyBatch(ctx, moves)
+	tokens := map[string]bool{}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("move %d: %v", i, r.Err)
+		}
+		if r.Session.ID != moves[i].ID || r.Session.Lease.Fence != 1 || r.Session.Lease.Claim != leasestore.ClaimReserved {
+			t.Fatalf("result %d: session %q lease %+v", i, r.Session.ID, r.Session.Lease)
+		}
+		tokens[r.Session.Lease.ReservedSpawnToken] = true
+	}
+	if len(tokens) != n {
+		t.Errorf("%d reservations got %d distinct spawn tokens", n, len(tokens))
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		id := moves[i].ID
+		if got := strings.Join(events(t, entries(t, ctx, s, id, 0)), ","); got != "created,reserved" {
+			t.Errorf("journal of %q: %s", id, got)
+		}
+		if got := mustGet(t, ctx, s, id); got.Lease.Fence != 1 {
+			t.Errorf("stored lease of %q: %+v", id, got.Lease)
+		}
+	}
+}
+
+// testBatchClosed: a closed store refuses every move of a batch, each in
+// its slot.
+func testBatchClosed(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	must(t, s.Close(ctx))
+	res := s.ApplyBatch(ctx, []leasestore.Move{
+		{ID: "s", Transition: leasestore.Reserve{}}, {ID: "t", Transition: leasestore.Reserve{}},
+	})
+	for i, r := range res {
+		wantErr(t, r.Err, leasestore.ErrClosed)
+		if r.Session.ID != "" {
+			t.Errorf("slot %d of a refused batch holds session %q", i, r.Session.ID)
 		}
 	}
 }
