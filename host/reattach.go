@@ -62,9 +62,10 @@ type reattachSpec struct {
 // Client opens a broker stream and a stdio stream on every connection,
 // which agenthost never uses, and its reattach path only wraps the dial.
 // A plugin that speaks version 2 does not need its stdio stream drained
-// (the SDK hands stdout and stderr back to the process's own files at
-// the first call); one that speaks only version 1 may, so go-plugin's
-// client is kept for it.
+// (the SDK points os.Stdout and os.Stderr back at the process's stderr at
+// the first call); one that speaks only version 1 may (go-plugin's pipes
+// behind them block a plugin once 64 KiB wait), so go-plugin's client is
+// kept for it.
 func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error) {
 	if spec.Timeout <= 0 {
 		spec.Timeout = 10 * time.Second

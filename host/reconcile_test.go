@@ -171,8 +171,14 @@ func restartReadoptsAndDrains(t *testing.T, env []string, version int) {
 			t.Fatalf("journaled plugin updates %v: gap or duplicate at %d", seqs, i)
 		}
 	}
-	// The readopted session takes prompts.
+	// The readopted session takes prompts, once the pump handed it the
+	// turn's stop (which it does after journaling it).
 	s2 := h2.sessions[s.ID()]
+	waitFor(t, "the readopted turn to end", func() bool {
+		s2.mu.Lock()
+		defer s2.mu.Unlock()
+		return s2.turn == ""
+	})
 	if r, err := s2.Prompt(ctx, "count 2"); err != nil || r.StopReason != "end_turn" {
 		t.Fatalf("prompt after readoption: %+v, %v", r, err)
 	}

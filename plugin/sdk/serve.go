@@ -163,13 +163,12 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 	// version 2 never does (see host/reattach.go), and nobody drains them
 	// between hosts either, so a plugin writing 64 KiB there would block.
 	// The first call (after go-plugin swapped them, before any agent
-	// exists) hands them back to the process's own files: stderr is the
-	// plugin's log, and stdout the handshake pipe, whose writes the host's
-	// go-plugin logs, or which fail once no host reads it (SIGPIPE is
-	// ignored above).
-	origStdout, origStderr := os.Stdout, os.Stderr
+	// exists) points both at the process's own stderr, the plugin's log:
+	// never at stdout, the handshake pipe, which no host reads once it is
+	// gone (see docs/protocol.md, Handshake).
+	origStderr := os.Stderr
 	var restoreOnce sync.Once
-	restoreStdio := func() { restoreOnce.Do(func() { os.Stdout, os.Stderr = origStdout, origStderr }) }
+	restoreStdio := func() { restoreOnce.Do(func() { os.Stdout, os.Stderr = origStderr, origStderr }) }
 	sc := &plugin.ServeConfig{
 		HandshakeConfig:  wire.Handshake(),
 		VersionedPlugins: wire.PluginSets(srv, versions...),
