@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/privdir"
@@ -52,10 +55,10 @@ type pluginSpec struct {
 	SocketRoot string // the directory SocketDir must be directly inside
 	Env        []string
 	Fence      uint64
-	// Open opens the session once the process is attached and identified:
-	// it calls NewSession or ResumeSession and returns what the plugin
-	// answered.
-	Open func(ctx context.Context, a *pluginclient.Attachment) (pluginclient.SessionInfo, error)
+	// NewSession or ResumeSession (at most one) is the conversation the
+	// plugin opens once attached and identified; neither opens none.
+	NewSession    *pluginclient.NewSessionRequest
+	ResumeSession *pluginclient.ResumeSessionRequest
 	// IdentifyOnly starts the plugin only to read its Identify (its
 	// capabilities): nothing is attached and SessionID is empty.
 	IdentifyOnly   bool
@@ -72,17 +75,21 @@ type pluginSpec struct {
 
 // pluginProc is one running plugin process and its connection.
 type pluginProc struct {
-	spec     pluginSpec
-	client   *plugin.Client
-	rpc      *pluginclient.Client
-	att      *pluginclient.Attachment   // this host's attachment, once attached
-	conn     interface{ Close() error } // the gRPC connection, once made
+	spec   pluginSpec
+	client *plugin.Client
+	rpc    *pluginclient.Client
+	att    *pluginclient.Attachment   // this host's attachment, once attached
+	conn   interface{ Close() error } // the gRPC connection, once made
+	// direct: conn was dialed here, not by go-plugin's Client.
+	direct   bool
 	runner   *procRunner
 	handle   string
 	info     pluginclient.SessionInfo // what Open answered
 	caps     pluginclient.Capabilities
 	instance string
 	version  int
+	// lastSeq is the newest update seq a reattached plugin reported.
+	lastSeq  uint64
 	reattach leasestore.Reattach
 	// waiting are the permission requests a readopted plugin reported it
 	// waits on when it was reattached (see readoptedPermissions).
@@ -158,7 +165,7 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 		return nil, err
 	}
 
-	rpcClient, err := client.Client()
+	addr, err := client.Start() // the handshake
 	// No agenthost request reaches the plugin before its owner is recorded;
 	// a failed record explains a failed handshake better than the handshake
 	// does.
@@ -168,23 +175,58 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 	if err != nil {
 		return fail(p.classifyStartError(ctx, err))
 	}
-	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
-		p.conn = g.Conn
-	}
-	if p.rpc, err = pluginclient.Dispense(rpcClient); err != nil {
-		return fail(fmt.Errorf("dispense plugin: %w", err))
-	}
 	p.version = client.NegotiatedVersion()
-	go p.watchExit()
-
-	if !spec.IdentifyOnly {
-		if p.att, _, err = p.rpc.Attach(ctx, spec.SessionID, spec.Fence); err != nil {
+	if p.version >= wire.ProtocolVersion2 {
+		// go-plugin's Client would open its broker and stdio streams,
+		// which agenthost never uses; a version 2 plugin does not need
+		// its stdio drained (see reattachPlugin), so dial it directly.
+		conn, err := grpc.NewClient("passthrough:///"+addr.String(), append(wire.HostDialOptions(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, addr.Network(), addr.String())
+			}))...)
+		if err != nil {
+			return fail(fmt.Errorf("connect to the plugin: %w", err))
+		}
+		p.conn, p.direct, p.rpc = conn, true, pluginclient.New(conn, p.version)
+	} else {
+		rpcClient, err := client.Client()
+		if err != nil {
 			return fail(p.classifyStartError(ctx, err))
 		}
+		if g, ok := rpcClient.(*plugin.GRPCClient); ok {
+			p.conn = g.Conn
+		}
+		if p.rpc, err = pluginclient.Dispense(rpcClient, p.version); err != nil {
+			return fail(fmt.Errorf("dispense plugin: %w", err))
+		}
 	}
-	id, err := p.rpc.Identify(ctx)
-	if err != nil {
-		return fail(p.classifyStartError(ctx, err))
+	go p.watchExit()
+
+	var id pluginclient.Identity
+	if p.version >= wire.ProtocolVersion2 && !spec.IdentifyOnly {
+		// One round trip: attach, identify, open, and the update stream
+		// the session's pump takes over (see pluginclient.Open). The
+		// plugin refuses another spawn token before it changes anything;
+		// the session id and pid are checked below as for version 1.
+		// Opening before the identity is checked here is harmless: a
+		// process that answers wrongly is killed with whatever it opened.
+		opened, err := p.rpc.Open(ctx, pluginclient.OpenRequest{SessionID: spec.SessionID, Fence: spec.Fence, SpawnToken: spec.SpawnToken,
+			FromSeq: 1, New: spec.NewSession, Resume: spec.ResumeSession})
+		if err != nil {
+			return fail(p.classifyStartError(ctx, err))
+		}
+		p.att, id = opened.Attachment, opened.Identity
+		p.handle, p.info = opened.Session.Handle, opened.Session
+	} else {
+		if !spec.IdentifyOnly {
+			if p.att, _, err = p.rpc.Attach(ctx, spec.SessionID, spec.Fence); err != nil {
+				return fail(p.classifyStartError(ctx, err))
+			}
+		}
+		if id, err = p.rpc.Identify(ctx); err != nil {
+			return fail(p.classifyStartError(ctx, err))
+		}
 	}
 	p.caps = id.Capabilities
 	if id.SessionID != spec.SessionID || id.SpawnToken != spec.SpawnToken || id.PID != r.pid {
@@ -192,19 +234,22 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 			ErrInvalidIdentity, spec.SessionID, short(spec.SpawnToken), r.pid, id.SessionID, short(id.SpawnToken), id.PID))
 	}
 	p.instance = id.InstanceID
-	if spec.Open != nil {
-		info, err := spec.Open(ctx, p.att)
+	if p.version < wire.ProtocolVersion2 && p.att != nil {
+		var info pluginclient.SessionInfo
+		switch {
+		case spec.ResumeSession != nil:
+			info, err = p.att.ResumeSession(ctx, *spec.ResumeSession)
+		case spec.NewSession != nil:
+			info, err = p.att.NewSession(ctx, *spec.NewSession)
+		}
 		if err != nil {
 			return fail(p.classifyStartError(ctx, err))
 		}
 		p.handle, p.info = info.Handle, info
 	}
-	addr := client.ReattachConfig()
 	p.reattach = leasestore.Reattach{
 		ProtocolVersion: p.version, PluginPath: spec.Path, LogPath: r.logPath,
-	}
-	if addr != nil && addr.Addr != nil {
-		p.reattach.Network, p.reattach.Address = addr.Addr.Network(), addr.Addr.String()
+		Network: addr.Network(), Address: addr.String(),
 	}
 	return p, nil
 }
@@ -306,8 +351,9 @@ func (p *pluginProc) TermErr() error {
 func (p *pluginProc) kill() {
 	p.stopOnce.Do(func() {
 		close(p.stopRequested)
+		p.discard()
 		_ = p.runner.Kill(context.Background()) // a no-op when nothing was started
-		p.client.Kill()                         // ends go-plugin's goroutines; the process is gone
+		p.closeClient()                         // ends go-plugin's goroutines; the process is gone
 		if p.runner.exited != nil {
 			<-p.runner.exited
 		}
@@ -342,13 +388,14 @@ func (p *pluginProc) Stop(ctx context.Context) error {
 			_ = p.att.Close(cctx)
 			cancel()
 		}
+		p.discard()
 		_ = p.runner.signal(unix.SIGTERM)
 		if !p.exitedWithin(time.Until(deadline)) {
 			p.spec.Logger.Warn("plugin ignored graceful shutdown; killing its process group", "pid", p.runner.pid, "timeout", timeout)
 			_ = p.runner.signal(unix.SIGKILL)
 			<-p.runner.exited
 		}
-		p.client.Kill()
+		p.closeClient()
 		p.removeSocketDir()
 	})
 	select {
@@ -363,7 +410,8 @@ func (p *pluginProc) Stop(ctx context.Context) error {
 func (p *pluginProc) release() {
 	p.stopOnce.Do(func() {
 		close(p.stopRequested)
-		p.client.Kill()
+		p.discard()
+		p.closeClient()
 		p.removeSocketDir()
 	})
 }
@@ -373,6 +421,7 @@ func (p *pluginProc) release() {
 func (p *pluginProc) Detach() {
 	p.stopOnce.Do(func() {
 		close(p.stopRequested)
+		p.discard()
 		p.runner.detach()
 		if p.conn != nil {
 			_ = p.conn.Close()
@@ -380,6 +429,29 @@ func (p *pluginProc) Detach() {
 		// The client's goroutines end now that the runner reports the
 		// plugin detached; Kill is not called, so the process lives on.
 	})
+}
+
+// discard ends the update stream a version 2 start or reattach opened and
+// no pump took (pluginclient.Attachment.Discard).
+func (p *pluginProc) discard() {
+	if p.att != nil {
+		p.att.Discard()
+	}
+}
+
+// closeClient ends the go-plugin client of a plugin this host started
+// (its goroutines, the connection), or the connection of one dialed
+// directly (version 2, see startPlugin and reattachPlugin). go-plugin's
+// Kill would make the protocol client it never made, streams included,
+// only to close it: of a directly dialed plugin, go-plugin's goroutines
+// end with the process, which has exited (or was never started) here.
+func (p *pluginProc) closeClient() {
+	if p.client != nil && !p.direct {
+		p.client.Kill()
+	}
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
 }
 
 // Detached is closed once Detach was called.

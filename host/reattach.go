@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/internal/wire"
@@ -29,10 +30,13 @@ var ErrNotAnswering = errors.New("plugin is alive but did not prove its identity
 // reattachSpec is what a new host knows about a plugin that outlived the
 // previous one.
 type reattachSpec struct {
-	SessionID   string
-	Owner       leasestore.ProcessIdentity
-	Reattach    leasestore.Reattach
-	Fence       uint64 // the lease fence the new host will attach at
+	SessionID string
+	Owner     leasestore.ProcessIdentity
+	Reattach  leasestore.Reattach
+	Fence     uint64 // the lease fence the new host will attach at
+	// FromSeq is the first update a version 2 Open streams: the one after
+	// the last journaled.
+	FromSeq     uint64
 	StopTimeout time.Duration
 	Timeout     time.Duration
 	Logger      hclog.Logger
@@ -44,11 +48,24 @@ type reattachSpec struct {
 
 // reattachPlugin reconnects to a running plugin: it pins the process with a
 // pidfd and re-verifies its identity (so a recycled pid is never adopted),
-// reconnects through go-plugin with the recorded address and the
-// negotiated version (go-plugin does not record it), and checks the
-// plugin's own identity: session id, spawn token, pid and instance id.
-// It does not attach: the caller moves the lease first, then attaches at
-// the new fence.
+// reconnects to the recorded address at the recorded protocol version
+// (go-plugin's reattach does not negotiate), and checks the plugin's own
+// identity: session id, spawn token, pid, instance id and version.
+//
+// At version 1 it only identifies: the caller moves the lease first, then
+// attaches at the new fence. At version 2 it makes the combined Open at
+// spec.Fence, the lease's next fence, from spec.FromSeq, before the lease
+// moves: the returned plugin is attached, its update stream started (see
+// readopt for why attaching before the move is safe).
+//
+// The connection is a plain gRPC one, not go-plugin's client: go-plugin's
+// Client opens a broker stream and a stdio stream on every connection,
+// which agenthost never uses, and its reattach path only wraps the dial.
+// A plugin that speaks version 2 does not need its stdio stream drained
+// (the SDK points os.Stdout and os.Stderr back at the process's stderr at
+// the first call); one that speaks only version 1 may (go-plugin's pipes
+// behind them block a plugin once 64 KiB wait), so go-plugin's client is
+// kept for it.
 func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error) {
 	if spec.Timeout <= 0 {
 		spec.Timeout = 10 * time.Second
@@ -71,36 +88,24 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 	pset, ok := wire.PluginSets(nil)[version]
 	if !ok {
 		_ = unix.Close(fd)
-		return nil, fmt.Errorf("%w: it negotiated protocol version %d, this host speaks %d", ErrNotAnswering, version, wire.ProtocolVersion)
+		return nil, fmt.Errorf("%w: it negotiated protocol version %d, this host speaks %d to %d", ErrNotAnswering, version, wire.ProtocolVersion1, wire.ProtocolVersion)
 	}
 	r, err := attachRunner(pid, fd, spec.Reattach.LogPath, spec.Logger)
 	if err != nil {
 		return nil, err
 	}
 	dial, connected := dialWhile(ctx, spec.Reattach.Network, spec.Reattach.Address)
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  wire.Handshake(),
-		Plugins:          pset, // the reattach path does not negotiate: give the recorded version's set
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		// go-plugin connects without the caller's context, and gRPC
-		// waits 20 s for a connection a stopped (SIGSTOP) or hung plugin
-		// accepts but never answers: bound it by the reattach budget, so a
-		// plugin that does not answer is latched within ReattachTimeout,
-		// and dial through dialWhile, so a caller giving up (a host
-		// closing) cuts the wait short.
-		GRPCDialOptions: append(wire.HostDialOptions(), grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.DefaultConfig, MinConnectTimeout: spec.Timeout}), grpc.WithContextDialer(dial)),
-		Logger: spec.Logger.Named("go-plugin"),
-		Reattach: &plugin.ReattachConfig{
-			Protocol: plugin.ProtocolGRPC, ProtocolVersion: version, Pid: pid,
-			Addr:         &net.UnixAddr{Net: spec.Reattach.Network, Name: spec.Reattach.Address},
-			ReattachFunc: func() (runner.AttachedRunner, error) { return r, nil },
-		},
-	})
+	// gRPC waits 20 s for a connection a stopped (SIGSTOP) or hung plugin
+	// accepts but never answers: bound it by the reattach budget, so a
+	// plugin that does not answer is latched within ReattachTimeout, and
+	// dial through dialWhile, so a caller giving up (a host closing) cuts
+	// the wait short.
+	dialOpts := append(wire.HostDialOptions(), grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.DefaultConfig, MinConnectTimeout: spec.Timeout}), grpc.WithContextDialer(dial))
 	p := &pluginProc{
 		spec: pluginSpec{SessionID: spec.SessionID, Fence: spec.Fence, StopTimeout: spec.StopTimeout, Logger: spec.Logger,
 			SocketDir: filepath.Join(spec.SocketRoot, spec.Owner.SpawnToken), SocketRoot: spec.SocketRoot},
-		client: client, runner: r, version: version, reattach: spec.Reattach,
+		runner: r, version: version, reattach: spec.Reattach,
 		stopRequested: make(chan struct{}), terminated: make(chan struct{}),
 	}
 	fail := func(err error) (*pluginProc, error) {
@@ -109,22 +114,59 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		p.Detach()
 		return nil, err
 	}
-	rpcClient, err := client.Client()
+	if version >= wire.ProtocolVersion2 {
+		conn, err := grpc.NewClient("passthrough:///"+spec.Reattach.Address,
+			append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			return fail(fmt.Errorf("%w: reconnect: %v", ErrNotAnswering, err))
+		}
+		p.conn, p.rpc = conn, pluginclient.New(conn, version)
+	} else {
+		p.client = plugin.NewClient(&plugin.ClientConfig{
+			HandshakeConfig:  wire.Handshake(),
+			Plugins:          pset, // the reattach path does not negotiate: give the recorded version's set
+			AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+			GRPCDialOptions:  dialOpts,
+			Logger:           spec.Logger.Named("go-plugin"),
+			Reattach: &plugin.ReattachConfig{
+				Protocol: plugin.ProtocolGRPC, ProtocolVersion: version, Pid: pid,
+				Addr:         &net.UnixAddr{Net: spec.Reattach.Network, Name: spec.Reattach.Address},
+				ReattachFunc: func() (runner.AttachedRunner, error) { return r, nil },
+			},
+		})
+		rpcClient, err := p.client.Client()
+		if err != nil {
+			connected()
+			if cerr := ctx.Err(); cerr != nil {
+				return fail(fmt.Errorf("%w: reconnect: %w: %v", ErrNotAnswering, cerr, err))
+			}
+			return fail(fmt.Errorf("%w: reconnect: %v", ErrNotAnswering, err))
+		}
+		if g, ok := rpcClient.(*plugin.GRPCClient); ok {
+			p.conn = g.Conn
+		}
+		if p.rpc, err = pluginclient.Dispense(rpcClient, version); err != nil {
+			connected()
+			return fail(fmt.Errorf("%w: dispense: %v", ErrNotAnswering, err))
+		}
+	}
+	var id pluginclient.Identity
+	if version >= wire.ProtocolVersion2 {
+		// The plugin refuses another spawn token or instance id before it
+		// raises its fence: a process that is not the recorded owner is
+		// never attached.
+		var opened pluginclient.Opened
+		opened, err = p.rpc.Open(ctx, pluginclient.OpenRequest{SessionID: spec.SessionID, Fence: spec.Fence,
+			SpawnToken: spec.Owner.SpawnToken, InstanceID: spec.Owner.InstanceID, FromSeq: spec.FromSeq})
+		p.att, id = opened.Attachment, opened.Identity
+	} else {
+		id, err = p.rpc.Identify(ctx)
+	}
 	connected()
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
-			return fail(fmt.Errorf("%w: reconnect: %w: %v", ErrNotAnswering, cerr, err))
+			return fail(fmt.Errorf("%w: identify: %w: %v", ErrNotAnswering, cerr, err))
 		}
-		return fail(fmt.Errorf("%w: reconnect: %v", ErrNotAnswering, err))
-	}
-	if g, ok := rpcClient.(*plugin.GRPCClient); ok {
-		p.conn = g.Conn
-	}
-	if p.rpc, err = pluginclient.Dispense(rpcClient); err != nil {
-		return fail(fmt.Errorf("%w: dispense: %v", ErrNotAnswering, err))
-	}
-	id, err := p.rpc.Identify(ctx)
-	if err != nil {
 		return fail(fmt.Errorf("%w: identify: %v", ErrNotAnswering, err))
 	}
 	if id.SessionID != spec.SessionID || id.SpawnToken != spec.Owner.SpawnToken || id.PID != pid ||
@@ -132,7 +174,7 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 		return fail(fmt.Errorf("%w: it reports session %q, pid %d, instance %q, protocol %d", ErrInvalidIdentity,
 			id.SessionID, id.PID, id.InstanceID, id.ProtocolVersion))
 	}
-	p.instance, p.handle, p.caps, p.waiting = id.InstanceID, id.Handle, id.Capabilities, id.PendingPermissions
+	p.instance, p.handle, p.caps, p.waiting, p.lastSeq = id.InstanceID, id.Handle, id.Capabilities, id.PendingPermissions, id.LastSeq
 	go p.watchExit()
 	return p, nil
 }

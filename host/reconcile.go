@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/internal/pluginclient"
+	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/probe"
@@ -253,13 +254,45 @@ func (h *Host) stopTokenHolders(ctx context.Context, token string) error {
 // detaches the plugin, never stops it, and leaves the lease at the fence it
 // returns, where decide latches it; the plugin will be re-probed and
 // readopted again rather than trusted half-way.
+//
+// At protocol version 2 the attach comes first: one Open identifies the
+// plugin, attaches it at the lease's next fence and starts its update
+// stream from the last journaled update, and only then does the lease
+// move. That is safe because the fence the plugin holds is not what
+// guards the session; the store is. The next fence is known before the
+// move (the lease's fence + 1, and the move is refused unless the lease
+// still holds the fence it was read at), and nothing durable happens at
+// it until the move succeeded: the journal opens, and updates are
+// journaled and acknowledged, only at a fence the store holds. A host
+// whose move fails (refused, the store failing) detaches at once, before
+// it prompted, acknowledged or answered anything: the plugin is left
+// attached at a fence no lease holds, which only means that whoever
+// holds the lease at the old fence is refused as stale by the plugin —
+// exactly what happens to it when a readoption succeeds — and the next
+// readoption computes the same next fence, which the plugin admits
+// (attaching at the fence it holds is allowed), or a higher one. Two
+// hosts racing for one plugin (only possible over one store, which Badger
+// locks to one process) both attach at the same fence and both read the
+// same stream, but only the one whose move succeeds journals it. Reading
+// the journal's last update before the move is sound for the same
+// reason: only the lease's holder appends to it, and the holder at the
+// old fence is gone (the probe proved its plugin alive, not its host; a
+// host still appending would be refused by the store at the moved fence).
 func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error) {
 	l := s.Lease
 	if l.Owner == nil || l.Reattach == nil || l.Reattach.Address == "" {
 		return l.Fence, errors.New("the lease records no reattach address")
 	}
+	var last uint64
+	v2 := l.Reattach.ProtocolVersion >= wire.ProtocolVersion2
+	if v2 {
+		var err error
+		if last, err = h.lastPluginSeq(ctx, s.ID); err != nil {
+			return l.Fence, fmt.Errorf("find the last journaled update: %w", err)
+		}
+	}
 	proc, err := reattachPlugin(ctx, reattachSpec{
-		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: l.NextFence(),
+		SessionID: s.ID, Owner: *l.Owner, Reattach: *l.Reattach, Fence: l.NextFence(), FromSeq: last + 1,
 		StopTimeout: h.cfg.StopTimeout, Timeout: h.cfg.ReattachTimeout,
 		Logger: h.log.Named("plugin").With("session", s.ID, "agent", s.Agent), Prober: h.prober, SocketRoot: h.socketRoot(),
 	})
@@ -272,15 +305,23 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if err != nil {
 		return a.fence, fmt.Errorf("move the lease: %w", err)
 	}
-	var attached pluginclient.AttachResult
-	if proc.att, attached, err = proc.rpc.Attach(ctx, s.ID, a.fence); err != nil {
+	pluginLast := proc.lastSeq
+	if !v2 {
+		var attached pluginclient.AttachResult
+		if proc.att, attached, err = proc.rpc.Attach(ctx, s.ID, a.fence); err != nil {
+			a.abandon(ctx, "")
+			return a.fence, fmt.Errorf("attach at fence %d: %w", a.fence, err)
+		}
+		pluginLast = attached.LastSeq
+		if last, err = h.lastPluginSeq(ctx, s.ID); err != nil {
+			a.abandon(ctx, "")
+			return a.fence, fmt.Errorf("find the last journaled update: %w", err)
+		}
+	} else if proc.att.Fence() != a.fence {
+		// The store moved the lease elsewhere than the fence the plugin
+		// was attached at (it never does: Readopt moves to NextFence).
 		a.abandon(ctx, "")
-		return a.fence, fmt.Errorf("attach at fence %d: %w", a.fence, err)
-	}
-	last, err := h.lastPluginSeq(ctx, s.ID)
-	if err != nil {
-		a.abandon(ctx, "")
-		return a.fence, fmt.Errorf("find the last journaled update: %w", err)
+		return a.fence, fmt.Errorf("the lease moved to fence %d, the plugin was attached at %d", a.fence, proc.att.Fence())
 	}
 	open, err := h.openTurn(ctx, s.ID)
 	if err != nil {
@@ -328,7 +369,7 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	}
 	sess.answerGranted(ctx, auto)
 	if open != nil {
-		sess.resumeOpenTurn(ctx, open, attached.LastSeq)
+		sess.resumeOpenTurn(ctx, open, pluginLast)
 	}
 	return a.fence, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/internal/logtest"
+	"github.com/agenthost/agenthost/internal/wire"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
 	"github.com/agenthost/agenthost/leasestore/leasestoretest"
@@ -86,14 +87,41 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // A host that closes mid-turn leaves the plugin running; the next host
 // readopts it at the next fence and drains everything it produced meanwhile,
-// each update exactly once.
+// each update exactly once: with the combined Open of protocol version 2,
+// and with a plugin that offers only version 1 (one built before version
+// 2), which the host starts and readopts with version 1's calls, the
+// lease recording the version each negotiated.
 func TestRestartReadoptsAndDrainsTheOutbox(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		version int
+	}{
+		{"v2", nil, wire.ProtocolVersion2},
+		{"v1-only-plugin", []string{wire.EnvProtocolVersions + "=1"}, wire.ProtocolVersion1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			restartReadoptsAndDrains(t, tc.env, tc.version)
+		})
+	}
+}
+
+func restartReadoptsAndDrains(t *testing.T, env []string, version int) {
 	ctx := testCtx(t)
 	dir := stateDir(t)
-	h1 := mustOpen(t, hostConfig(t, dir))
+	cfg := func() Config {
+		cfg := hostConfig(t, dir)
+		cfg.Agents["scripted"] = AgentPlugin{Path: bins.scripted, Env: env}
+		return cfg
+	}
+	h1 := mustOpen(t, cfg())
 	s, err := h1.StartSession(ctx, SessionRequest{ID: "keep\x00going", Agent: "scripted", Workspace: dir})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v := s.proc.version; v != version || s.proc.direct != (version >= wire.ProtocolVersion2) {
+		t.Fatalf("negotiated protocol version %d (dialed directly %v), want %d (directly at version 2 only)", v, s.proc.direct, version)
 	}
 	pid, fence := s.PID(), s.Fence()
 	turn := make(chan TurnResult, 1)
@@ -113,7 +141,7 @@ func TestRestartReadoptsAndDrainsTheOutbox(t *testing.T) {
 	}
 
 	time.Sleep(300 * time.Millisecond) // the plugin keeps producing while no host is attached
-	h2 := mustOpen(t, hostConfig(t, dir))
+	h2 := mustOpen(t, cfg())
 	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
 	d := h2.Decisions()[s.ID()]
 	if d.Action != ActionReadopted {
@@ -126,6 +154,12 @@ func TestRestartReadoptsAndDrainsTheOutbox(t *testing.T) {
 	if rec.Lease.Fence != fence+1 || rec.Lease.Owner.PID != pid || !rec.Lease.AdmitsWriter() {
 		t.Fatalf("readopted lease %+v", rec.Lease)
 	}
+	if rec.Lease.Reattach == nil || rec.Lease.Reattach.ProtocolVersion != version {
+		t.Fatalf("readopted lease records reattach %+v, want protocol version %d", rec.Lease.Reattach, version)
+	}
+	if s2 := h2.sessions[s.ID()]; s2.proc.version != version || (version >= wire.ProtocolVersion2) != (s2.proc.client == nil) {
+		t.Fatalf("readopted at protocol version %d (go-plugin client %v), want %d (a go-plugin client only at version 1)", s2.proc.version, s2.proc.client != nil, version)
+	}
 	waitFor(t, "the rest of the turn", func() bool {
 		seqs := pluginSeqs(t, h2, s.ID())
 		return len(seqs) > 0 && seqs[len(seqs)-1] >= 41
@@ -136,8 +170,14 @@ func TestRestartReadoptsAndDrainsTheOutbox(t *testing.T) {
 			t.Fatalf("journaled plugin updates %v: gap or duplicate at %d", seqs, i)
 		}
 	}
-	// The readopted session takes prompts.
+	// The readopted session takes prompts, once the pump handed it the
+	// turn's stop (which it does after journaling it).
 	s2 := h2.sessions[s.ID()]
+	waitFor(t, "the readopted turn to end", func() bool {
+		s2.mu.Lock()
+		defer s2.mu.Unlock()
+		return s2.turn == ""
+	})
 	if r, err := s2.Prompt(ctx, "count 2"); err != nil || r.StopReason != "end_turn" {
 		t.Fatalf("prompt after readoption: %+v, %v", r, err)
 	}

@@ -347,12 +347,11 @@ func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []strin
 		StartupTimeout: h.cfg.StartupTimeout, StopTimeout: h.cfg.StopTimeout,
 		Logger:  h.log.Named("plugin").With("session", a.id, "agent", a.agent),
 		OnStart: func(pid int) error { return a.commitOwner(ctx, pid) },
-		Open: func(ctx context.Context, att *pluginclient.Attachment) (pluginclient.SessionInfo, error) {
-			if a.handle != "" {
-				return att.ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: workspace, Options: options, MCPServers: servers, Handle: a.handle})
-			}
-			return att.NewSession(ctx, pluginclient.NewSessionRequest{Workspace: workspace, Options: options, MCPServers: servers})
-		},
+	}
+	if a.handle != "" {
+		spec.ResumeSession = &pluginclient.ResumeSessionRequest{Workspace: workspace, Options: options, MCPServers: servers, Handle: a.handle}
+	} else {
+		spec.NewSession = &pluginclient.NewSessionRequest{Workspace: workspace, Options: options, MCPServers: servers}
 	}
 	proc, err := startPlugin(ctx, spec)
 	if err != nil {

@@ -31,6 +31,276 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type OpenRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Fence     uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The process the host means, when it knows: a non-empty spawn_token or
+	// instance_id that is not this process's is refused (reason
+	// NOT_THIS_PROCESS) before anything changes, so a host that reaches
+	// another process than it recorded never raises that process's fence.
+	SpawnToken string `protobuf:"bytes,3,opt,name=spawn_token,json=spawnToken,proto3" json:"spawn_token,omitempty"`
+	InstanceId string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The first update seq the stream carries (0 and 1: from the oldest).
+	FromSeq uint64 `protobuf:"varint,5,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
+	// At most one: the conversation to open (their fence fields are
+	// ignored; fence above applies). Neither: only attach, as a host
+	// readopting a plugin that already has its session does.
+	//
+	// Types that are valid to be assigned to Open:
+	//
+	//	*OpenRequest_NewSession
+	//	*OpenRequest_ResumeSession
+	Open          isOpenRequest_Open `protobuf_oneof:"open"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRequest) Reset() {
+	*x = OpenRequest{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRequest) ProtoMessage() {}
+
+func (x *OpenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
+func (*OpenRequest) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OpenRequest) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *OpenRequest) GetSpawnToken() string {
+	if x != nil {
+		return x.SpawnToken
+	}
+	return ""
+}
+
+func (x *OpenRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *OpenRequest) GetFromSeq() uint64 {
+	if x != nil {
+		return x.FromSeq
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetOpen() isOpenRequest_Open {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *OpenRequest) GetNewSession() *NewSessionRequest {
+	if x != nil {
+		if x, ok := x.Open.(*OpenRequest_NewSession); ok {
+			return x.NewSession
+		}
+	}
+	return nil
+}
+
+func (x *OpenRequest) GetResumeSession() *ResumeSessionRequest {
+	if x != nil {
+		if x, ok := x.Open.(*OpenRequest_ResumeSession); ok {
+			return x.ResumeSession
+		}
+	}
+	return nil
+}
+
+type isOpenRequest_Open interface {
+	isOpenRequest_Open()
+}
+
+type OpenRequest_NewSession struct {
+	NewSession *NewSessionRequest `protobuf:"bytes,6,opt,name=new_session,json=newSession,proto3,oneof"`
+}
+
+type OpenRequest_ResumeSession struct {
+	ResumeSession *ResumeSessionRequest `protobuf:"bytes,7,opt,name=resume_session,json=resumeSession,proto3,oneof"`
+}
+
+func (*OpenRequest_NewSession) isOpenRequest_Open() {}
+
+func (*OpenRequest_ResumeSession) isOpenRequest_Open() {}
+
+type OpenEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*OpenEvent_Opened
+	//	*OpenEvent_Update
+	Kind          isOpenEvent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenEvent) Reset() {
+	*x = OpenEvent{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenEvent) ProtoMessage() {}
+
+func (x *OpenEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenEvent.ProtoReflect.Descriptor instead.
+func (*OpenEvent) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OpenEvent) GetKind() isOpenEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *OpenEvent) GetOpened() *Opened {
+	if x != nil {
+		if x, ok := x.Kind.(*OpenEvent_Opened); ok {
+			return x.Opened
+		}
+	}
+	return nil
+}
+
+func (x *OpenEvent) GetUpdate() *Update {
+	if x != nil {
+		if x, ok := x.Kind.(*OpenEvent_Update); ok {
+			return x.Update
+		}
+	}
+	return nil
+}
+
+type isOpenEvent_Kind interface {
+	isOpenEvent_Kind()
+}
+
+type OpenEvent_Opened struct {
+	// The first message, exactly once.
+	Opened *Opened `protobuf:"bytes,1,opt,name=opened,proto3,oneof"`
+}
+
+type OpenEvent_Update struct {
+	// Every later message.
+	Update *Update `protobuf:"bytes,2,opt,name=update,proto3,oneof"`
+}
+
+func (*OpenEvent_Opened) isOpenEvent_Kind() {}
+
+func (*OpenEvent_Update) isOpenEvent_Kind() {}
+
+type Opened struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What Identify answers once the attach (and the open) took effect:
+	// fence is the request's, last_seq the newest update produced so far.
+	Identity *IdentifyResponse `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The conversation the request opened; absent when it asked for none.
+	Session       *SessionResponse `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Opened) Reset() {
+	*x = Opened{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Opened) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Opened) ProtoMessage() {}
+
+func (x *Opened) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Opened.ProtoReflect.Descriptor instead.
+func (*Opened) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Opened) GetIdentity() *IdentifyResponse {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *Opened) GetSession() *SessionResponse {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 type IdentifyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -39,7 +309,7 @@ type IdentifyRequest struct {
 
 func (x *IdentifyRequest) Reset() {
 	*x = IdentifyRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +321,7 @@ func (x *IdentifyRequest) String() string {
 func (*IdentifyRequest) ProtoMessage() {}
 
 func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +334,7 @@ func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyRequest.ProtoReflect.Descriptor instead.
 func (*IdentifyRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 type IdentifyResponse struct {
@@ -101,7 +371,7 @@ type IdentifyResponse struct {
 
 func (x *IdentifyResponse) Reset() {
 	*x = IdentifyResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -113,7 +383,7 @@ func (x *IdentifyResponse) String() string {
 func (*IdentifyResponse) ProtoMessage() {}
 
 func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -126,7 +396,7 @@ func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyResponse.ProtoReflect.Descriptor instead.
 func (*IdentifyResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *IdentifyResponse) GetSessionId() string {
@@ -241,7 +511,7 @@ type AgentCapabilities struct {
 
 func (x *AgentCapabilities) Reset() {
 	*x = AgentCapabilities{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +523,7 @@ func (x *AgentCapabilities) String() string {
 func (*AgentCapabilities) ProtoMessage() {}
 
 func (x *AgentCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +536,7 @@ func (x *AgentCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCapabilities.ProtoReflect.Descriptor instead.
 func (*AgentCapabilities) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentCapabilities) GetPromptImage() bool {
@@ -362,7 +632,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +644,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +657,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -437,7 +707,7 @@ type OptionSpec struct {
 
 func (x *OptionSpec) Reset() {
 	*x = OptionSpec{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +719,7 @@ func (x *OptionSpec) String() string {
 func (*OptionSpec) ProtoMessage() {}
 
 func (x *OptionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +732,7 @@ func (x *OptionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OptionSpec.ProtoReflect.Descriptor instead.
 func (*OptionSpec) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OptionSpec) GetName() string {
@@ -496,7 +766,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +778,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +791,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *McpServer) GetName() string {
@@ -598,7 +868,7 @@ type McpStdio struct {
 
 func (x *McpStdio) Reset() {
 	*x = McpStdio{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +880,7 @@ func (x *McpStdio) String() string {
 func (*McpStdio) ProtoMessage() {}
 
 func (x *McpStdio) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +893,7 @@ func (x *McpStdio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpStdio.ProtoReflect.Descriptor instead.
 func (*McpStdio) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *McpStdio) GetCommand() string {
@@ -657,7 +927,7 @@ type McpRemote struct {
 
 func (x *McpRemote) Reset() {
 	*x = McpRemote{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +939,7 @@ func (x *McpRemote) String() string {
 func (*McpRemote) ProtoMessage() {}
 
 func (x *McpRemote) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +952,7 @@ func (x *McpRemote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpRemote.ProtoReflect.Descriptor instead.
 func (*McpRemote) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *McpRemote) GetUrl() string {
@@ -709,7 +979,7 @@ type NameValue struct {
 
 func (x *NameValue) Reset() {
 	*x = NameValue{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +991,7 @@ func (x *NameValue) String() string {
 func (*NameValue) ProtoMessage() {}
 
 func (x *NameValue) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +1004,7 @@ func (x *NameValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameValue.ProtoReflect.Descriptor instead.
 func (*NameValue) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NameValue) GetName() string {
@@ -763,7 +1033,7 @@ type SessionMode struct {
 
 func (x *SessionMode) Reset() {
 	*x = SessionMode{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +1045,7 @@ func (x *SessionMode) String() string {
 func (*SessionMode) ProtoMessage() {}
 
 func (x *SessionMode) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +1058,7 @@ func (x *SessionMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionMode.ProtoReflect.Descriptor instead.
 func (*SessionMode) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionMode) GetId() string {
@@ -822,7 +1092,7 @@ type ModeState struct {
 
 func (x *ModeState) Reset() {
 	*x = ModeState{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1104,7 @@ func (x *ModeState) String() string {
 func (*ModeState) ProtoMessage() {}
 
 func (x *ModeState) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1117,7 @@ func (x *ModeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeState.ProtoReflect.Descriptor instead.
 func (*ModeState) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModeState) GetCurrentModeId() string {
@@ -883,7 +1153,7 @@ type ConfigOption struct {
 
 func (x *ConfigOption) Reset() {
 	*x = ConfigOption{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1165,7 @@ func (x *ConfigOption) String() string {
 func (*ConfigOption) ProtoMessage() {}
 
 func (x *ConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1178,7 @@ func (x *ConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
 func (*ConfigOption) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConfigOption) GetId() string {
@@ -964,7 +1234,7 @@ type ConfigValue struct {
 
 func (x *ConfigValue) Reset() {
 	*x = ConfigValue{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1246,7 @@ func (x *ConfigValue) String() string {
 func (*ConfigValue) ProtoMessage() {}
 
 func (x *ConfigValue) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1259,7 @@ func (x *ConfigValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigValue.ProtoReflect.Descriptor instead.
 func (*ConfigValue) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConfigValue) GetValue() string {
@@ -1023,7 +1293,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1305,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1318,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetModeRequest) GetFence() uint64 {
@@ -1073,7 +1343,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1355,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1368,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 type SetConfigOptionRequest struct {
@@ -1112,7 +1382,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1394,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1407,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetConfigOptionRequest) GetFence() uint64 {
@@ -1170,7 +1440,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1452,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1465,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*ConfigOption {
@@ -1215,7 +1485,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1497,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1510,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AttachRequest) GetFence() uint64 {
@@ -1267,7 +1537,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1549,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1562,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AttachResponse) GetFence() uint64 {
@@ -1321,7 +1591,7 @@ type NewSessionRequest struct {
 
 func (x *NewSessionRequest) Reset() {
 	*x = NewSessionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1603,7 @@ func (x *NewSessionRequest) String() string {
 func (*NewSessionRequest) ProtoMessage() {}
 
 func (x *NewSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1616,7 @@ func (x *NewSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewSessionRequest.ProtoReflect.Descriptor instead.
 func (*NewSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NewSessionRequest) GetFence() uint64 {
@@ -1390,7 +1660,7 @@ type ResumeSessionRequest struct {
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1672,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1685,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResumeSessionRequest) GetFence() uint64 {
@@ -1470,7 +1740,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1752,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1765,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionResponse) GetHandle() string {
@@ -1538,7 +1808,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1820,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1833,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -1607,7 +1877,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1889,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1902,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PromptRequest) GetFence() uint64 {
@@ -1665,7 +1935,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1947,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1960,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PromptResponse) GetTurnId() string {
@@ -1710,7 +1980,7 @@ type UpdatesRequest struct {
 
 func (x *UpdatesRequest) Reset() {
 	*x = UpdatesRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1992,7 @@ func (x *UpdatesRequest) String() string {
 func (*UpdatesRequest) ProtoMessage() {}
 
 func (x *UpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +2005,7 @@ func (x *UpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatesRequest.ProtoReflect.Descriptor instead.
 func (*UpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdatesRequest) GetFence() uint64 {
@@ -1762,7 +2032,7 @@ type AcknowledgeRequest struct {
 
 func (x *AcknowledgeRequest) Reset() {
 	*x = AcknowledgeRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2044,7 @@ func (x *AcknowledgeRequest) String() string {
 func (*AcknowledgeRequest) ProtoMessage() {}
 
 func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2057,7 @@ func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcknowledgeRequest) GetFence() uint64 {
@@ -1812,7 +2082,7 @@ type AcknowledgeResponse struct {
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2094,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2107,7 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 type PermissionOutcome struct {
@@ -1851,7 +2121,7 @@ type PermissionOutcome struct {
 
 func (x *PermissionOutcome) Reset() {
 	*x = PermissionOutcome{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +2133,7 @@ func (x *PermissionOutcome) String() string {
 func (*PermissionOutcome) ProtoMessage() {}
 
 func (x *PermissionOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2146,7 @@ func (x *PermissionOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionOutcome.ProtoReflect.Descriptor instead.
 func (*PermissionOutcome) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PermissionOutcome) GetOutcome() string {
@@ -1904,7 +2174,7 @@ type AnswerPermissionRequest struct {
 
 func (x *AnswerPermissionRequest) Reset() {
 	*x = AnswerPermissionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2186,7 @@ func (x *AnswerPermissionRequest) String() string {
 func (*AnswerPermissionRequest) ProtoMessage() {}
 
 func (x *AnswerPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2199,7 @@ func (x *AnswerPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerPermissionRequest.ProtoReflect.Descriptor instead.
 func (*AnswerPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AnswerPermissionRequest) GetFence() uint64 {
@@ -1961,7 +2231,7 @@ type AnswerPermissionResponse struct {
 
 func (x *AnswerPermissionResponse) Reset() {
 	*x = AnswerPermissionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2243,7 @@ func (x *AnswerPermissionResponse) String() string {
 func (*AnswerPermissionResponse) ProtoMessage() {}
 
 func (x *AnswerPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2256,7 @@ func (x *AnswerPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerPermissionResponse.ProtoReflect.Descriptor instead.
 func (*AnswerPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 type CancelRequest struct {
@@ -1998,7 +2268,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2280,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2293,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelRequest) GetFence() uint64 {
@@ -2041,7 +2311,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2323,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2336,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 type CloseRequest struct {
@@ -2078,7 +2348,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2360,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2373,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CloseRequest) GetFence() uint64 {
@@ -2121,7 +2391,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2403,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2416,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 type Update struct {
@@ -2178,7 +2448,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2460,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2473,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Update) GetSeq() uint64 {
@@ -2474,7 +2744,7 @@ type CurrentMode struct {
 
 func (x *CurrentMode) Reset() {
 	*x = CurrentMode{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2756,7 @@ func (x *CurrentMode) String() string {
 func (*CurrentMode) ProtoMessage() {}
 
 func (x *CurrentMode) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2769,7 @@ func (x *CurrentMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CurrentMode.ProtoReflect.Descriptor instead.
 func (*CurrentMode) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CurrentMode) GetModeId() string {
@@ -2520,7 +2790,7 @@ type ConfigOptions struct {
 
 func (x *ConfigOptions) Reset() {
 	*x = ConfigOptions{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2802,7 @@ func (x *ConfigOptions) String() string {
 func (*ConfigOptions) ProtoMessage() {}
 
 func (x *ConfigOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2815,7 @@ func (x *ConfigOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOptions.ProtoReflect.Descriptor instead.
 func (*ConfigOptions) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ConfigOptions) GetConfigOptions() []*ConfigOption {
@@ -2566,7 +2836,7 @@ type AvailableCommands struct {
 
 func (x *AvailableCommands) Reset() {
 	*x = AvailableCommands{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2848,7 @@ func (x *AvailableCommands) String() string {
 func (*AvailableCommands) ProtoMessage() {}
 
 func (x *AvailableCommands) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2861,7 @@ func (x *AvailableCommands) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AvailableCommands.ProtoReflect.Descriptor instead.
 func (*AvailableCommands) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AvailableCommands) GetCommands() []*Command {
@@ -2614,7 +2884,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2896,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2909,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Command) GetName() string {
@@ -2673,7 +2943,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2955,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2968,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionInfo) GetTitle() string {
@@ -2717,7 +2987,7 @@ type ContentChunk struct {
 
 func (x *ContentChunk) Reset() {
 	*x = ContentChunk{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2999,7 @@ func (x *ContentChunk) String() string {
 func (*ContentChunk) ProtoMessage() {}
 
 func (x *ContentChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +3012,7 @@ func (x *ContentChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentChunk.ProtoReflect.Descriptor instead.
 func (*ContentChunk) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ContentChunk) GetContent() *ContentBlock {
@@ -2769,7 +3039,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +3051,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +3064,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ToolCall) GetToolCallId() string {
@@ -2871,7 +3141,7 @@ type ToolCallUpdate struct {
 
 func (x *ToolCallUpdate) Reset() {
 	*x = ToolCallUpdate{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3153,7 @@ func (x *ToolCallUpdate) String() string {
 func (*ToolCallUpdate) ProtoMessage() {}
 
 func (x *ToolCallUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3166,7 @@ func (x *ToolCallUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallUpdate.ProtoReflect.Descriptor instead.
 func (*ToolCallUpdate) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ToolCallUpdate) GetToolCallId() string {
@@ -2977,7 +3247,7 @@ type ToolCallContent struct {
 
 func (x *ToolCallContent) Reset() {
 	*x = ToolCallContent{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3259,7 @@ func (x *ToolCallContent) String() string {
 func (*ToolCallContent) ProtoMessage() {}
 
 func (x *ToolCallContent) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3272,7 @@ func (x *ToolCallContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallContent.ProtoReflect.Descriptor instead.
 func (*ToolCallContent) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ToolCallContent) GetKind() isToolCallContent_Kind {
@@ -3059,7 +3329,7 @@ type Diff struct {
 
 func (x *Diff) Reset() {
 	*x = Diff{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3341,7 @@ func (x *Diff) String() string {
 func (*Diff) ProtoMessage() {}
 
 func (x *Diff) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3354,7 @@ func (x *Diff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diff.ProtoReflect.Descriptor instead.
 func (*Diff) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Diff) GetPath() string {
@@ -3120,7 +3390,7 @@ type Location struct {
 
 func (x *Location) Reset() {
 	*x = Location{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3402,7 @@ func (x *Location) String() string {
 func (*Location) ProtoMessage() {}
 
 func (x *Location) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3415,7 @@ func (x *Location) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Location.ProtoReflect.Descriptor instead.
 func (*Location) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Location) GetPath() string {
@@ -3175,7 +3445,7 @@ type PlanEntry struct {
 
 func (x *PlanEntry) Reset() {
 	*x = PlanEntry{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3457,7 @@ func (x *PlanEntry) String() string {
 func (*PlanEntry) ProtoMessage() {}
 
 func (x *PlanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3470,7 @@ func (x *PlanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEntry.ProtoReflect.Descriptor instead.
 func (*PlanEntry) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PlanEntry) GetContent() string {
@@ -3233,7 +3503,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3515,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3528,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Plan) GetEntries() []*PlanEntry {
@@ -3286,7 +3556,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3568,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3581,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -3374,7 +3644,7 @@ type HandleChanged struct {
 
 func (x *HandleChanged) Reset() {
 	*x = HandleChanged{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3656,7 @@ func (x *HandleChanged) String() string {
 func (*HandleChanged) ProtoMessage() {}
 
 func (x *HandleChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3669,7 @@ func (x *HandleChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleChanged.ProtoReflect.Descriptor instead.
 func (*HandleChanged) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HandleChanged) GetHandle() string {
@@ -3428,7 +3698,7 @@ type PermissionOption struct {
 
 func (x *PermissionOption) Reset() {
 	*x = PermissionOption{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3710,7 @@ func (x *PermissionOption) String() string {
 func (*PermissionOption) ProtoMessage() {}
 
 func (x *PermissionOption) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3723,7 @@ func (x *PermissionOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionOption.ProtoReflect.Descriptor instead.
 func (*PermissionOption) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PermissionOption) GetOptionId() string {
@@ -3493,7 +3763,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3775,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3788,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PermissionRequest) GetRequestId() string {
@@ -3559,7 +3829,7 @@ type PermissionResolved struct {
 
 func (x *PermissionResolved) Reset() {
 	*x = PermissionResolved{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3841,7 @@ func (x *PermissionResolved) String() string {
 func (*PermissionResolved) ProtoMessage() {}
 
 func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3854,7 @@ func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionResolved.ProtoReflect.Descriptor instead.
 func (*PermissionResolved) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PermissionResolved) GetRequestId() string {
@@ -3616,7 +3886,7 @@ type TurnStopped struct {
 
 func (x *TurnStopped) Reset() {
 	*x = TurnStopped{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3898,7 @@ func (x *TurnStopped) String() string {
 func (*TurnStopped) ProtoMessage() {}
 
 func (x *TurnStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3911,7 @@ func (x *TurnStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopped.ProtoReflect.Descriptor instead.
 func (*TurnStopped) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TurnStopped) GetStopReason() string {
@@ -3669,7 +3939,27 @@ var File_agenthost_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"\x11\n" +
+	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"\xc4\x02\n" +
+	"\vOpenRequest\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1f\n" +
+	"\vspawn_token\x18\x03 \x01(\tR\n" +
+	"spawnToken\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\x12\x19\n" +
+	"\bfrom_seq\x18\x05 \x01(\x04R\afromSeq\x12H\n" +
+	"\vnew_session\x18\x06 \x01(\v2%.agenthost.agent.v1.NewSessionRequestH\x00R\n" +
+	"newSession\x12Q\n" +
+	"\x0eresume_session\x18\a \x01(\v2(.agenthost.agent.v1.ResumeSessionRequestH\x00R\rresumeSessionB\x06\n" +
+	"\x04open\"\x7f\n" +
+	"\tOpenEvent\x124\n" +
+	"\x06opened\x18\x01 \x01(\v2\x1a.agenthost.agent.v1.OpenedH\x00R\x06opened\x124\n" +
+	"\x06update\x18\x02 \x01(\v2\x1a.agenthost.agent.v1.UpdateH\x00R\x06updateB\x06\n" +
+	"\x04kind\"\x89\x01\n" +
+	"\x06Opened\x12@\n" +
+	"\bidentity\x18\x01 \x01(\v2$.agenthost.agent.v1.IdentifyResponseR\bidentity\x12=\n" +
+	"\asession\x18\x02 \x01(\v2#.agenthost.agent.v1.SessionResponseR\asession\"\x11\n" +
 	"\x0fIdentifyRequest\"\xe0\x03\n" +
 	"\x10IdentifyResponse\x12\x1d\n" +
 	"\n" +
@@ -3940,7 +4230,9 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Cancel\x12!.agenthost.agent.v1.CancelRequest\x1a\".agenthost.agent.v1.CancelResponse\x12L\n" +
 	"\x05Close\x12 .agenthost.agent.v1.CloseRequest\x1a!.agenthost.agent.v1.CloseResponse\x12R\n" +
 	"\aSetMode\x12\".agenthost.agent.v1.SetModeRequest\x1a#.agenthost.agent.v1.SetModeResponse\x12j\n" +
-	"\x0fSetConfigOption\x12*.agenthost.agent.v1.SetConfigOptionRequest\x1a+.agenthost.agent.v1.SetConfigOptionResponseB9Z7github.com/agenthost/agenthost/internal/agentpb;agentpbb\x06proto3"
+	"\x0fSetConfigOption\x12*.agenthost.agent.v1.SetConfigOptionRequest\x1a+.agenthost.agent.v1.SetConfigOptionResponse2S\n" +
+	"\aAgentV2\x12H\n" +
+	"\x04Open\x12\x1f.agenthost.agent.v1.OpenRequest\x1a\x1d.agenthost.agent.v1.OpenEvent0\x01B9Z7github.com/agenthost/agenthost/internal/agentpb;agentpbb\x06proto3"
 
 var (
 	file_agenthost_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -3954,147 +4246,158 @@ func file_agenthost_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agenthost_agent_v1_agent_proto_rawDescData
 }
 
-var file_agenthost_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_agenthost_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_agenthost_agent_v1_agent_proto_goTypes = []any{
-	(*IdentifyRequest)(nil),          // 0: agenthost.agent.v1.IdentifyRequest
-	(*IdentifyResponse)(nil),         // 1: agenthost.agent.v1.IdentifyResponse
-	(*AgentCapabilities)(nil),        // 2: agenthost.agent.v1.AgentCapabilities
-	(*AuthMethod)(nil),               // 3: agenthost.agent.v1.AuthMethod
-	(*OptionSpec)(nil),               // 4: agenthost.agent.v1.OptionSpec
-	(*McpServer)(nil),                // 5: agenthost.agent.v1.McpServer
-	(*McpStdio)(nil),                 // 6: agenthost.agent.v1.McpStdio
-	(*McpRemote)(nil),                // 7: agenthost.agent.v1.McpRemote
-	(*NameValue)(nil),                // 8: agenthost.agent.v1.NameValue
-	(*SessionMode)(nil),              // 9: agenthost.agent.v1.SessionMode
-	(*ModeState)(nil),                // 10: agenthost.agent.v1.ModeState
-	(*ConfigOption)(nil),             // 11: agenthost.agent.v1.ConfigOption
-	(*ConfigValue)(nil),              // 12: agenthost.agent.v1.ConfigValue
-	(*SetModeRequest)(nil),           // 13: agenthost.agent.v1.SetModeRequest
-	(*SetModeResponse)(nil),          // 14: agenthost.agent.v1.SetModeResponse
-	(*SetConfigOptionRequest)(nil),   // 15: agenthost.agent.v1.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),  // 16: agenthost.agent.v1.SetConfigOptionResponse
-	(*AttachRequest)(nil),            // 17: agenthost.agent.v1.AttachRequest
-	(*AttachResponse)(nil),           // 18: agenthost.agent.v1.AttachResponse
-	(*NewSessionRequest)(nil),        // 19: agenthost.agent.v1.NewSessionRequest
-	(*ResumeSessionRequest)(nil),     // 20: agenthost.agent.v1.ResumeSessionRequest
-	(*SessionResponse)(nil),          // 21: agenthost.agent.v1.SessionResponse
-	(*ContentBlock)(nil),             // 22: agenthost.agent.v1.ContentBlock
-	(*PromptRequest)(nil),            // 23: agenthost.agent.v1.PromptRequest
-	(*PromptResponse)(nil),           // 24: agenthost.agent.v1.PromptResponse
-	(*UpdatesRequest)(nil),           // 25: agenthost.agent.v1.UpdatesRequest
-	(*AcknowledgeRequest)(nil),       // 26: agenthost.agent.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),      // 27: agenthost.agent.v1.AcknowledgeResponse
-	(*PermissionOutcome)(nil),        // 28: agenthost.agent.v1.PermissionOutcome
-	(*AnswerPermissionRequest)(nil),  // 29: agenthost.agent.v1.AnswerPermissionRequest
-	(*AnswerPermissionResponse)(nil), // 30: agenthost.agent.v1.AnswerPermissionResponse
-	(*CancelRequest)(nil),            // 31: agenthost.agent.v1.CancelRequest
-	(*CancelResponse)(nil),           // 32: agenthost.agent.v1.CancelResponse
-	(*CloseRequest)(nil),             // 33: agenthost.agent.v1.CloseRequest
-	(*CloseResponse)(nil),            // 34: agenthost.agent.v1.CloseResponse
-	(*Update)(nil),                   // 35: agenthost.agent.v1.Update
-	(*CurrentMode)(nil),              // 36: agenthost.agent.v1.CurrentMode
-	(*ConfigOptions)(nil),            // 37: agenthost.agent.v1.ConfigOptions
-	(*AvailableCommands)(nil),        // 38: agenthost.agent.v1.AvailableCommands
-	(*Command)(nil),                  // 39: agenthost.agent.v1.Command
-	(*SessionInfo)(nil),              // 40: agenthost.agent.v1.SessionInfo
-	(*ContentChunk)(nil),             // 41: agenthost.agent.v1.ContentChunk
-	(*ToolCall)(nil),                 // 42: agenthost.agent.v1.ToolCall
-	(*ToolCallUpdate)(nil),           // 43: agenthost.agent.v1.ToolCallUpdate
-	(*ToolCallContent)(nil),          // 44: agenthost.agent.v1.ToolCallContent
-	(*Diff)(nil),                     // 45: agenthost.agent.v1.Diff
-	(*Location)(nil),                 // 46: agenthost.agent.v1.Location
-	(*PlanEntry)(nil),                // 47: agenthost.agent.v1.PlanEntry
-	(*Plan)(nil),                     // 48: agenthost.agent.v1.Plan
-	(*Usage)(nil),                    // 49: agenthost.agent.v1.Usage
-	(*HandleChanged)(nil),            // 50: agenthost.agent.v1.HandleChanged
-	(*PermissionOption)(nil),         // 51: agenthost.agent.v1.PermissionOption
-	(*PermissionRequest)(nil),        // 52: agenthost.agent.v1.PermissionRequest
-	(*PermissionResolved)(nil),       // 53: agenthost.agent.v1.PermissionResolved
-	(*TurnStopped)(nil),              // 54: agenthost.agent.v1.TurnStopped
-	nil,                              // 55: agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	nil,                              // 56: agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	nil,                              // 57: agenthost.agent.v1.SessionResponse.OptionsEntry
+	(*OpenRequest)(nil),              // 0: agenthost.agent.v1.OpenRequest
+	(*OpenEvent)(nil),                // 1: agenthost.agent.v1.OpenEvent
+	(*Opened)(nil),                   // 2: agenthost.agent.v1.Opened
+	(*IdentifyRequest)(nil),          // 3: agenthost.agent.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),         // 4: agenthost.agent.v1.IdentifyResponse
+	(*AgentCapabilities)(nil),        // 5: agenthost.agent.v1.AgentCapabilities
+	(*AuthMethod)(nil),               // 6: agenthost.agent.v1.AuthMethod
+	(*OptionSpec)(nil),               // 7: agenthost.agent.v1.OptionSpec
+	(*McpServer)(nil),                // 8: agenthost.agent.v1.McpServer
+	(*McpStdio)(nil),                 // 9: agenthost.agent.v1.McpStdio
+	(*McpRemote)(nil),                // 10: agenthost.agent.v1.McpRemote
+	(*NameValue)(nil),                // 11: agenthost.agent.v1.NameValue
+	(*SessionMode)(nil),              // 12: agenthost.agent.v1.SessionMode
+	(*ModeState)(nil),                // 13: agenthost.agent.v1.ModeState
+	(*ConfigOption)(nil),             // 14: agenthost.agent.v1.ConfigOption
+	(*ConfigValue)(nil),              // 15: agenthost.agent.v1.ConfigValue
+	(*SetModeRequest)(nil),           // 16: agenthost.agent.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 17: agenthost.agent.v1.SetModeResponse
+	(*SetConfigOptionRequest)(nil),   // 18: agenthost.agent.v1.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),  // 19: agenthost.agent.v1.SetConfigOptionResponse
+	(*AttachRequest)(nil),            // 20: agenthost.agent.v1.AttachRequest
+	(*AttachResponse)(nil),           // 21: agenthost.agent.v1.AttachResponse
+	(*NewSessionRequest)(nil),        // 22: agenthost.agent.v1.NewSessionRequest
+	(*ResumeSessionRequest)(nil),     // 23: agenthost.agent.v1.ResumeSessionRequest
+	(*SessionResponse)(nil),          // 24: agenthost.agent.v1.SessionResponse
+	(*ContentBlock)(nil),             // 25: agenthost.agent.v1.ContentBlock
+	(*PromptRequest)(nil),            // 26: agenthost.agent.v1.PromptRequest
+	(*PromptResponse)(nil),           // 27: agenthost.agent.v1.PromptResponse
+	(*UpdatesRequest)(nil),           // 28: agenthost.agent.v1.UpdatesRequest
+	(*AcknowledgeRequest)(nil),       // 29: agenthost.agent.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),      // 30: agenthost.agent.v1.AcknowledgeResponse
+	(*PermissionOutcome)(nil),        // 31: agenthost.agent.v1.PermissionOutcome
+	(*AnswerPermissionRequest)(nil),  // 32: agenthost.agent.v1.AnswerPermissionRequest
+	(*AnswerPermissionResponse)(nil), // 33: agenthost.agent.v1.AnswerPermissionResponse
+	(*CancelRequest)(nil),            // 34: agenthost.agent.v1.CancelRequest
+	(*CancelResponse)(nil),           // 35: agenthost.agent.v1.CancelResponse
+	(*CloseRequest)(nil),             // 36: agenthost.agent.v1.CloseRequest
+	(*CloseResponse)(nil),            // 37: agenthost.agent.v1.CloseResponse
+	(*Update)(nil),                   // 38: agenthost.agent.v1.Update
+	(*CurrentMode)(nil),              // 39: agenthost.agent.v1.CurrentMode
+	(*ConfigOptions)(nil),            // 40: agenthost.agent.v1.ConfigOptions
+	(*AvailableCommands)(nil),        // 41: agenthost.agent.v1.AvailableCommands
+	(*Command)(nil),                  // 42: agenthost.agent.v1.Command
+	(*SessionInfo)(nil),              // 43: agenthost.agent.v1.SessionInfo
+	(*ContentChunk)(nil),             // 44: agenthost.agent.v1.ContentChunk
+	(*ToolCall)(nil),                 // 45: agenthost.agent.v1.ToolCall
+	(*ToolCallUpdate)(nil),           // 46: agenthost.agent.v1.ToolCallUpdate
+	(*ToolCallContent)(nil),          // 47: agenthost.agent.v1.ToolCallContent
+	(*Diff)(nil),                     // 48: agenthost.agent.v1.Diff
+	(*Location)(nil),                 // 49: agenthost.agent.v1.Location
+	(*PlanEntry)(nil),                // 50: agenthost.agent.v1.PlanEntry
+	(*Plan)(nil),                     // 51: agenthost.agent.v1.Plan
+	(*Usage)(nil),                    // 52: agenthost.agent.v1.Usage
+	(*HandleChanged)(nil),            // 53: agenthost.agent.v1.HandleChanged
+	(*PermissionOption)(nil),         // 54: agenthost.agent.v1.PermissionOption
+	(*PermissionRequest)(nil),        // 55: agenthost.agent.v1.PermissionRequest
+	(*PermissionResolved)(nil),       // 56: agenthost.agent.v1.PermissionResolved
+	(*TurnStopped)(nil),              // 57: agenthost.agent.v1.TurnStopped
+	nil,                              // 58: agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	nil,                              // 59: agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	nil,                              // 60: agenthost.agent.v1.SessionResponse.OptionsEntry
 }
 var file_agenthost_agent_v1_agent_proto_depIdxs = []int32{
-	2,  // 0: agenthost.agent.v1.IdentifyResponse.capabilities:type_name -> agenthost.agent.v1.AgentCapabilities
-	52, // 1: agenthost.agent.v1.IdentifyResponse.pending_permissions:type_name -> agenthost.agent.v1.PermissionRequest
-	3,  // 2: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
-	4,  // 3: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
-	6,  // 4: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
-	7,  // 5: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
-	7,  // 6: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
-	8,  // 7: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
-	8,  // 8: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
-	9,  // 9: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
-	12, // 10: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
-	11, // 11: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	55, // 12: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	5,  // 13: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
-	56, // 14: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	5,  // 15: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
-	57, // 16: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
-	10, // 17: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
-	11, // 18: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	22, // 19: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
-	28, // 20: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	41, // 21: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	41, // 22: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	41, // 23: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	42, // 24: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	43, // 25: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
-	48, // 26: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
-	49, // 27: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
-	50, // 28: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
-	52, // 29: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
-	54, // 30: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
-	53, // 31: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
-	36, // 32: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
-	37, // 33: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
-	38, // 34: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
-	40, // 35: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
-	11, // 36: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	39, // 37: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
-	22, // 38: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
-	44, // 39: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
-	46, // 40: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
-	22, // 41: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
-	44, // 42: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
-	46, // 43: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
-	22, // 44: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
-	45, // 45: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
-	47, // 46: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
-	42, // 47: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	51, // 48: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
-	28, // 49: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	0,  // 50: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
-	17, // 51: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
-	19, // 52: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
-	20, // 53: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
-	23, // 54: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
-	25, // 55: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
-	26, // 56: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
-	29, // 57: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
-	31, // 58: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
-	33, // 59: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
-	13, // 60: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
-	15, // 61: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
-	1,  // 62: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
-	18, // 63: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
-	21, // 64: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
-	21, // 65: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
-	24, // 66: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
-	35, // 67: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
-	27, // 68: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
-	30, // 69: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
-	32, // 70: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
-	34, // 71: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
-	14, // 72: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
-	16, // 73: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
-	62, // [62:74] is the sub-list for method output_type
-	50, // [50:62] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	22, // 0: agenthost.agent.v1.OpenRequest.new_session:type_name -> agenthost.agent.v1.NewSessionRequest
+	23, // 1: agenthost.agent.v1.OpenRequest.resume_session:type_name -> agenthost.agent.v1.ResumeSessionRequest
+	2,  // 2: agenthost.agent.v1.OpenEvent.opened:type_name -> agenthost.agent.v1.Opened
+	38, // 3: agenthost.agent.v1.OpenEvent.update:type_name -> agenthost.agent.v1.Update
+	4,  // 4: agenthost.agent.v1.Opened.identity:type_name -> agenthost.agent.v1.IdentifyResponse
+	24, // 5: agenthost.agent.v1.Opened.session:type_name -> agenthost.agent.v1.SessionResponse
+	5,  // 6: agenthost.agent.v1.IdentifyResponse.capabilities:type_name -> agenthost.agent.v1.AgentCapabilities
+	55, // 7: agenthost.agent.v1.IdentifyResponse.pending_permissions:type_name -> agenthost.agent.v1.PermissionRequest
+	6,  // 8: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
+	7,  // 9: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
+	9,  // 10: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
+	10, // 11: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
+	10, // 12: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
+	11, // 13: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
+	11, // 14: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
+	12, // 15: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
+	15, // 16: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
+	14, // 17: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	58, // 18: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	8,  // 19: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	59, // 20: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	8,  // 21: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	60, // 22: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
+	13, // 23: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
+	14, // 24: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	25, // 25: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
+	31, // 26: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	44, // 27: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	44, // 28: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	44, // 29: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	45, // 30: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	46, // 31: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
+	51, // 32: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
+	52, // 33: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
+	53, // 34: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
+	55, // 35: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
+	57, // 36: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
+	56, // 37: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
+	39, // 38: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
+	40, // 39: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
+	41, // 40: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
+	43, // 41: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
+	14, // 42: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	42, // 43: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
+	25, // 44: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
+	47, // 45: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
+	49, // 46: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
+	25, // 47: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
+	47, // 48: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
+	49, // 49: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
+	25, // 50: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
+	48, // 51: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
+	50, // 52: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
+	45, // 53: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	54, // 54: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
+	31, // 55: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	3,  // 56: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
+	20, // 57: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
+	22, // 58: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
+	23, // 59: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
+	26, // 60: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
+	28, // 61: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
+	29, // 62: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
+	32, // 63: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
+	34, // 64: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
+	36, // 65: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
+	16, // 66: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
+	18, // 67: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
+	0,  // 68: agenthost.agent.v1.AgentV2.Open:input_type -> agenthost.agent.v1.OpenRequest
+	4,  // 69: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
+	21, // 70: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
+	24, // 71: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
+	24, // 72: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
+	27, // 73: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
+	38, // 74: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
+	30, // 75: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
+	33, // 76: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
+	35, // 77: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
+	37, // 78: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
+	17, // 79: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
+	19, // 80: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
+	1,  // 81: agenthost.agent.v1.AgentV2.Open:output_type -> agenthost.agent.v1.OpenEvent
+	69, // [69:82] is the sub-list for method output_type
+	56, // [56:69] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_agenthost_agent_v1_agent_proto_init() }
@@ -4102,12 +4405,20 @@ func file_agenthost_agent_v1_agent_proto_init() {
 	if File_agenthost_agent_v1_agent_proto != nil {
 		return
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[0].OneofWrappers = []any{
+		(*OpenRequest_NewSession)(nil),
+		(*OpenRequest_ResumeSession)(nil),
+	}
+	file_agenthost_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
+		(*OpenEvent_Opened)(nil),
+		(*OpenEvent_Update)(nil),
+	}
+	file_agenthost_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*McpServer_Stdio)(nil),
 		(*McpServer_Http)(nil),
 		(*McpServer_Sse)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
 		(*Update_AgentMessageChunk)(nil),
 		(*Update_AgentThoughtChunk)(nil),
 		(*Update_UserMessageChunk)(nil),
@@ -4124,20 +4435,20 @@ func file_agenthost_agent_v1_agent_proto_init() {
 		(*Update_AvailableCommands)(nil),
 		(*Update_SessionInfo)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
 		(*ToolCallContent_Block)(nil),
 		(*ToolCallContent_Diff)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[45].OneofWrappers = []any{}
+	file_agenthost_agent_v1_agent_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agenthost_agent_v1_agent_proto_rawDesc), len(file_agenthost_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   61,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_agenthost_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_agenthost_agent_v1_agent_proto_depIdxs,

@@ -599,3 +599,142 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "agenthost/agent/v1/agent.proto",
 }
+
+const (
+	AgentV2_Open_FullMethodName = "/agenthost.agent.v1.AgentV2/Open"
+)
+
+// AgentV2Client is the client API for AgentV2 service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// AgentV2 is what plugin protocol version 2 adds to Agent: a plugin that
+// negotiated version 2 with go-plugin's versioned plugin sets serves both
+// services; one that negotiated version 1 (or was built before version 2)
+// serves Agent alone, and a host talks to it with Identify, Attach and
+// Updates as before. The messages are shared: the package name is the
+// protobuf API's, not the plugin protocol's version.
+type AgentV2Client interface {
+	// Open does in one round trip what version 1 needs Attach, Identify,
+	// NewSession or ResumeSession, and Updates for: it attaches at fence
+	// (binding the process to session_id on the first call, refusing a
+	// lower fence or another session as Attach does), opens the
+	// conversation when new_session or resume_session is set, and answers
+	// with one Opened message, the process's identity as Identify would
+	// give it after all that. The stream then carries updates from
+	// from_seq, exactly as Updates would at the same fence, until the host
+	// ends it or a newer fence attaches. A refusal or a failed open ends the
+	// stream with that status before any Opened.
+	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OpenEvent], error)
+}
+
+type agentV2Client struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewAgentV2Client(cc grpc.ClientConnInterface) AgentV2Client {
+	return &agentV2Client{cc}
+}
+
+func (c *agentV2Client) Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OpenEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentV2_ServiceDesc.Streams[0], AgentV2_Open_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[OpenRequest, OpenEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentV2_OpenClient = grpc.ServerStreamingClient[OpenEvent]
+
+// AgentV2Server is the server API for AgentV2 service.
+// All implementations must embed UnimplementedAgentV2Server
+// for forward compatibility.
+//
+// AgentV2 is what plugin protocol version 2 adds to Agent: a plugin that
+// negotiated version 2 with go-plugin's versioned plugin sets serves both
+// services; one that negotiated version 1 (or was built before version 2)
+// serves Agent alone, and a host talks to it with Identify, Attach and
+// Updates as before. The messages are shared: the package name is the
+// protobuf API's, not the plugin protocol's version.
+type AgentV2Server interface {
+	// Open does in one round trip what version 1 needs Attach, Identify,
+	// NewSession or ResumeSession, and Updates for: it attaches at fence
+	// (binding the process to session_id on the first call, refusing a
+	// lower fence or another session as Attach does), opens the
+	// conversation when new_session or resume_session is set, and answers
+	// with one Opened message, the process's identity as Identify would
+	// give it after all that. The stream then carries updates from
+	// from_seq, exactly as Updates would at the same fence, until the host
+	// ends it or a newer fence attaches. A refusal or a failed open ends the
+	// stream with that status before any Opened.
+	Open(*OpenRequest, grpc.ServerStreamingServer[OpenEvent]) error
+	mustEmbedUnimplementedAgentV2Server()
+}
+
+// UnimplementedAgentV2Server must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedAgentV2Server struct{}
+
+func (UnimplementedAgentV2Server) Open(*OpenRequest, grpc.ServerStreamingServer[OpenEvent]) error {
+	return status.Error(codes.Unimplemented, "method Open not implemented")
+}
+func (UnimplementedAgentV2Server) mustEmbedUnimplementedAgentV2Server() {}
+func (UnimplementedAgentV2Server) testEmbeddedByValue()                 {}
+
+// UnsafeAgentV2Server may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to AgentV2Server will
+// result in compilation errors.
+type UnsafeAgentV2Server interface {
+	mustEmbedUnimplementedAgentV2Server()
+}
+
+func RegisterAgentV2Server(s grpc.ServiceRegistrar, srv AgentV2Server) {
+	// If the following call panics, it indicates UnimplementedAgentV2Server was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&AgentV2_ServiceDesc, srv)
+}
+
+func _AgentV2_Open_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(OpenRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentV2Server).Open(m, &grpc.GenericServerStream[OpenRequest, OpenEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentV2_OpenServer = grpc.ServerStreamingServer[OpenEvent]
+
+// AgentV2_ServiceDesc is the grpc.ServiceDesc for AgentV2 service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var AgentV2_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "agenthost.agent.v1.AgentV2",
+	HandlerType: (*AgentV2Server)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Open",
+			Handler:       _AgentV2_Open_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "agenthost/agent/v1/agent.proto",
+}

@@ -54,7 +54,7 @@ func serve(t *testing.T, factory sdk.Factory) (c *Client, stop func()) {
 		stop()
 		conn.Close()
 	})
-	return New(conn), stop
+	return New(conn, wire.ProtocolVersion), stop
 }
 
 // holder opens sessions (failing for workspace "fail"), holds every turn
@@ -313,4 +313,81 @@ func chunkText(u *Update) string {
 		return c.Content.Text()
 	}
 	return ""
+}
+
+// Protocol version 2's Open attaches, answers the identity and the opened
+// session, and hands its update stream to the first Updates from the seq
+// it asked for; a spawn token or instance id of another process is
+// refused before anything changes, and a newer Open ends an older one's
+// stream as stale, as a newer Attach ends an Updates stream.
+func TestOpenAttachesOpensAndStreamsInOneCall(t *testing.T) {
+	ctx := t.Context()
+	c, _ := serve(t, newHolder)
+	id, err := c.Identify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Open(ctx, OpenRequest{SessionID: "s", Fence: 1, InstanceID: id.InstanceID + "x"})
+	expect(t, "Open of another instance", err, ErrNotThisProcess)
+	if after, err := c.Identify(ctx); err != nil || after.Fence != 0 || after.SessionID != "" {
+		t.Fatalf("after a refused Open, Identify: %+v, %v; want nothing changed", after, err)
+	}
+
+	o, err := c.Open(ctx, OpenRequest{SessionID: "s\x00/1", Fence: 1, InstanceID: id.InstanceID, FromSeq: 1,
+		New: &NewSessionRequest{Workspace: "/w", Options: map[string]string{"k": "v"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Identity.Fence != 1 || o.Identity.SessionID != "s\x00/1" || o.Identity.Handle != "h1" || o.Identity.ProtocolVersion != wire.ProtocolVersion2 ||
+		o.Session.Handle != "h1" || o.Session.Options["k"] != "v" || o.Attachment.Fence() != 1 {
+		t.Fatalf("Open answered %+v", o)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := o.Attachment.Updates(sctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Attachment.Prompt(ctx, PromptRequest{TurnID: "t1", Prompt: Text("x")}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := stream.Recv()
+	if err != nil || u.Seq != 1 || u.TurnID != "t1" {
+		t.Fatalf("the first update on Open's stream: %+v, %v", u, err)
+	}
+
+	// A readopting host: attach only, from the seq after the last one it
+	// has; the older stream ends as stale.
+	o2, err := c.Open(ctx, OpenRequest{SessionID: "s\x00/1", Fence: 2, FromSeq: 2})
+	if err != nil || o2.Identity.Fence != 2 || o2.Identity.LastSeq < 1 || o2.Session.Handle != "" {
+		t.Fatalf("Open(fence 2): %+v, %v", o2, err)
+	}
+	for {
+		if _, err = stream.Recv(); err != nil {
+			break
+		}
+	}
+	expect(t, "the fence 1 stream after Open(fence 2)", err, ErrStaleFence)
+	_, err = c.Open(ctx, OpenRequest{SessionID: "s\x00/1", Fence: 1})
+	expect(t, "Open(fence 1) after fence 2", err, ErrStaleFence)
+	// Updates from another seq than Open's ends Open's stream and opens
+	// its own; Discard after that is a no-op.
+	s2, err := o2.Attachment.Updates(sctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := s2.Recv(); err != nil || u.Seq != 1 {
+		t.Fatalf("Updates(fence 2, from 1): %+v, %v", u, err)
+	}
+	o2.Attachment.Discard()
+	if err := o2.Attachment.Cancel(ctx); err != nil {
+		t.Fatalf("Cancel(fence 2): %v", err)
+	}
+}
+
+// A client at version 1 has no Open.
+func TestOpenNeedsVersion2(t *testing.T) {
+	if _, err := (&Client{}).Open(t.Context(), OpenRequest{}); !errors.Is(err, ErrVersion1) {
+		t.Fatalf("Open at version 1: %v", err)
+	}
 }

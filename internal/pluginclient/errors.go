@@ -25,6 +25,9 @@ var (
 	ErrNeverAttached = errors.New("the plugin was never attached at this fence")
 	// ErrOtherSession: the plugin process serves another session.
 	ErrOtherSession = errors.New("the plugin serves another session")
+	// ErrNotThisProcess: Open named a spawn token or instance id that is
+	// not the plugin process's (protocol version 2).
+	ErrNotThisProcess = errors.New("the plugin is another process than the one asked for")
 	// ErrClosed: the plugin's session was closed.
 	ErrClosed = errors.New("the plugin's session is closed")
 	// ErrAlreadyOpen: a session is already open, or opening, in the plugin.
@@ -71,6 +74,8 @@ func refusal(r wire.Reason) error {
 		return ErrNeverAttached
 	case wire.ReasonOtherSession:
 		return ErrOtherSession
+	case wire.ReasonNotThisProcess:
+		return ErrNotThisProcess
 	case wire.ReasonClosed:
 		return ErrClosed
 	case wire.ReasonAlreadyOpen:

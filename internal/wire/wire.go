@@ -6,6 +6,10 @@ package wire
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -16,10 +20,21 @@ import (
 	"github.com/agenthost/agenthost/internal/agentpb"
 )
 
-// ProtocolVersion is the plugin protocol version this build speaks; hosts
-// record the version negotiated at start, because go-plugin's reattach path
-// does not.
-const ProtocolVersion = 1
+// Plugin protocol versions. go-plugin negotiates one at start from the
+// versioned plugin sets both sides offer (PluginSets): the newest both
+// speak. Hosts record the version negotiated at start in the lease, because
+// go-plugin's reattach path does not negotiate.
+const (
+	// ProtocolVersion1 is the Agent service alone: a host attaches,
+	// identifies, opens and follows updates in separate calls.
+	ProtocolVersion1 = 1
+	// ProtocolVersion2 adds the AgentV2 service: Open attaches, identifies,
+	// opens the conversation and starts the update stream in one round
+	// trip.
+	ProtocolVersion2 = 2
+	// ProtocolVersion is the newest version this build speaks.
+	ProtocolVersion = ProtocolVersion2
+)
 
 // PluginName is the key of the agent plugin in the go-plugin plugin set.
 const PluginName = "agent"
@@ -40,6 +55,11 @@ const (
 	EnvDebug = "AGENTHOST_PLUGIN_DEBUG"
 	// EnvLogLevel sets the plugin's log level (trace … error); default info.
 	EnvLogLevel = "AGENTHOST_PLUGIN_LOG_LEVEL"
+	// EnvProtocolVersions, when set, restricts the protocol versions a
+	// plugin built on the SDK offers (comma-separated, e.g. "1"): how a
+	// test makes it behave as a plugin built before a newer version.
+	// Unset: every version the SDK speaks.
+	EnvProtocolVersions = "AGENTHOST_PLUGIN_PROTOCOL_VERSIONS"
 )
 
 // MaxMessageSize bounds one message a host accepts from a plugin. go-plugin
@@ -59,33 +79,87 @@ func HostDialOptions() []grpc.DialOption {
 // wondering why it prints a cryptic line.
 func Handshake() plugin.HandshakeConfig {
 	return plugin.HandshakeConfig{
-		ProtocolVersion:  ProtocolVersion,
+		// The version a plugin serves to a host that offers no versioned
+		// sets; every agenthost host offers them (see PluginSets).
+		ProtocolVersion:  ProtocolVersion1,
 		MagicCookieKey:   "AGENTHOST_PLUGIN",
 		MagicCookieValue: "d0c3f0b8-agenthost-agent-plugin",
 	}
 }
 
-// AgentPlugin is the go-plugin glue for the Agent service: the plugin side
-// registers Impl, the host side gets an agentpb.AgentClient.
+// AgentPlugin is the go-plugin glue for the agent plugin at one protocol
+// version: the plugin side registers Impl (and, from version 2, the
+// AgentV2 service Impl implements); the host side gets the connection
+// (pluginclient.Dispense makes the typed client of it).
 type AgentPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	Impl agentpb.AgentServer
+	Impl    agentpb.AgentServer
+	Version int
+}
+
+// VersionServer is implemented by a plugin's server that reports the
+// negotiated version (Identify's protocol_version): go-plugin registers
+// only the negotiated version's set, so its GRPCServer tells the server
+// which one that is before any call arrives.
+type VersionServer interface {
+	ServeVersion(version int)
 }
 
 // GRPCServer implements plugin.GRPCPlugin.
 func (p *AgentPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	agentpb.RegisterAgentServer(s, p.Impl)
+	if v2, ok := p.Impl.(agentpb.AgentV2Server); ok && p.Version >= ProtocolVersion2 {
+		agentpb.RegisterAgentV2Server(s, v2)
+	}
+	if vs, ok := p.Impl.(VersionServer); ok {
+		vs.ServeVersion(p.Version)
+	}
 	return nil
 }
 
-// GRPCClient implements plugin.GRPCPlugin.
+// GRPCClient implements plugin.GRPCPlugin: it returns the connection,
+// which the host's typed client wraps with the negotiated version.
 func (p *AgentPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return agentpb.NewAgentClient(conn), nil
+	return grpc.ClientConnInterface(conn), nil
 }
 
-// PluginSets returns the versioned plugin set, for hosts and plugins alike.
-func PluginSets(server agentpb.AgentServer) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{ProtocolVersion: {PluginName: &AgentPlugin{Impl: server}}}
+// PluginSets returns the versioned plugin sets: on a host (server nil)
+// every version this build speaks; on a plugin, version 1 always and
+// version 2 when server implements agentpb.AgentV2Server too, so a plugin
+// whose server predates version 2 (or a test's hand-written one) is still
+// offered, and negotiated, at version 1 only. versions, when given,
+// restricts the sets to those versions (a test forcing a plugin or host to
+// version 1).
+func PluginSets(server agentpb.AgentServer, versions ...int) map[int]plugin.PluginSet {
+	sets := map[int]plugin.PluginSet{ProtocolVersion1: {PluginName: &AgentPlugin{Impl: server, Version: ProtocolVersion1}}}
+	if _, v2 := server.(agentpb.AgentV2Server); server == nil || v2 {
+		sets[ProtocolVersion2] = plugin.PluginSet{PluginName: &AgentPlugin{Impl: server, Version: ProtocolVersion2}}
+	}
+	if len(versions) > 0 {
+		for v := range sets {
+			if !slices.Contains(versions, v) {
+				delete(sets, v)
+			}
+		}
+	}
+	return sets
+}
+
+// ParseProtocolVersions reads EnvProtocolVersions: nil for "" (every
+// version), else the versions named, each one this build speaks.
+func ParseProtocolVersions(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < ProtocolVersion1 || v > ProtocolVersion {
+			return nil, fmt.Errorf("%s=%q: expected comma-separated protocol versions between %d and %d", EnvProtocolVersions, s, ProtocolVersion1, ProtocolVersion)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // Reason is the machine-readable cause of a refused call. The SDK answers
@@ -115,6 +189,9 @@ const (
 	// ReasonOtherSession: Attach named another session than the one the
 	// plugin process serves.
 	ReasonOtherSession Reason = "OTHER_SESSION"
+	// ReasonNotThisProcess: Open named a spawn token or instance id that
+	// is not this process's (version 2).
+	ReasonNotThisProcess Reason = "NOT_THIS_PROCESS"
 	// ReasonClosed: the session was closed.
 	ReasonClosed Reason = "SESSION_CLOSED"
 	// ReasonAlreadyOpen: a session is already open, or opening, in the

@@ -110,6 +110,10 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 	if v := os.Getenv(wire.EnvSpawnTokenVar); v != "" {
 		token = os.Getenv(v)
 	}
+	versions, err := wire.ParseProtocolVersions(os.Getenv(wire.EnvProtocolVersions))
+	if err != nil {
+		return fmt.Errorf("sdk.Serve: %w", err)
+	}
 	srv := newServer(name, cfg.capabilities, factory, Environment{SessionDir: sessionDir, Logger: log}, os.Getpid(), token, cfg.outboxMemory)
 	defer srv.box.close()
 
@@ -154,12 +158,30 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 		}
 	}()
 
+	// go-plugin points os.Stdout and os.Stderr at pipes that only its stdio
+	// stream drains, once a host opens it; a host speaking protocol
+	// version 2 never does (see host/reattach.go), and nobody drains them
+	// between hosts either, so a plugin writing 64 KiB there would block.
+	// The first call (after go-plugin swapped them, before any agent
+	// exists) points both at the process's own stderr, the plugin's log:
+	// never at stdout, the handshake pipe, which no host reads once it is
+	// gone (see docs/protocol.md, Handshake).
+	origStderr := os.Stderr
+	var restoreOnce sync.Once
+	restoreStdio := func() { restoreOnce.Do(func() { os.Stdout, os.Stderr = origStderr, origStderr }) }
 	sc := &plugin.ServeConfig{
 		HandshakeConfig:  wire.Handshake(),
-		VersionedPlugins: wire.PluginSets(srv),
+		VersionedPlugins: wire.PluginSets(srv, versions...),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			mu.Lock()
 			defer mu.Unlock()
+			opts = append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				restoreStdio()
+				return h(ctx, req)
+			}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				restoreStdio()
+				return h(srv, ss)
+			}))
 			grpcServer = plugin.DefaultGRPCServer(opts)
 			if stopping {
 				// SIGTERM came before go-plugin built the server: serve
@@ -178,7 +200,7 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 			case rc := <-reattach:
 				b, _ := json.Marshal(map[string]any{"agenthost_reattach": map[string]any{
 					"network": rc.Addr.Network(), "address": rc.Addr.String(), "pid": rc.Pid,
-					"protocol": string(rc.Protocol), "protocol_version": ProtocolVersion,
+					"protocol": string(rc.Protocol), "protocol_version": srv.servedVersion(),
 				}})
 				fmt.Fprintln(cfg.debugOut, string(b))
 			case <-ctx.Done():
@@ -226,6 +248,7 @@ func ServeListener(ctx context.Context, lis net.Listener, name string, factory F
 	defer srv.box.close()
 	g := grpc.NewServer()
 	agentpb.RegisterAgentServer(g, srv)
+	agentpb.RegisterAgentV2Server(g, srv)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	var err error

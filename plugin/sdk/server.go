@@ -22,6 +22,7 @@ import (
 // outbox.
 type server struct {
 	agentpb.UnimplementedAgentServer
+	agentpb.UnimplementedAgentV2Server
 
 	name     string
 	caps     Capabilities
@@ -33,7 +34,10 @@ type server struct {
 	instance string
 	box      *outbox
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// version is the plugin protocol version negotiated (ServeVersion),
+	// which Identify reports; the newest until go-plugin says.
+	version   int
 	fence     uint64 // highest fence attached; 0 = never
 	sessionID string
 	bound     bool
@@ -75,6 +79,7 @@ func newServer(name string, caps Capabilities, factory Factory, env Environment,
 	s := &server{
 		name: name, caps: caps, factory: factory, log: env.Logger, pid: pid, token: token,
 		instance:    rand.Text(),
+		version:     ProtocolVersion,
 		box:         newOutbox(env.SessionDir, memLimit, env.Logger),
 		perms:       map[string]*pendingPermission{},
 		fenceRaised: make(chan struct{}),
@@ -121,9 +126,27 @@ func (s *server) checkFence(fence uint64) error {
 	return nil
 }
 
+// ServeVersion implements wire.VersionServer.
+func (s *server) ServeVersion(version int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version = version
+}
+
+func (s *server) servedVersion() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
 func (s *server) Identify(ctx context.Context, _ *agentpb.IdentifyRequest) (*agentpb.IdentifyResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.identity(), nil
+}
+
+// identity is Identify's answer. Callers hold s.mu.
+func (s *server) identity() *agentpb.IdentifyResponse {
 	version := ""
 	if d, ok := s.agent.(Describer); ok {
 		version = d.AgentVersion()
@@ -134,11 +157,11 @@ func (s *server) Identify(ctx context.Context, _ *agentpb.IdentifyRequest) (*age
 	_, setConfig := s.agent.(ConfigOptionSetter)
 	return &agentpb.IdentifyResponse{
 		SessionId: s.sessionID, SpawnToken: s.token, Pid: int64(s.pid), InstanceId: s.instance,
-		ProtocolVersion: ProtocolVersion, AgentName: s.name, AgentVersion: version,
+		ProtocolVersion: int32(s.version), AgentName: s.name, AgentVersion: version,
 		Fence: s.fence, Handle: s.handle, LastSeq: s.box.lastSeq(),
 		Capabilities:       capabilitiesToProto(s.caps, s.caps.Modes || setMode, s.caps.ConfigOptions || setConfig),
 		PendingPermissions: s.pendingPermissions(),
-	}, nil
+	}
 }
 
 // pendingPermissions returns the requests the agent waits on, oldest
@@ -167,23 +190,76 @@ func (s *server) takePermission(id string) (*pendingPermission, bool) {
 func (s *server) Attach(ctx context.Context, req *agentpb.AttachRequest) (*agentpb.AttachResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if req.Fence == 0 {
-		return nil, status.Error(codes.InvalidArgument, "attach needs a fence above 0")
-	}
-	if req.Fence < s.fence {
-		return nil, staleFence(req.Fence, s.fence)
-	}
-	if s.bound && req.SessionId != s.sessionID {
-		return nil, refuse(wire.ReasonOtherSession, "this plugin process serves session %q, not %q", s.sessionID, req.SessionId)
-	}
-	s.sessionID, s.bound = req.SessionId, true
-	if req.Fence > s.fence {
-		s.fence = req.Fence
-		close(s.fenceRaised)
-		s.fenceRaised = make(chan struct{})
-		s.log.Info("attached", "fence", req.Fence)
+	if err := s.attach(req.Fence, req.SessionId); err != nil {
+		return nil, err
 	}
 	return &agentpb.AttachResponse{Fence: s.fence, LastSeq: s.box.lastSeq()}, nil
+}
+
+// attach binds the process to sessionID (first call) and raises the fence
+// to fence, ending the streams of lower fences. Callers hold s.mu.
+func (s *server) attach(fence uint64, sessionID string) error {
+	if fence == 0 {
+		return status.Error(codes.InvalidArgument, "attach needs a fence above 0")
+	}
+	if fence < s.fence {
+		return staleFence(fence, s.fence)
+	}
+	if s.bound && sessionID != s.sessionID {
+		return refuse(wire.ReasonOtherSession, "this plugin process serves session %q, not %q", s.sessionID, sessionID)
+	}
+	s.sessionID, s.bound = sessionID, true
+	if fence > s.fence {
+		s.fence = fence
+		close(s.fenceRaised)
+		s.fenceRaised = make(chan struct{})
+		s.log.Info("attached", "fence", fence)
+	}
+	return nil
+}
+
+// Open implements protocol version 2's combined call (see the AgentV2
+// service): the checks and effects of Attach, then of NewSession or
+// ResumeSession, then the Opened answer and the Updates loop, on one
+// stream. The stream's end is captured at the attach, so a newer fence
+// attaching while the agent opens the session ends it as it would end an
+// Updates stream.
+func (s *server) Open(req *agentpb.OpenRequest, stream agentpb.AgentV2_OpenServer) error {
+	ctx := stream.Context()
+	s.mu.Lock()
+	if (req.SpawnToken != "" && req.SpawnToken != s.token) || (req.InstanceId != "" && req.InstanceId != s.instance) {
+		s.mu.Unlock()
+		return refuse(wire.ReasonNotThisProcess, "this plugin process (pid %d) is not the one asked for: another spawn token or instance id", s.pid)
+	}
+	if err := s.attach(req.Fence, req.SessionId); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	raised := s.fenceRaised
+	s.mu.Unlock()
+	var session *agentpb.SessionResponse
+	var err error
+	switch o := req.Open.(type) {
+	case *agentpb.OpenRequest_NewSession:
+		n := o.NewSession
+		session, err = s.open(ctx, req.Fence, func(a Agent) (SessionInfo, error) {
+			return a.NewSession(ctx, NewSessionRequest{Workspace: n.Workspace, Options: n.Options, MCPServers: mcpServersFromProto(n.McpServers)})
+		})
+	case *agentpb.OpenRequest_ResumeSession:
+		session, err = s.resume(ctx, req.Fence, o.ResumeSession)
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	opened := &agentpb.Opened{Identity: s.identity(), Session: session}
+	s.mu.Unlock()
+	if err := stream.Send(&agentpb.OpenEvent{Kind: &agentpb.OpenEvent_Opened{Opened: opened}}); err != nil {
+		return err
+	}
+	return s.follow(ctx, req.Fence, req.FromSeq, raised, func(u *agentpb.Update) error {
+		return stream.Send(&agentpb.OpenEvent{Kind: &agentpb.OpenEvent_Update{Update: u}})
+	})
 }
 
 func (s *server) NewSession(ctx context.Context, req *agentpb.NewSessionRequest) (*agentpb.SessionResponse, error) {
@@ -193,10 +269,15 @@ func (s *server) NewSession(ctx context.Context, req *agentpb.NewSessionRequest)
 }
 
 func (s *server) ResumeSession(ctx context.Context, req *agentpb.ResumeSessionRequest) (*agentpb.SessionResponse, error) {
+	return s.resume(ctx, req.Fence, req)
+}
+
+// resume is ResumeSession at fence (Open passes its own).
+func (s *server) resume(ctx context.Context, fence uint64, req *agentpb.ResumeSessionRequest) (*agentpb.SessionResponse, error) {
 	if req.Handle == "" {
 		return nil, status.Error(codes.InvalidArgument, "resume needs the provider handle")
 	}
-	return s.open(ctx, req.Fence, func(a Agent) (SessionInfo, error) {
+	return s.open(ctx, fence, func(a Agent) (SessionInfo, error) {
 		return a.ResumeSession(ctx, ResumeSessionRequest{Workspace: req.Workspace, Options: req.Options, Handle: req.Handle,
 			MCPServers: mcpServersFromProto(req.McpServers)})
 	})
@@ -479,14 +560,21 @@ func (s *server) Updates(req *agentpb.UpdatesRequest, stream agentpb.Agent_Updat
 	}
 	raised := s.fenceRaised
 	s.mu.Unlock()
-	from := max(req.FromSeq, 1)
+	return s.follow(stream.Context(), req.Fence, req.FromSeq, raised, stream.Send)
+}
+
+// follow sends the outbox's updates from seq from, then live ones, until
+// ctx ends, send fails, or raised closes (a newer fence attached: the
+// stream ends refusing fence as stale).
+func (s *server) follow(ctx context.Context, fence, from uint64, raised <-chan struct{}, send func(*agentpb.Update) error) error {
+	from = max(from, 1)
 	for {
 		batch, changed, err := s.box.read(from, maxBatch)
 		if err != nil {
 			return status.Error(codes.DataLoss, err.Error())
 		}
 		for _, u := range batch {
-			if err := stream.Send(u); err != nil {
+			if err := send(u); err != nil {
 				// The host is gone. The updates stay in the outbox until a
 				// host acknowledges them.
 				return err
@@ -497,13 +585,13 @@ func (s *server) Updates(req *agentpb.UpdatesRequest, stream agentpb.Agent_Updat
 			continue
 		}
 		select {
-		case <-stream.Context().Done():
-			return stream.Context().Err()
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-raised:
 			s.mu.Lock()
 			f := s.fence
 			s.mu.Unlock()
-			return staleFence(req.Fence, f)
+			return staleFence(fence, f)
 		case <-changed:
 		}
 	}

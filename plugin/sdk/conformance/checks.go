@@ -26,6 +26,7 @@ var checks = []check{
 	{"cancel-yields-cancelled", cancelYieldsCancelled},
 	{"stale-fence-refused", staleFenceRefused},
 	{"outbox-replay-after-reattach", outboxReplayAfterReattach},
+	{"open-refuses-another-process", openRefusesAnotherProcess},
 	{"graceful-stop", gracefulStop},
 	{"kill-on-ignored-shutdown", killOnIgnoredShutdown},
 	{"set-mode", setMode},
@@ -60,11 +61,11 @@ const (
 func handshake(e *env) error {
 	p, err := e.start()
 	if err != nil {
-		return fmt.Errorf("expected the plugin to complete go-plugin's handshake (magic cookie %s, protocol version %d, gRPC) within %s: %w",
-			wire.Handshake().MagicCookieKey, wire.ProtocolVersion, e.cfg.startTimeout, err)
+		return fmt.Errorf("expected the plugin to complete go-plugin's handshake (magic cookie %s, protocol version %s, gRPC) within %s: %w",
+			wire.Handshake().MagicCookieKey, e.versions(), e.cfg.startTimeout, err)
 	}
-	if v := p.client.NegotiatedVersion(); v != wire.ProtocolVersion {
-		return fmt.Errorf("negotiated protocol version %d, expected %d", v, wire.ProtocolVersion)
+	if v := p.client.NegotiatedVersion(); (e.cfg.version != 0 && v != e.cfg.version) || v < wire.ProtocolVersion1 || v > wire.ProtocolVersion {
+		return fmt.Errorf("negotiated protocol version %d, expected %s", v, e.versions())
 	}
 	if proto := p.client.Protocol(); proto != "grpc" {
 		return fmt.Errorf("negotiated protocol %q, expected grpc", proto)
@@ -97,8 +98,8 @@ func identify(e *env) error {
 	if id.InstanceID == "" {
 		bad = append(bad, "instance_id is empty, expected a random id per process start")
 	}
-	if id.ProtocolVersion != wire.ProtocolVersion {
-		bad = append(bad, fmt.Sprintf("protocol_version = %d, expected %d", id.ProtocolVersion, wire.ProtocolVersion))
+	if id.ProtocolVersion != p.version {
+		bad = append(bad, fmt.Sprintf("protocol_version = %d, expected %d (the version go-plugin negotiated)", id.ProtocolVersion, p.version))
 	}
 	if id.AgentName == "" {
 		bad = append(bad, "agent_name is empty, expected the plugin's name")
@@ -436,8 +437,18 @@ func outboxReplayAfterReattach(e *env) error {
 	if err != nil {
 		return fmt.Errorf("%w%s", err, p.exitNote(err))
 	}
-	id, err := agent.Identify(e.ctx)
-	if err != nil {
+	// At version 2 a host reattaches with one Open: identity, attach at
+	// fence 2 and the rest of the updates in one round trip.
+	var id pluginclient.Identity
+	var att2 *pluginclient.Attachment
+	if p.version >= wire.ProtocolVersion2 {
+		opened, err := agent.Open(e.ctx, pluginclient.OpenRequest{SessionID: SessionID, Fence: 2, SpawnToken: p.token, InstanceID: p.instance, FromSeq: last + 1})
+		if err != nil {
+			return p.rpcErr("Open(fence 2, from "+fmt.Sprint(last+1)+") after reattach", err)
+		}
+		e.onCleanup(opened.Attachment.Discard)
+		id, att2 = opened.Identity, opened.Attachment
+	} else if id, err = agent.Identify(e.ctx); err != nil {
 		return p.rpcErr("Identify after reattach", err)
 	}
 	var bad []string
@@ -453,12 +464,16 @@ func outboxReplayAfterReattach(e *env) error {
 	if id.LastSeq < last {
 		bad = append(bad, fmt.Sprintf("last_seq = %d, expected at least %d (the kit received seq %d)", id.LastSeq, last, last))
 	}
+	if p.version >= wire.ProtocolVersion2 && id.Fence != 2 {
+		bad = append(bad, fmt.Sprintf("fence = %d in Open's answer, expected 2 (the fence Open attached)", id.Fence))
+	}
 	if err := badIdentity("Identify after reattach", bad); err != nil {
 		return err
 	}
-	att2, _, err := agent.Attach(e.ctx, SessionID, 2)
-	if err != nil {
-		return p.rpcErr("Attach(fence 2) after reattach", err)
+	if att2 == nil {
+		if att2, _, err = agent.Attach(e.ctx, SessionID, 2); err != nil {
+			return p.rpcErr("Attach(fence 2) after reattach", err)
+		}
 	}
 
 	rest, err := e.follow(p, att2, last+1)
@@ -498,6 +513,38 @@ func outboxReplayAfterReattach(e *env) error {
 	case u.Seq != acked+1:
 		return fmt.Errorf("Updates(fence 2, from 1) after Acknowledge(seq %d) began at seq %d, expected seq %d (seqs %d..%d are missing)",
 			acked, u.Seq, acked+1, acked+1, u.Seq-1)
+	}
+	return nil
+}
+
+// openRefusesAnotherProcess (protocol version 2): Open naming another
+// spawn token or instance id than the process's is refused with reason
+// NOT_THIS_PROCESS, and changes nothing: the fence stays where it was and
+// the process stays unbound. Skipped at version 1, which has no Open.
+func openRefusesAnotherProcess(e *env) error {
+	p, err := e.setupStart()
+	if err != nil {
+		return err
+	}
+	if p.version < wire.ProtocolVersion2 {
+		return skipped(fmt.Sprintf("protocol version %d has no Open", p.version))
+	}
+	for _, req := range []pluginclient.OpenRequest{
+		{SessionID: SessionID, Fence: 1, SpawnToken: p.token + "-other"},
+		{SessionID: SessionID, Fence: 1, SpawnToken: p.token, InstanceID: p.instance + "-other"},
+	} {
+		_, err := p.agent.Open(e.ctx, req)
+		if !errors.Is(err, pluginclient.ErrNotThisProcess) {
+			return fmt.Errorf("Open(spawn token %q, instance id %q) of another process answered %v, expected FailedPrecondition, reason NOT_THIS_PROCESS%s",
+				req.SpawnToken, req.InstanceID, err, p.exitNote(err))
+		}
+	}
+	id, err := p.agent.Identify(e.ctx)
+	if err != nil {
+		return p.rpcErr("Identify after the refused Opens", err)
+	}
+	if id.Fence != 0 || id.SessionID != "" {
+		return fmt.Errorf("after Opens refused as another process's, Identify reports fence %d and session %q, expected fence 0 and no session (nothing changed)", id.Fence, id.SessionID)
 	}
 	return nil
 }
@@ -596,12 +643,52 @@ func (e *env) setupStart() (*proc, error) {
 	return p, nil
 }
 
-// setupOpen starts the plugin, attaches at fence 1 and opens a session.
+// versions says which protocol versions the kit offers.
+func (e *env) versions() string {
+	if e.cfg.version != 0 {
+		return fmt.Sprint(e.cfg.version)
+	}
+	return fmt.Sprintf("%d to %d", wire.ProtocolVersion1, wire.ProtocolVersion)
+}
+
+// setupOpen starts the plugin, attaches at fence 1 and opens a session:
+// at protocol version 2 with one Open, whose update stream from seq 1 the
+// check's first follow from seq 1 takes.
 func (e *env) setupOpen() (*proc, error) {
+	if e.cfg.version == 0 || e.cfg.version >= wire.ProtocolVersion2 {
+		p, err := e.start()
+		if err != nil {
+			return nil, fmt.Errorf("setup: start the plugin: %w", err)
+		}
+		if p.version >= wire.ProtocolVersion2 {
+			opened, err := p.agent.Open(e.ctx, pluginclient.OpenRequest{SessionID: SessionID, Fence: 1, SpawnToken: p.token, FromSeq: 1,
+				New: &pluginclient.NewSessionRequest{Workspace: e.workspace(), Options: e.cfg.options}})
+			if err != nil {
+				return nil, p.setupErr("Open(fence 1, new session)", err)
+			}
+			e.onCleanup(opened.Attachment.Discard)
+			p.att, p.handle = opened.Attachment, opened.Session.Handle
+			p.instance, p.caps = opened.Identity.InstanceID, opened.Identity.Capabilities
+			return p, nil
+		}
+		id, err := p.agent.Identify(e.ctx)
+		if err != nil {
+			return nil, p.setupErr("Identify", err)
+		}
+		p.instance, p.caps = id.InstanceID, id.Capabilities
+		return e.attachOpen(p)
+	}
 	p, err := e.setupStart()
 	if err != nil {
 		return nil, err
 	}
+	return e.attachOpen(p)
+}
+
+// attachOpen attaches at fence 1 and opens a session with version 1's
+// calls.
+func (e *env) attachOpen(p *proc) (*proc, error) {
+	var err error
 	if p.att, _, err = p.agent.Attach(e.ctx, SessionID, 1); err != nil {
 		return nil, p.setupErr("Attach(fence 1)", err)
 	}

@@ -167,6 +167,9 @@ func WithPrompts(p Prompts) Option {
 }
 
 type config struct {
+	// version is the protocol version the kit offers; 0 offers every one
+	// this build speaks, and the plugin's newest is negotiated.
+	version      int
 	args         []string
 	progress     func(Result)
 	logger       hclog.Logger
@@ -175,6 +178,17 @@ type config struct {
 	prompts      Prompts
 	env          []string
 	options      map[string]string
+}
+
+// WithProtocolVersion makes the kit offer only protocol version v
+// (wire.ProtocolVersion1, wire.ProtocolVersion2), as a host that speaks
+// only v would: the plugin must negotiate v, and the checks drive it the
+// way such a host does (at version 2 with the combined Open). Without it
+// the kit offers every version it speaks and checks the plugin at the one
+// negotiated, as a host would: a plugin built before version 2 conforms
+// at version 1.
+func WithProtocolVersion(v int) Option {
+	return func(c *config) { c.version = v }
 }
 
 func newConfig(opts []Option) *config {
@@ -351,6 +365,7 @@ type proc struct {
 	grpc    *plugin.GRPCClient
 	agent   *pluginclient.Client
 	addr    net.Addr
+	version int // negotiated
 	// Learnt by the setup of a check.
 	instance string
 	caps     pluginclient.Capabilities
@@ -393,9 +408,13 @@ func (e *env) start() (*proc, error) {
 		},
 	}
 	r.extraEnv = append(r.extraEnv, e.cfg.env...)
+	var versions []int
+	if e.cfg.version != 0 {
+		versions = []int{e.cfg.version}
+	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake(),
-		VersionedPlugins: wire.PluginSets(nil),
+		VersionedPlugins: wire.PluginSets(nil, versions...),
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
 			r.spec = spec
 			return r, nil
@@ -421,7 +440,8 @@ func (e *env) start() (*proc, error) {
 	if !ok {
 		return p, fmt.Errorf("expected a gRPC plugin, go-plugin negotiated %T", rpc)
 	}
-	agent, err := pluginclient.Dispense(rpc)
+	p.version = client.NegotiatedVersion()
+	agent, err := pluginclient.Dispense(rpc, p.version)
 	if err != nil {
 		return p, fmt.Errorf("dispense %q: %w", wire.PluginName, err)
 	}
@@ -466,11 +486,12 @@ func (p *proc) reattach() (*pluginclient.Client, error) {
 	c := p.child()
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig: wire.Handshake(),
-		// Reattach neither negotiates nor reads VersionedPlugins.
-		Plugins: wire.PluginSets(nil)[wire.ProtocolVersion],
+		// Reattach neither negotiates nor reads VersionedPlugins: it
+		// is given the version the start negotiated.
+		Plugins: wire.PluginSets(nil)[p.version],
 		Reattach: &plugin.ReattachConfig{
 			Protocol:        plugin.ProtocolGRPC,
-			ProtocolVersion: wire.ProtocolVersion,
+			ProtocolVersion: p.version,
 			Addr:            p.addr,
 			Pid:             c.pid,
 			ReattachFunc:    reattachFunc(c, p.addr),
@@ -485,7 +506,7 @@ func (p *proc) reattach() (*pluginclient.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("go-plugin reattach to pid %d at %s failed: %w", c.pid, p.addr, err)
 	}
-	agent, err := pluginclient.Dispense(rpc)
+	agent, err := pluginclient.Dispense(rpc, p.version)
 	if err != nil {
 		return nil, fmt.Errorf("dispense %q after reattach: %w", wire.PluginName, err)
 	}

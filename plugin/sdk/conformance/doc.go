@@ -22,7 +22,8 @@
 // In this order (Names lists them; RunCheck runs one alone), each with
 // plugin processes of its own: handshake, identify, attach-binds-session,
 // new-session, prompt-streams-updates, cancel-yields-cancelled,
-// stale-fence-refused, outbox-replay-after-reattach, graceful-stop,
+// stale-fence-refused, outbox-replay-after-reattach,
+// open-refuses-another-process (version 2 only), graceful-stop,
 // kill-on-ignored-shutdown, and the capability checks set-mode,
 // set-config-option, unknown-option-refused and prompt-capabilities.
 // docs/protocol.md ("What the conformance kit

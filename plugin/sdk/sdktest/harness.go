@@ -123,7 +123,7 @@ func NewHarness(t testing.TB, factory sdk.Factory, opts ...HarnessOption) *Harne
 		<-served
 		t.Fatalf("sdktest: connect to the agent: %v", err)
 	}
-	return attach(t, pluginclient.New(conn), func() {
+	return attach(t, pluginclient.New(conn, wire.ProtocolVersion), func() {
 		stopServe()
 		if err := <-served; err != nil {
 			t.Errorf("sdktest: the agent did not close cleanly: %v", err)

@@ -58,7 +58,7 @@ func NewProcessHarness(t testing.TB, binaryPath string, opts ...HarnessOption) *
 		stop()
 		t.Fatalf("sdktest: start the plugin %s: %v", binaryPath, err)
 	}
-	client, err := pluginclient.Dispense(rpc)
+	client, err := pluginclient.Dispense(rpc, pc.NegotiatedVersion())
 	if err != nil {
 		stop()
 		t.Fatalf("sdktest: %v", err)

@@ -38,7 +38,7 @@ func (s *server) Identify(context.Context, *agentpb.IdentifyRequest) (*agentpb.I
 	}
 	return &agentpb.IdentifyResponse{
 		SessionId: s.session, SpawnToken: token, Pid: int64(os.Getpid()), InstanceId: "ignoresshutdown-1",
-		ProtocolVersion: wire.ProtocolVersion, AgentName: "ignoresshutdown", Fence: s.fence, Handle: s.handle,
+		ProtocolVersion: wire.ProtocolVersion1, AgentName: "ignoresshutdown", Fence: s.fence, Handle: s.handle,
 	}, nil
 }
 

@@ -22,7 +22,7 @@ func (server) Identify(context.Context, *agentpb.IdentifyRequest) (*agentpb.Iden
 		Pid:             int64(os.Getpid() + 1),
 		SpawnToken:      "not-the-spawn-token",
 		InstanceId:      "wrongidentity-1",
-		ProtocolVersion: wire.ProtocolVersion,
+		ProtocolVersion: wire.ProtocolVersion1,
 		AgentName:       "wrongidentity",
 	}, nil
 }
