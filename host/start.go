@@ -199,10 +199,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		return nil, startError{err}
 	}
 	h.learnCapabilities(req.Agent, a.proc.caps)
-	if err := a.prove(ctx); err != nil {
-		return nil, err
-	}
-	if rec, err = a.recordSettings(ctx, req.Options, req.MCPServers); err != nil {
+	if rec, err = a.prove(ctx, req.Options, req.MCPServers); err != nil {
 		return nil, err
 	}
 	journal, err := a.openJournal(ctx)
@@ -383,26 +380,38 @@ func (a *startAttempt) commitOwner(ctx context.Context, pid int) error {
 }
 
 // prove records the provider handle the spawned plugin opened as the proof
-// that it owns the session: from here on it is the session's writer.
-func (a *startAttempt) prove(ctx context.Context) error {
+// that it owns the session (from here on it is the session's writer) and,
+// in the same synced commit, the settings it opened the session with (see
+// settings). Two moves of one batch: the settings are judged on the proven
+// lease, and a refused proof refuses them too, so a start costs one commit
+// fewer and ends where the two commits one after the other would.
+func (a *startAttempt) prove(ctx context.Context, asked map[string]string, servers []pluginclient.MCPServer) (leasestore.Session, error) {
 	origin := leasestore.HandleCreated
 	if a.handle != "" {
 		origin = leasestore.HandleResumed
 	}
 	reattach := a.proc.reattach
 	prove := leasestore.ProveOwner{Fence: a.fence, Handle: a.proc.handle, Origin: origin, InstanceID: a.proc.instance, Reattach: &reattach}
-	if _, err := a.own(ctx, prove, "owner could not be proven"); err != nil {
-		return fmt.Errorf("prove plugin of session %q: %w", a.id, err)
+	res := a.h.store.ApplyBatch(ctx, []leasestore.Move{{ID: a.id, Transition: prove}, {ID: a.id, Transition: a.settings(asked, servers)}})
+	if err := res[0].Err; err != nil {
+		a.abandon(ctx, "owner could not be proven")
+		return res[0].Session, fmt.Errorf("prove plugin of session %q: %w", a.id, err)
 	}
-	return nil
+	a.fence = res[0].Session.Lease.Fence
+	if err := res[1].Err; err != nil {
+		a.abandon(ctx, "settings could not be stored")
+		return res[1].Session, fmt.Errorf("store the settings of session %q: %w", a.id, err)
+	}
+	a.fence = res[1].Session.Lease.Fence
+	return res[1].Session, nil
 }
 
-// recordSettings stores the settings the plugin opened the session with:
-// the options it acknowledged (those asked for, when it acknowledged
-// none), the MCP servers it was given and the modes and config options it
-// reported, so that every resume, readoption and restart passes them again
-// (see SessionRequest.Options).
-func (a *startAttempt) recordSettings(ctx context.Context, asked map[string]string, servers []pluginclient.MCPServer) (leasestore.Session, error) {
+// settings is the move that stores the settings the plugin opened the
+// session with: the options it acknowledged (those asked for, when it
+// acknowledged none), the MCP servers it was given and the modes and
+// config options it reported, so that every resume, readoption and
+// restart passes them again (see SessionRequest.Options).
+func (a *startAttempt) settings(asked map[string]string, servers []pluginclient.MCPServer) leasestore.RecordSettings {
 	info := a.proc.info
 	opts := maps.Clone(info.Options)
 	if opts == nil {
@@ -417,12 +426,8 @@ func (a *startAttempt) recordSettings(ctx context.Context, asked map[string]stri
 	if v, ok := asked[optAllowCredentials]; ok {
 		opts[optAllowCredentials] = v
 	}
-	rec, err := a.own(ctx, leasestore.RecordSettings{Fence: a.fence, Options: opts, SetMCPServers: true, MCPServers: mcpToStore(servers),
-		AgentState: encodeAgentState(info.Modes, info.ConfigOptions)}, "settings could not be stored")
-	if err != nil {
-		return rec, fmt.Errorf("store the settings of session %q: %w", a.id, err)
-	}
-	return rec, nil
+	return leasestore.RecordSettings{Fence: a.fence, Options: opts, SetMCPServers: true, MCPServers: mcpToStore(servers),
+		AgentState: encodeAgentState(info.Modes, info.ConfigOptions)}
 }
 
 // own applies t, the transition that makes the attempt's plugin the
