@@ -228,10 +228,24 @@ func (h *Host) ResumeIdle(ctx context.Context, id string) (s *Session, ok bool, 
 		}
 		return nil, false, nil
 	}
-	h.log.Debug("resuming an idle session", "session", id)
-	s, err = h.StartSession(ctx, SessionRequest{ID: id, Agent: rec.Agent})
+	s, err = h.resumeIdleRecord(ctx, rec)
 	if err != nil {
-		return nil, true, fmt.Errorf("resume idle session %q: %w", id, err)
+		return nil, true, err
 	}
 	return s, true, nil
+}
+
+// resumeIdleRecord starts again the idle-stopped session whose record
+// ResumeIdle read. The record was read before the session's start turn
+// was taken, so a removal (sessions rm, prune) may have won the turn and
+// deleted it meanwhile: the start insists on that same record
+// (MustExist), and such a session is leasestore.ErrNotFound, never
+// created again empty under the same id.
+func (h *Host) resumeIdleRecord(ctx context.Context, rec leasestore.Session) (*Session, error) {
+	h.log.Debug("resuming an idle session", "session", rec.ID)
+	s, err := h.StartSession(ctx, SessionRequest{ID: rec.ID, Agent: rec.Agent, MustExist: true, Incarnation: rec.Incarnation})
+	if err != nil {
+		return nil, fmt.Errorf("resume idle session %q: %w", rec.ID, err)
+	}
+	return s, nil
 }

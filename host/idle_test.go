@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,4 +242,36 @@ func TestClosingHostLeavesIdleSessionsToTheNextHost(t *testing.T) {
 		t.Fatal("the readopted session is not running")
 	}
 	waitIdleStopped(t, h2, s2)
+}
+
+// Resuming an idle session that a prune removed after the resume read its
+// record (the removal won the session's start turn) fails as not found:
+// it never creates a new, empty session under the same id, which would
+// answer the client's prompt with no context and bring the removed
+// session back into the list.
+func TestResumeOfAnIdleSessionPrunedMeanwhileFindsItGone(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openIdle(t, stateDir(t))
+	s, err := h.StartSession(ctx, SessionRequest{ID: "pruned", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Prompt(ctx, "count 1"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("first prompt: %+v, %v", r, err)
+	}
+	rec := waitIdleStopped(t, h, s)
+	// ResumeIdle's read of the record, then the prune, then its start.
+	rep, err := h.Prune(ctx, 0, false)
+	if err != nil || !slices.Contains(rep.Removed, "pruned") {
+		t.Fatalf("prune: %+v, %v; want the idle session removed", rep, err)
+	}
+	s2, err := h.resumeIdleRecord(ctx, rec)
+	if !errors.Is(err, leasestore.ErrNotFound) || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("resume of the pruned session: %v; want ErrNotFound saying it was removed", err)
+	}
+	if s2 != nil {
+		t.Errorf("the resume started session %q anew (pid %d)", s2.ID(), s2.PID())
+	}
+	gone(t, h, "pruned")
 }

@@ -165,7 +165,10 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 			return nil, err
 		}
 	}
-	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers})
+	// The record was read before the start turn: a removal that wins it
+	// meanwhile makes this start fail as not found rather than create an
+	// empty session under the id.
+	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers, MustExist: true, Incarnation: rec.Incarnation})
 	if err != nil {
 		return nil, err
 	}
