@@ -217,7 +217,11 @@ type Host struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	caps     map[string]*capEntry // by agent; see Capabilities
+	// follows counts, by session id, the clients following it (see
+	// Session.Followed): a Session registered under the id starts with
+	// the count, so a session started again keeps its followers.
+	follows map[string]int
+	caps    map[string]*capEntry // by agent; see Capabilities
 	// identifying are the spawn tokens of plugins started only to identify
 	// their agent: no lease holds them, and the reaper must not stop them.
 	identifying map[string]bool
@@ -267,7 +271,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{},
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
 	sessions, err := h.beginReconcile(ctx)

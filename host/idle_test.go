@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,4 +275,43 @@ func TestResumeOfAnIdleSessionPrunedMeanwhileFindsItGone(t *testing.T) {
 		t.Errorf("the resume started session %q anew (pid %d)", s2.ID(), s2.PID())
 	}
 	gone(t, h, "pruned")
+}
+
+// A follower counts for the session id, not for one host.Session: when
+// the plugin dies and another client's request starts the session again
+// (a new host.Session), the client still following it keeps the new one
+// from going idle, and its release is what lets it go.
+func TestAFollowerCountsForTheSessionStartedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openIdle(t, stateDir(t))
+	s1, err := h.StartSession(ctx, SessionRequest{ID: "followed-again", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := s1.Followed()
+	if err := syscall.Kill(s1.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s1.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the plugin's death went unnoticed")
+	}
+	s2, err := h.StartSession(ctx, SessionRequest{ID: "followed-again", Agent: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s2.Followers(); n != 1 {
+		t.Fatalf("the session started again counts %d followers; want the one still following", n)
+	}
+	time.Sleep(5 * testIdle)
+	if s2.gone() || s2.IdleStopping() {
+		t.Fatal("a followed session started again was stopped as idle")
+	}
+	release()
+	if n := s2.Followers(); n != 0 {
+		t.Errorf("after the release: %d followers; want 0", n)
+	}
+	waitIdleStopped(t, h, s2)
 }
