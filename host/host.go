@@ -367,6 +367,20 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 		sessions = append(sessions, s)
 	}
 	h.mu.Unlock()
+	// No idle stop starts from here on, and one already under way (its
+	// decision taken before closed was set) runs to its end first: a
+	// detach in its middle could leave a plugin whose agent session the
+	// stop had closed holding the lease, and a Stop beside it would race
+	// it for the plugin's end.
+	for _, s := range sessions {
+		if wait := s.closeIdle(); wait != nil {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	var errs []error
 	for _, s := range sessions {
 		if stop {

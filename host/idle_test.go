@@ -315,3 +315,49 @@ func TestAFollowerCountsForTheSessionStartedAgain(t *testing.T) {
 	}
 	waitIdleStopped(t, h, s2)
 }
+
+// A host closing while an idle stop is under way (decided before the
+// close) waits for that stop rather than detaching the plugin midway: a
+// detach that won would leave a plugin whose agent session the stop had
+// already closed, holding the lease for the next host to readopt.
+func TestCloseWaitsForAnIdleStopUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	cfg := hostConfig(t, stateDir(t))
+	cfg.IdleTimeout = time.Hour
+	h := mustOpen(t, cfg)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "closing-idle", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := s.PID()
+	// The timer's decision, as idleFired takes it.
+	s.mu.Lock()
+	s.idle.stopping, s.idle.stopped = true, make(chan struct{})
+	s.mu.Unlock()
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close(ctx) }()
+	// The close has reached the session: it marked its idle timer over
+	// (or, detaching it, the session's end did).
+	waitFor(t, "the close to reach the session", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.idle.over
+	})
+	s.idleStop()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if alive(t, pid) {
+		t.Fatalf("plugin %d still runs: the close detached it midway through its idle stop", pid)
+	}
+	h2 := mustOpen(t, hostConfig(t, cfg.StateDir))
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	rec, err := h2.store.Get(ctx, "closing-idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IdleStopped(rec) {
+		t.Errorf("the lease after the close: %+v (evidence %+v); want released as idle", rec.Lease, rec.Lease.DeathEvidence)
+	}
+}
