@@ -176,6 +176,31 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 	return s, nil
 }
 
+// resumeHeld is resume for a session/load or session/resume: the session
+// counts as followed from here until release, which the caller calls once
+// the connection's follower is bound (follow), so a load that replays a
+// long journal to a slow client is activity, and no idle stop falls
+// between the resume and the follow.
+func (a *agent) resumeHeld(ctx context.Context, id, cwd string, in []acp.McpServer) (s *host.Session, release func(), err error) {
+	for {
+		if s, err = a.resume(ctx, id, cwd, in); err != nil {
+			return nil, nil, err
+		}
+		release = s.Followed()
+		if !s.IdleStopping() {
+			return s, release, nil
+		}
+		// The idle stop was decided before the hold: resume it again
+		// once it is over.
+		release()
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
 // rebind makes the connection's follower of s, if it has one, count as
 // following s: a session started again (resumed after its plugin died or
 // was stopped) is a new host.Session, and one with a follower must never
@@ -190,10 +215,11 @@ func (a *agent) rebind(s *host.Session) {
 // notifications, then follows it.
 func (a *agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.resume(ctx, id, p.Cwd, p.McpServers)
+	s, release, err := a.resumeHeld(ctx, id, p.Cwd, p.McpServers)
 	if err != nil {
 		return acp.LoadSessionResponse{}, apiError(err)
 	}
+	defer release()
 	last, err := a.srv.Host.Store().LastSeq(ctx, id)
 	if err != nil {
 		return acp.LoadSessionResponse{}, apiError(err)
@@ -226,10 +252,11 @@ var errReplayed = errors.New("replayed")
 
 func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.resume(ctx, id, p.Cwd, p.McpServers)
+	s, release, err := a.resumeHeld(ctx, id, p.Cwd, p.McpServers)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, apiError(err)
 	}
+	defer release()
 	last, err := a.srv.Host.Store().LastSeq(ctx, id)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, apiError(err)
