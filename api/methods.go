@@ -107,7 +107,8 @@ const (
 	CodeStoreFailed = -32006
 	// CodeSessionHeld: the session's lease is held elsewhere, latched
 	// until its previous owner is proven gone, or not decided yet since the
-	// host opened: retry later, or see _agenthost/status.
+	// host opened, or the request kept meeting the session's idle stop:
+	// retry later, or see _agenthost/status.
 	CodeSessionHeld = -32007
 	// CodeAgentRefused: the running plugin refused or failed a call other
 	// than a prompt (set_mode, set_config_option, cancel, a permission

@@ -398,8 +398,11 @@ func (a *agent) withRunning(ctx context.Context, id string, fn func(*host.Sessio
 			return err
 		}
 		err = fn(s)
-		if !errors.Is(err, host.ErrIdleStopped) || attempt == 3 {
+		if !errors.Is(err, host.ErrIdleStopped) {
 			return err
+		}
+		if attempt == 3 {
+			return giveUpIdle(id, err)
 		}
 		select {
 		case <-s.Done():
@@ -407,6 +410,13 @@ func (a *agent) withRunning(ctx context.Context, id string, fn func(*host.Sessio
 			return ctx.Err()
 		}
 	}
+}
+
+// giveUpIdle is the error of a request that met the session's idle stop
+// on every attempt: a matter of timing only, so retryable
+// (CodeSessionHeld, see errorCode).
+func giveUpIdle(id string, err error) error {
+	return fmt.Errorf("session %q: the request met its idle stop three times; retry it, which resumes the session: %w", id, err)
 }
 
 // SetSessionMode switches the session's mode, between turns or during
