@@ -26,9 +26,11 @@ const (
 	// gone.
 	MethodRemove = "_agenthost/remove"
 	// MethodPrune: Params{OlderThan, DryRun} → PruneResult; removes, as
-	// MethodRemove does, every stopped session (and every failed one) not
-	// updated for OlderThan. Running, latched and held sessions are never
-	// pruned. DryRun lists what would be removed and removes nothing.
+	// MethodRemove does, every session that does not run (stopped, idle,
+	// or failed at its first start) not updated for OlderThan, and
+	// finishes every interrupted removal whatever its age. Running,
+	// latched and held sessions are never pruned. DryRun lists what would
+	// be removed and removes nothing.
 	MethodPrune = "_agenthost/prune"
 	// MethodStatus: no params → StatusResult.
 	MethodStatus = "_agenthost/status"
