@@ -337,7 +337,9 @@ func (h *Host) report(scope string, err error) {
 // Close detaches from every session: plugins keep running (and keep their
 // leases), and the next host readopts them. Then it closes the store. A
 // Close whose journal teardown fails reports it and keeps the failed handles;
-// the next Close retries them.
+// the next Close retries them. An idle stop under way (see idle.go) is
+// waited for first; a ctx that ends meanwhile fails the Close with the
+// store open, and the next Close goes on.
 func (h *Host) Close(ctx context.Context) error {
 	return h.close(ctx, false)
 }
@@ -377,7 +379,8 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 			select {
 			case <-wait:
 			case <-ctx.Done():
-				return ctx.Err()
+				// The store stays open: the next Close goes on.
+				return fmt.Errorf("close: wait for the idle stop of session %q: %w", s.id, ctx.Err())
 			}
 		}
 	}
