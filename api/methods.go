@@ -26,9 +26,11 @@ const (
 	// gone.
 	MethodRemove = "_agenthost/remove"
 	// MethodPrune: Params{OlderThan, DryRun} → PruneResult; removes, as
-	// MethodRemove does, every stopped session (and every failed one) not
-	// updated for OlderThan. Running, latched and held sessions are never
-	// pruned. DryRun lists what would be removed and removes nothing.
+	// MethodRemove does, every session that does not run (stopped, idle,
+	// or failed at its first start) not updated for OlderThan, and
+	// finishes every interrupted removal whatever its age. Running,
+	// latched and held sessions are never pruned. DryRun lists what would
+	// be removed and removes nothing.
 	MethodPrune = "_agenthost/prune"
 	// MethodStatus: no params → StatusResult.
 	MethodStatus = "_agenthost/status"
@@ -107,7 +109,8 @@ const (
 	CodeStoreFailed = -32006
 	// CodeSessionHeld: the session's lease is held elsewhere, latched
 	// until its previous owner is proven gone, or not decided yet since the
-	// host opened: retry later, or see _agenthost/status.
+	// host opened, or the request kept meeting the session's idle stop:
+	// retry later, or see _agenthost/status.
 	CodeSessionHeld = -32007
 	// CodeAgentRefused: the running plugin refused or failed a call other
 	// than a prompt (set_mode, set_config_option, cancel, a permission

@@ -63,6 +63,9 @@ type PruneResult struct {
 	DryRun bool `json:"dryRun,omitempty"`
 	// Failed are the sessions whose removal failed, by id, with why.
 	Failed map[string]string `json:"failed,omitempty"`
+	// Unlisted says why some records of the store could not be listed
+	// (a damaged record, named): those sessions were not pruned.
+	Unlisted string `json:"unlisted,omitempty"`
 }
 
 // AgentsResult is the result of MethodAgents.

@@ -217,7 +217,11 @@ type Host struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	caps     map[string]*capEntry // by agent; see Capabilities
+	// follows counts, by session id, the clients following it (see
+	// Session.Followed): a Session registered under the id starts with
+	// the count, so a session started again keeps its followers.
+	follows map[string]int
+	caps    map[string]*capEntry // by agent; see Capabilities
 	// identifying are the spawn tokens of plugins started only to identify
 	// their agent: no lease holds them, and the reaper must not stop them.
 	identifying map[string]bool
@@ -267,7 +271,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{},
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
 	sessions, err := h.beginReconcile(ctx)
@@ -333,7 +337,9 @@ func (h *Host) report(scope string, err error) {
 // Close detaches from every session: plugins keep running (and keep their
 // leases), and the next host readopts them. Then it closes the store. A
 // Close whose journal teardown fails reports it and keeps the failed handles;
-// the next Close retries them.
+// the next Close retries them. An idle stop under way (see idle.go) is
+// waited for first; a ctx that ends meanwhile fails the Close with the
+// store open, and the next Close goes on.
 func (h *Host) Close(ctx context.Context) error {
 	return h.close(ctx, false)
 }
@@ -363,6 +369,21 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 		sessions = append(sessions, s)
 	}
 	h.mu.Unlock()
+	// No idle stop starts from here on, and one already under way (its
+	// decision taken before closed was set) runs to its end first: a
+	// detach in its middle could leave a plugin whose agent session the
+	// stop had closed holding the lease, and a Stop beside it would race
+	// it for the plugin's end.
+	for _, s := range sessions {
+		if wait := s.closeIdle(); wait != nil {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				// The store stays open: the next Close goes on.
+				return fmt.Errorf("close: wait for the idle stop of session %q: %w", s.id, ctx.Err())
+			}
+		}
+	}
 	var errs []error
 	for _, s := range sessions {
 		if stop {

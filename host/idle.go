@@ -111,8 +111,14 @@ func (s *Session) idleFired() {
 	st.stopping = true
 	st.stopped = make(chan struct{})
 	s.mu.Unlock()
-	defer close(st.stopped)
-	s.h.log.Info("stopping the plugin of an idle session", "session", s.id, "idle", timeout)
+	s.idleStop()
+}
+
+// idleStop stops the plugin of a session whose idle stop idleFired
+// decided (stopping set), then closes stopped.
+func (s *Session) idleStop() {
+	defer close(s.idle.stopped)
+	s.h.log.Info("stopping the plugin of an idle session", "session", s.id, "idle", s.h.cfg.IdleTimeout)
 	// Bounded by StopTimeout: drain takes half of it, and the stop
 	// kills the process group once it is over.
 	ctx := context.Background()
@@ -156,6 +162,18 @@ func (s *Session) stopAsked() {
 // the idle stop under way, if any, which the session waits for before it
 // ends; idle reports whether the plugin's end is that idle stop's.
 func (s *Session) endIdle() (wait <-chan struct{}, idle bool) {
+	if wait = s.closeIdle(); wait == nil {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return wait, !s.idle.asked
+}
+
+// closeIdle ends the idle timer of a session whose host is closing: no
+// idle stop starts any more. wait is the idle stop already under way, if
+// any, which the close waits for before it detaches or stops the session.
+func (s *Session) closeIdle() (wait <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := &s.idle
@@ -164,9 +182,9 @@ func (s *Session) endIdle() (wait <-chan struct{}, idle bool) {
 		st.timer.Stop()
 	}
 	if !st.stopping {
-		return nil, false
+		return nil
 	}
-	return st.stopped, !st.asked
+	return st.stopped
 }
 
 // IdleStopping reports whether the host decided to stop the session's
@@ -228,10 +246,24 @@ func (h *Host) ResumeIdle(ctx context.Context, id string) (s *Session, ok bool, 
 		}
 		return nil, false, nil
 	}
-	h.log.Debug("resuming an idle session", "session", id)
-	s, err = h.StartSession(ctx, SessionRequest{ID: id, Agent: rec.Agent})
+	s, err = h.resumeIdleRecord(ctx, rec)
 	if err != nil {
-		return nil, true, fmt.Errorf("resume idle session %q: %w", id, err)
+		return nil, true, err
 	}
 	return s, true, nil
+}
+
+// resumeIdleRecord starts again the idle-stopped session whose record
+// ResumeIdle read. The record was read before the session's start turn
+// was taken, so a removal (sessions rm, prune) may have won the turn and
+// deleted it meanwhile: the start insists on that same record
+// (MustExist), and such a session is leasestore.ErrNotFound, never
+// created again empty under the same id.
+func (h *Host) resumeIdleRecord(ctx context.Context, rec leasestore.Session) (*Session, error) {
+	h.log.Debug("resuming an idle session", "session", rec.ID)
+	s, err := h.StartSession(ctx, SessionRequest{ID: rec.ID, Agent: rec.Agent, MustExist: true, Incarnation: rec.Incarnation})
+	if err != nil {
+		return nil, fmt.Errorf("resume idle session %q: %w", rec.ID, err)
+	}
+	return s, nil
 }

@@ -3,6 +3,9 @@ package host
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,4 +243,121 @@ func TestClosingHostLeavesIdleSessionsToTheNextHost(t *testing.T) {
 		t.Fatal("the readopted session is not running")
 	}
 	waitIdleStopped(t, h2, s2)
+}
+
+// Resuming an idle session that a prune removed after the resume read its
+// record (the removal won the session's start turn) fails as not found:
+// it never creates a new, empty session under the same id, which would
+// answer the client's prompt with no context and bring the removed
+// session back into the list.
+func TestResumeOfAnIdleSessionPrunedMeanwhileFindsItGone(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openIdle(t, stateDir(t))
+	s, err := h.StartSession(ctx, SessionRequest{ID: "pruned", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Prompt(ctx, "count 1"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("first prompt: %+v, %v", r, err)
+	}
+	rec := waitIdleStopped(t, h, s)
+	// ResumeIdle's read of the record, then the prune, then its start.
+	rep, err := h.Prune(ctx, 0, false)
+	if err != nil || !slices.Contains(rep.Removed, "pruned") {
+		t.Fatalf("prune: %+v, %v; want the idle session removed", rep, err)
+	}
+	s2, err := h.resumeIdleRecord(ctx, rec)
+	if !errors.Is(err, leasestore.ErrNotFound) || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("resume of the pruned session: %v; want ErrNotFound saying it was removed", err)
+	}
+	if s2 != nil {
+		t.Errorf("the resume started session %q anew (pid %d)", s2.ID(), s2.PID())
+	}
+	gone(t, h, "pruned")
+}
+
+// A follower counts for the session id, not for one host.Session: when
+// the plugin dies and another client's request starts the session again
+// (a new host.Session), the client still following it keeps the new one
+// from going idle, and its release is what lets it go.
+func TestAFollowerCountsForTheSessionStartedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openIdle(t, stateDir(t))
+	s1, err := h.StartSession(ctx, SessionRequest{ID: "followed-again", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := s1.Followed()
+	if err := syscall.Kill(s1.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s1.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the plugin's death went unnoticed")
+	}
+	s2, err := h.StartSession(ctx, SessionRequest{ID: "followed-again", Agent: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s2.Followers(); n != 1 {
+		t.Fatalf("the session started again counts %d followers; want the one still following", n)
+	}
+	time.Sleep(5 * testIdle)
+	if s2.gone() || s2.IdleStopping() {
+		t.Fatal("a followed session started again was stopped as idle")
+	}
+	release()
+	if n := s2.Followers(); n != 0 {
+		t.Errorf("after the release: %d followers; want 0", n)
+	}
+	waitIdleStopped(t, h, s2)
+}
+
+// A host closing while an idle stop is under way (decided before the
+// close) waits for that stop rather than detaching the plugin midway: a
+// detach that won would leave a plugin whose agent session the stop had
+// already closed, holding the lease for the next host to readopt.
+func TestCloseWaitsForAnIdleStopUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	cfg := hostConfig(t, stateDir(t))
+	cfg.IdleTimeout = time.Hour
+	h := mustOpen(t, cfg)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "closing-idle", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := s.PID()
+	// The timer's decision, as idleFired takes it.
+	s.mu.Lock()
+	s.idle.stopping, s.idle.stopped = true, make(chan struct{})
+	s.mu.Unlock()
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close(ctx) }()
+	// The close has reached the session: it marked its idle timer over
+	// (or, detaching it, the session's end did).
+	waitFor(t, "the close to reach the session", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.idle.over
+	})
+	s.idleStop()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if alive(t, pid) {
+		t.Fatalf("plugin %d still runs: the close detached it midway through its idle stop", pid)
+	}
+	h2 := mustOpen(t, hostConfig(t, cfg.StateDir))
+	t.Cleanup(func() { _ = h2.Shutdown(context.Background()) })
+	rec, err := h2.store.Get(ctx, "closing-idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IdleStopped(rec) {
+		t.Errorf("the lease after the close: %+v (evidence %+v); want released as idle", rec.Lease, rec.Lease.DeathEvidence)
+	}
 }

@@ -124,7 +124,7 @@ func (h *Host) removeSession(ctx context.Context, id string, force bool, check f
 		}
 	}
 	if err := h.store.Delete(ctx, id, rec.Lease.Fence); err != nil {
-		return out, fmt.Errorf("remove session %q: %w", id, err)
+		return out, fmt.Errorf("remove session %q: its directories are removed but its record and journal are not: %w; retry the removal to finish it", id, err)
 	}
 	h.log.Info("session removed", "session", id, "freed_bytes", out.FreedBytes, "stopped", out.Stopped)
 	return out, nil
@@ -140,6 +140,10 @@ func removable(rec leasestore.Session) error {
 		return fmt.Errorf("%w: it is latched (%s); it can be removed once the host settles whether its plugin is gone (agenthost status)", ErrSessionHeld, l.LatchReason)
 	case l.Claim == leasestore.ClaimConflicted:
 		return fmt.Errorf("%w: its lease is conflicted", ErrSessionHeld)
+	case l.Claim == leasestore.ClaimReserved:
+		// This host may be the one starting it (a new session has no
+		// start turn until it has an id), or another host is.
+		return fmt.Errorf("%w: its lease is reserved at fence %d: a plugin is being started for it; retry once it runs (then stop it, or force) or its start has failed", ErrSessionHeld, l.Fence)
 	case l.Claim != leasestore.ClaimReleased:
 		return fmt.Errorf("%w: its lease is %s at fence %d by a plugin this host does not run", ErrSessionHeld, l.Claim, l.Fence)
 	}
@@ -221,6 +225,10 @@ type PruneReport struct {
 	Removed []string
 	// Failed are the sessions whose removal failed, with the error.
 	Failed map[string]error
+	// Unlisted is why the store's listing was partial (records that do
+	// not decode, leasestore.ErrDamaged, naming them): those sessions were
+	// not looked at, let alone pruned. Nil when every record was listed.
+	Unlisted error
 }
 
 // errNotPrunable: a session listed for pruning changed before its turn
@@ -229,7 +237,8 @@ var errNotPrunable = errors.New("no longer prunable")
 
 // Prune removes, as RemoveSession does, every session stopped, idle or
 // failed (StateOf) whose record did not change for olderThan, and every
-// one whose removal was interrupted. Running, latched and held sessions,
+// one whose removal was interrupted. A partial listing of the store
+// prunes what was listed and says why the rest was not (Unlisted). Running, latched and held sessions,
 // and those not decided yet, are never pruned; a session that started or
 // changed after Prune listed it is left alone. With dryRun nothing is
 // removed: Removed lists what would be.
@@ -242,6 +251,7 @@ func (h *Host) Prune(ctx context.Context, olderThan time.Duration, dryRun bool) 
 	if err != nil && len(sessions) == 0 {
 		return out, err
 	}
+	out.Unlisted = err
 	cutoff := h.cfg.Now().Add(-olderThan)
 	prunable := func(rec leasestore.Session) bool {
 		if h.Undecided(rec.ID) {

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -479,5 +480,107 @@ func TestStatusShowsDiskUse(t *testing.T) {
 	}
 	if n := diskUsage(filepath.Join(t.TempDir(), "vanished")); n != 0 {
 		t.Errorf("disk use of a path that does not exist: %d", n)
+	}
+}
+
+// faultyStore is the real store with faults injected for the tidy code's
+// error paths: List also reports a damaged record, Delete fails once.
+type faultyStore struct {
+	leasestore.Store
+	listErr   error
+	deleteErr error
+}
+
+func (f *faultyStore) List(ctx context.Context) ([]leasestore.Session, error) {
+	list, err := f.Store.List(ctx)
+	if err == nil {
+		err = f.listErr
+	}
+	return list, err
+}
+
+func (f *faultyStore) Delete(ctx context.Context, id string, fence uint64) error {
+	if err := f.deleteErr; err != nil {
+		f.deleteErr = nil
+		return err
+	}
+	return f.Store.Delete(ctx, id, fence)
+}
+
+// openFaulty opens a host on dir over a faultyStore.
+func openFaulty(t *testing.T) (*Host, *faultyStore) {
+	t.Helper()
+	ctx := testCtx(t)
+	cfg := hostConfig(t, stateDir(t))
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faultyStore{Store: store}
+	cfg.Store = f
+	h, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h, f
+}
+
+// A prune whose listing of the store was partial (a damaged record) prunes
+// what it listed and says that some records were not looked at, rather
+// than report a clean pass.
+func TestPruneReportsTheRecordsItCouldNotList(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h, f := openFaulty(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "listed", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.listErr = fmt.Errorf("list: session record \"x\" does not decode: %w", leasestore.ErrDamaged)
+	rep, err := h.Prune(ctx, 0, false)
+	if err != nil || !slices.Equal(rep.Removed, []string{"listed"}) {
+		t.Fatalf("prune: %+v, %v; want the listed session removed", rep, err)
+	}
+	if !errors.Is(rep.Unlisted, leasestore.ErrDamaged) {
+		t.Errorf("prune's report %+v hides the records it could not list", rep)
+	}
+}
+
+// A removal whose store.Delete failed after the session's directories
+// were removed says so, and that a retry finishes it; the retry does.
+func TestRemoveWhoseDeleteFailedSaysRetryFinishesIt(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h, f := openFaulty(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "half", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteErr = fmt.Errorf("delete: %w", leasestore.ErrNoSpace)
+	_, err = h.RemoveSession(ctx, "half", false)
+	if !errors.Is(err, leasestore.ErrNoSpace) || !strings.Contains(err.Error(), "directories") || !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("remove with a failing delete: %v; want it to say the directories are gone and to retry", err)
+	}
+	if _, err := h.RemoveSession(ctx, "half", false); err != nil {
+		t.Fatalf("retry of the removal: %v", err)
+	}
+	gone(t, h, "half")
+}
+
+// A session whose lease is reserved (a plugin being started for it) is
+// refused as being started, not as held by a plugin this host does not
+// run: the host may be the one starting it.
+func TestRemoveOfAReservedSessionSaysItIsStarting(t *testing.T) {
+	t.Parallel()
+	err := removable(leasestore.Session{ID: "s", Lease: leasestore.Lease{Claim: leasestore.ClaimReserved, Fence: 2}})
+	if !errors.Is(err, ErrSessionHeld) || strings.Contains(err.Error(), "does not run") || !strings.Contains(err.Error(), "start") {
+		t.Errorf("removable of a reserved lease: %v; want held, saying a plugin is being started", err)
 	}
 }

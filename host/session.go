@@ -37,8 +37,9 @@ type Session struct {
 	// lastTurn is the turn whose stop was journaled last: an update of
 	// it arriving late does not make it running again.
 	lastTurn string
-	// followers counts the API connections following the session (see
-	// Followed).
+	// followers counts the API connections following the session id
+	// (see Followed), guarded by h.mu as well as mu: it changes only with
+	// both held.
 	followers int
 	// idle is the session's idle timer and what it decided (see idle.go).
 	idle idleState
@@ -96,6 +97,11 @@ func (h *Host) register(s *Session) bool {
 	closed := h.closed
 	if !closed {
 		h.sessions[s.id] = s
+		// The clients following the id follow this Session too (see
+		// Followed).
+		s.mu.Lock()
+		s.followers = h.follows[s.id]
+		s.mu.Unlock()
 	}
 	h.mu.Unlock()
 	if closed {
@@ -231,21 +237,46 @@ func (s *Session) journalFailed(ctx context.Context, turn, why string) {
 // returned release is called (once): a client's API connection calls it
 // when it starts following and releases once it has stopped, its
 // permission questions withdrawn, so Followers dropping shows that the
-// host has finished with a client that left.
+// host has finished with a client that left. The count is the session
+// id's, kept by the host (Host.followed): a session started again under
+// the id (its plugin died or was idle-stopped, and a request on any
+// connection resumed it) is a new Session that counts every client
+// still following, so none of them lets it go idle.
 func (s *Session) Followed() (release func()) {
-	s.mu.Lock()
-	s.followers++
-	s.idleCheckLocked()
-	s.mu.Unlock()
+	return s.h.followed(s.id)
+}
+
+// followed counts one more follower of session id, in the host's count
+// and in the Session running it now, if any; register gives a Session
+// the count of its id. Lock order: h.mu, then s.mu.
+func (h *Host) followed(id string) (release func()) {
+	h.mu.Lock()
+	h.follows[id]++
+	if s := h.sessions[id]; s != nil {
+		s.addFollowers(1)
+	}
+	h.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			s.mu.Lock()
-			s.followers--
-			s.idleCheckLocked()
-			s.mu.Unlock()
+			h.mu.Lock()
+			if h.follows[id]--; h.follows[id] <= 0 {
+				delete(h.follows, id)
+			}
+			if s := h.sessions[id]; s != nil {
+				s.addFollowers(-1)
+			}
+			h.mu.Unlock()
 		})
 	}
+}
+
+// addFollowers changes the session's follower count by n.
+func (s *Session) addFollowers(n int) {
+	s.mu.Lock()
+	s.followers += n
+	s.idleCheckLocked()
+	s.mu.Unlock()
 }
 
 // Followers is how many clients follow the session (see Followed).

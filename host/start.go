@@ -59,6 +59,18 @@ type SessionRequest struct {
 	// An agent whose policy inherits credentials allows them in every
 	// session, whatever this says.
 	AllowCredentials bool
+	// MustExist makes the request a resume only: when, under the
+	// session's start turn, its record is gone (a removal or prune won the
+	// turn after the caller read it) or is being deleted, StartSession
+	// fails with leasestore.ErrNotFound instead of creating a new, empty
+	// session under the same id. Every resume of a record the caller read
+	// sets it.
+	MustExist bool
+	// Incarnation, with MustExist, is the incarnation of the record the
+	// caller read (leasestore.Session.Incarnation): a record of another
+	// incarnation (removed and created again meanwhile) is gone too.
+	// Empty checks only that the record exists.
+	Incarnation string
 }
 
 // StartSession starts (or resumes, when req.ID names an existing session)
@@ -118,6 +130,11 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	}
 	store := h.store
 	rec, err := store.Get(ctx, req.ID)
+	if req.MustExist {
+		if err := stillThere(req, rec, err); err != nil {
+			return nil, err
+		}
+	}
 	resume := err == nil
 	switch {
 	case resume && rec.Agent != req.Agent:
@@ -213,6 +230,24 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		return nil, fmt.Errorf("start session %q: the host is closing: %w", a.id, leasestore.ErrClosed)
 	}
 	return s, nil
+}
+
+// stillThere checks, for a StartSession with MustExist, that the record
+// read under the start turn is the one the caller read: the session was
+// not removed since.
+func stillThere(req SessionRequest, rec leasestore.Session, err error) error {
+	gone := func() error {
+		return fmt.Errorf("session %q was removed (sessions rm or prune) since it was looked up; nothing was started: %w", req.ID, leasestore.ErrNotFound)
+	}
+	switch {
+	case errors.Is(err, leasestore.ErrNotFound):
+		return gone()
+	case err != nil:
+		return err
+	case rec.Deleting, req.Incarnation != "" && rec.Incarnation != req.Incarnation:
+		return gone()
+	}
+	return nil
 }
 
 // startTurn waits until no other StartSession of session id runs, and

@@ -165,12 +165,40 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 			return nil, err
 		}
 	}
-	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers})
+	// The record was read before the start turn: a removal that wins it
+	// meanwhile makes this start fail as not found rather than create an
+	// empty session under the id.
+	s, err := a.srv.Host.StartSession(ctx, host.SessionRequest{ID: id, Agent: rec.Agent, Workspace: cwd, MCPServers: servers, MustExist: true, Incarnation: rec.Incarnation})
 	if err != nil {
 		return nil, err
 	}
 	a.rebind(s)
 	return s, nil
+}
+
+// resumeHeld is resume for a session/load or session/resume: the session
+// counts as followed from here until release, which the caller calls once
+// the connection's follower is bound (follow), so a load that replays a
+// long journal to a slow client is activity, and no idle stop falls
+// between the resume and the follow.
+func (a *agent) resumeHeld(ctx context.Context, id, cwd string, in []acp.McpServer) (s *host.Session, release func(), err error) {
+	for {
+		if s, err = a.resume(ctx, id, cwd, in); err != nil {
+			return nil, nil, err
+		}
+		release = s.Followed()
+		if !s.IdleStopping() {
+			return s, release, nil
+		}
+		// The idle stop was decided before the hold: resume it again
+		// once it is over.
+		release()
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
 }
 
 // rebind makes the connection's follower of s, if it has one, count as
@@ -187,10 +215,11 @@ func (a *agent) rebind(s *host.Session) {
 // notifications, then follows it.
 func (a *agent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.resume(ctx, id, p.Cwd, p.McpServers)
+	s, release, err := a.resumeHeld(ctx, id, p.Cwd, p.McpServers)
 	if err != nil {
 		return acp.LoadSessionResponse{}, apiError(err)
 	}
+	defer release()
 	last, err := a.srv.Host.Store().LastSeq(ctx, id)
 	if err != nil {
 		return acp.LoadSessionResponse{}, apiError(err)
@@ -223,10 +252,11 @@ var errReplayed = errors.New("replayed")
 
 func (a *agent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
 	id := string(p.SessionId)
-	s, err := a.resume(ctx, id, p.Cwd, p.McpServers)
+	s, release, err := a.resumeHeld(ctx, id, p.Cwd, p.McpServers)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, apiError(err)
 	}
+	defer release()
 	last, err := a.srv.Host.Store().LastSeq(ctx, id)
 	if err != nil {
 		return acp.ResumeSessionResponse{}, apiError(err)
@@ -368,8 +398,11 @@ func (a *agent) withRunning(ctx context.Context, id string, fn func(*host.Sessio
 			return err
 		}
 		err = fn(s)
-		if !errors.Is(err, host.ErrIdleStopped) || attempt == 3 {
+		if !errors.Is(err, host.ErrIdleStopped) {
 			return err
+		}
+		if attempt == 3 {
+			return giveUpIdle(id, err)
 		}
 		select {
 		case <-s.Done():
@@ -377,6 +410,13 @@ func (a *agent) withRunning(ctx context.Context, id string, fn func(*host.Sessio
 			return ctx.Err()
 		}
 	}
+}
+
+// giveUpIdle is the error of a request that met the session's idle stop
+// on every attempt: a matter of timing only, so retryable
+// (CodeSessionHeld, see errorCode).
+func giveUpIdle(id string, err error) error {
+	return fmt.Errorf("session %q: the request met its idle stop three times; retry it, which resumes the session: %w", id, err)
 }
 
 // SetSessionMode switches the session's mode, between turns or during

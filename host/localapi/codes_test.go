@@ -2,6 +2,7 @@ package localapi
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/api"
@@ -23,5 +24,18 @@ func TestHeldLeasesAreSessionHeldNeverAuthRequired(t *testing.T) {
 		if code := errorCode(err); code != api.CodeSessionHeld {
 			t.Errorf("%v: code %d, want CodeSessionHeld (%d)", err, code, api.CodeSessionHeld)
 		}
+	}
+}
+
+// A request that kept meeting the session's idle stop is given up on with
+// a retryable code, never CodeInternalError: nothing went wrong but the
+// timing, and the next attempt resumes the session.
+func TestARequestGivenUpOnAtTheIdleStopIsRetryable(t *testing.T) {
+	err := giveUpIdle("s", fmt.Errorf("session %q: %w", "s", host.ErrIdleStopped))
+	if code := errorCode(err); code != api.CodeSessionHeld {
+		t.Errorf("%v: code %d, want CodeSessionHeld (%d)", err, code, api.CodeSessionHeld)
+	}
+	if !strings.Contains(err.Error(), "retry") {
+		t.Errorf("%v: want it to say to retry", err)
 	}
 }

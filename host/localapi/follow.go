@@ -49,6 +49,11 @@ func (a *agent) follow(id string, after uint64) error {
 	ctx, cancel := context.WithCancel(a.ctx)
 	f := &follower{a: a, id: id, cancel: cancel, done: make(chan struct{}), ended: map[string]chan struct{}{}, asked: map[string]bool{}}
 	a.followers[id] = f
+	// Counted as following before the request that follows returns
+	// (the caller's hold on the session ends then; see resumeHeld).
+	if s, ok := a.srv.Host.Session(id); ok {
+		f.bind(s)
+	}
 	go f.run(ctx, after+1)
 	return nil
 }

@@ -1,11 +1,14 @@
 package localapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -208,5 +211,59 @@ func TestFollowingConnectionKeepsTheResumedSessionAwake(t *testing.T) {
 	case <-s2.Done():
 		t.Fatal("the followed session was stopped as idle")
 	default:
+	}
+}
+
+// A session/load of a running session is activity: the session is not
+// idle while the load replays its journal, however slow the client is to
+// read it. The client here reads nothing until the test has seen the
+// replay under way and then held it for five idle timeouts.
+func TestALoadKeepsTheSessionAwakeDuringItsReplay(t *testing.T) {
+	t.Parallel()
+	const idle = 300 * time.Millisecond
+	sock, h := serveIdle(t, idle)
+	c1 := connected(t, sock)
+	id := newSessionOn(t, c1)
+	// A journal far larger than a socket's buffers.
+	mustPromptText(t, c1, id, "count 5000")
+	s, _ := h.Session(id)
+	hold := s.Followed() // the session stays awake until the load is under way
+	c1.conn.Close()
+
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	enc := json.NewEncoder(conn)
+	_ = enc.Encode(map[string]any{"jsonrpc": "2.0", "id": 1, "method": api.MethodInitialize, "params": acp.InitializeRequest{ProtocolVersion: acp.ProtocolVersionNumber}})
+	_ = enc.Encode(map[string]any{"jsonrpc": "2.0", "id": 2, "method": api.MethodSessionLoad, "params": acp.LoadSessionRequest{SessionId: acp.SessionId(id), Cwd: "/", McpServers: []acp.McpServer{}}})
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for !strings.Contains(sc.Text(), `"session/update"`) {
+		if !sc.Scan() {
+			t.Fatalf("the connection ended before the load's replay began: %v", sc.Err())
+		}
+	}
+	// The replay is under way, and blocked on the client.
+	hold()
+	time.Sleep(5 * idle)
+	if s.IdleStopping() {
+		t.Error("the session was stopped as idle while a load replayed its journal")
+	}
+	for sc.Scan() {
+		var m message
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.ID != nil && string(*m.ID) == "2" {
+			if m.Error != nil {
+				t.Fatalf("session/load: %d %s", m.Error.Code, m.Error.Message)
+			}
+			break
+		}
+	}
+	if s2, ok := h.Session(id); !ok || s2 != s {
+		t.Errorf("after the load: running %v; want the session the load found, never stopped", ok)
 	}
 }

@@ -291,6 +291,9 @@ func errorCode(err error) int {
 		return api.CodeSessionRunning
 	case is(host.ErrStartFailed):
 		return api.CodeAgentFailed
+	case is(host.ErrIdleStopped):
+		// Only timing: the next attempt resumes the session.
+		return api.CodeSessionHeld
 	case is(leasestore.ErrReconciling, leasestore.ErrOwnershipUnknown, leasestore.ErrConflict, leasestore.ErrStaleFence, leasestore.ErrInvalidTransition):
 		return api.CodeSessionHeld
 	case is(leasestore.ErrClosed, leasestore.ErrNoSpace, leasestore.ErrDamaged, leasestore.ErrLocked):

@@ -68,7 +68,11 @@ func (a *agent) prune(ctx context.Context, p api.Params) (api.PruneResult, error
 	if err != nil {
 		return api.PruneResult{}, apiError(err)
 	}
-	return api.PruneResult{Removed: rep.Removed, DryRun: p.DryRun, Failed: errorTexts(rep.Failed)}, nil
+	out := api.PruneResult{Removed: rep.Removed, DryRun: p.DryRun, Failed: errorTexts(rep.Failed)}
+	if rep.Unlisted != nil {
+		out.Unlisted = rep.Unlisted.Error()
+	}
+	return out, nil
 }
 
 // pruneAge parses prune's olderThan: a Go duration, not negative.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -176,7 +177,12 @@ nothing.`,
 			if len(res.Removed) == 0 {
 				fmt.Fprintf(a.Stdout, "no stopped session is older than %s\n", olderThan)
 			}
-			return failures("removed", res.Failed, "")
+			err = failures("removed", res.Failed, "")
+			if res.Unlisted != "" {
+				// Those sessions were not looked at: not a clean pass.
+				err = errors.Join(err, fmt.Errorf("some sessions could not be listed, so were not pruned: %s", res.Unlisted))
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", `prune sessions not changed for this long, a Go duration ("72h")`)
