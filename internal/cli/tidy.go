@@ -26,8 +26,10 @@ func (a *App) sessionsStopCommand() *cobra.Command {
 		Long: `Stop a session that runs in the host: the plugin is asked to close the session
 (a running turn ends and is journaled), then stopped; the lease is released.
 The session stays resumable with 'agenthost run --session SESSION'. A session
-that was stopped already is no error: it says so and exits 0. --all stops
-every session running in the host.`,
+that was stopped already is no error: it says so and exits 0. A session whose
+lease is latched or held by a plugin this host does not run is not stopped
+already (its plugin may be alive): the command says why and exits 1
+(agenthost status says more). --all stops every session running in the host.`,
 		Example: `  agenthost sessions stop 0198c2d5-…
   agenthost sessions stop --all`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -59,6 +61,9 @@ every session running in the host.`,
 			}
 			var res api.StopResult
 			if err := c.Call(ctx, api.MethodStop, api.Params{SessionID: args[0]}, &res); err != nil {
+				if apiclient.ErrorCode(err) == api.CodeSessionHeld {
+					return fmt.Errorf("session %s is not known to be stopped: %w", displayID(args[0]), err)
+				}
 				return sessionError(args[0], err)
 			}
 			if res.AlreadyStopped {
