@@ -42,11 +42,30 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 	if !ok {
 		return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
 	}
+	return h.capabilitiesOf(ctx, agent, plug)
+}
+
+// capabilitiesOf is Capabilities of agent, whose plugin was plug when it
+// was looked up. SetAgents may replace it at any moment: an entry is made
+// (and so kept) only while plug is still the agent's plugin, checked under
+// h.mu, which SetAgents takes to drop the entries of a changed plugin; a
+// probe whose plugin was replaced before its entry was made looks the
+// agent up again. A failed probe removes its own entry only, never one a
+// later probe of a newer plugin made.
+func (h *Host) capabilitiesOf(ctx context.Context, agent string, plug AgentPlugin) (pluginclient.Capabilities, error) {
 	for {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
 			return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, leasestore.ErrClosed)
+		}
+		if cur, ok := h.agent(agent); !ok || !samePlugin(cur, plug) {
+			h.mu.Unlock()
+			if !ok {
+				return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
+			}
+			plug = cur
+			continue
 		}
 		e, found := h.caps[agent]
 		if !found {
@@ -63,7 +82,9 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 			h.starting.Done()
 			if e.err != nil {
 				h.mu.Lock()
-				delete(h.caps, agent)
+				if h.caps[agent] == e {
+					delete(h.caps, agent)
+				}
 				h.mu.Unlock()
 			}
 			close(e.done)
@@ -82,11 +103,17 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 	}
 }
 
-// learnCapabilities keeps what a session's plugin declared, unless the
-// agent's are known already.
-func (h *Host) learnCapabilities(agent string, caps pluginclient.Capabilities) {
+// learnCapabilities keeps what a session's plugin, started from plug,
+// declared, unless the agent's are known already or plug is no longer the
+// agent's plugin: a start or readoption in flight across a SetAgents that
+// replaced it would otherwise put the old plugin's capabilities back after
+// SetAgents dropped them. The check is under h.mu, as SetAgents' drop is.
+func (h *Host) learnCapabilities(agent string, plug AgentPlugin, caps pluginclient.Capabilities) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if cur, ok := h.agent(agent); !ok || !samePlugin(cur, plug) {
+		return
+	}
 	if _, ok := h.caps[agent]; !ok {
 		e := &capEntry{done: make(chan struct{}), caps: caps}
 		close(e.done)

@@ -198,7 +198,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if err := a.spawn(ctx, agent, env, workspace, req.Options, req.MCPServers); err != nil {
 		return nil, startError{err}
 	}
-	h.learnCapabilities(req.Agent, a.proc.caps)
+	h.learnCapabilities(req.Agent, agent, a.proc.caps)
 	if err := a.prove(ctx); err != nil {
 		return nil, err
 	}
