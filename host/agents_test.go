@@ -31,7 +31,7 @@ func TestSetAgentsReplacesTheAgentsOfARunningHost(t *testing.T) {
 		wg.Go(func() {
 			h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted}}, map[string]CredentialPolicy{"scripted": {}})
 		})
-		wg.Go(func() { _ = h.Agents(); _, _ = h.agent("scripted"); _ = h.credentialPolicy("scripted") })
+		wg.Go(func() { _ = h.Agents(); _, _ = h.agent("scripted"); _, _ = h.settingsOf("scripted") })
 	}
 	wg.Wait()
 	h.mu.Lock()
@@ -114,7 +114,7 @@ func TestCapabilitiesOfAReplacedPluginAreNotKept(t *testing.T) {
 		t.Errorf("a start of the replaced plugin put its capabilities back: %+v", e.caps)
 	}
 
-	caps, err := h.capabilitiesOf(ctx, "scripted", old)
+	caps, err := h.capabilitiesOf(ctx, "scripted", agentSettings{plugin: old})
 	if err != nil {
 		t.Fatalf("a probe that looked up the replaced plugin: %v, want the current plugin identified", err)
 	}

@@ -38,33 +38,33 @@ type capEntry struct {
 // failed probe is not kept: the next call tries again. Its error matches
 // ErrStartFailed.
 func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Capabilities, error) {
-	plug, ok := h.lookupAgent(ctx, agent)
+	set, ok := h.lookupAgent(ctx, agent)
 	if !ok {
 		return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
 	}
-	return h.capabilitiesOf(ctx, agent, plug)
+	return h.capabilitiesOf(ctx, agent, set)
 }
 
-// capabilitiesOf is Capabilities of agent, whose plugin was plug when it
+// capabilitiesOf is Capabilities of agent, whose settings were set when it
 // was looked up. SetAgents may replace it at any moment: an entry is made
 // (and so kept) only while plug is still the agent's plugin, checked under
 // h.mu, which SetAgents takes to drop the entries of a changed plugin; a
 // probe whose plugin was replaced before its entry was made looks the
 // agent up again. A failed probe removes its own entry only, never one a
 // later probe of a newer plugin made.
-func (h *Host) capabilitiesOf(ctx context.Context, agent string, plug AgentPlugin) (pluginclient.Capabilities, error) {
+func (h *Host) capabilitiesOf(ctx context.Context, agent string, set agentSettings) (pluginclient.Capabilities, error) {
 	for {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
 			return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, leasestore.ErrClosed)
 		}
-		if cur, ok := h.agent(agent); !ok || !samePlugin(cur, plug) {
+		if cur, ok := h.settingsOf(agent); !ok || !samePlugin(cur.plugin, set.plugin) {
 			h.mu.Unlock()
 			if !ok {
 				return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
 			}
-			plug = cur
+			set = cur
 			continue
 		}
 		e, found := h.caps[agent]
@@ -75,7 +75,7 @@ func (h *Host) capabilitiesOf(ctx context.Context, agent string, plug AgentPlugi
 		}
 		h.mu.Unlock()
 		if !found {
-			e.caps, e.err = h.identifyAgent(ctx, agent, plug)
+			e.caps, e.err = h.identifyAgent(ctx, agent, set)
 			if e.err != nil {
 				e.err = startError{e.err}
 			}
@@ -125,14 +125,15 @@ func (h *Host) learnCapabilities(agent string, plug AgentPlugin, caps pluginclie
 // capabilities and stops it. The process carries a spawn token no lease
 // holds (this host's reaper knows it: Host.identifying), so a host that
 // dies meanwhile leaves an orphan the next host's reaper stops.
-func (h *Host) identifyAgent(ctx context.Context, agent string, plug AgentPlugin) (pluginclient.Capabilities, error) {
+func (h *Host) identifyAgent(ctx context.Context, agent string, set agentSettings) (pluginclient.Capabilities, error) {
+	plug := set.plugin
 	if err := checkExecutable(plug.Path); err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}
 	if err := checkDigest(plug.Path, plug.SHA256); err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}
-	env, err := h.environment(ctx, agent, plug, false)
+	env, err := h.environment(ctx, agent, set, false)
 	if err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}

@@ -468,8 +468,8 @@ func allowlist() []string {
 // the agent's credential variables (unless the session allows them), and
 // the agent's configured extras. Nothing else is inherited; a later entry
 // of the same key wins.
-func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, allowCredentials bool) ([]string, error) {
-	policy := h.credentialPolicy(name)
+func (h *Host) environment(ctx context.Context, name string, set agentSettings, allowCredentials bool) ([]string, error) {
+	policy := set.policy
 	keys := allowlist()
 	if policy.Inherit {
 		keys = append(keys, policy.Variables...)
@@ -494,7 +494,7 @@ func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, 
 			env = append(env, kv)
 		}
 	}
-	return append(env, agent.Env...), nil
+	return append(env, set.plugin.Env...), nil
 }
 
 func (h *Host) agentNames() []string {
