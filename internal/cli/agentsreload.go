@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -129,13 +133,35 @@ func (r *agentsReloader) result() api.AgentsResult {
 func servedInfo(entries []agentEntry) []api.AgentInfo {
 	out := make([]api.AgentInfo, 0, len(entries))
 	for _, e := range entries {
-		info := api.AgentInfo{Name: e.Name, Source: e.Source}
+		info := api.AgentInfo{Name: e.Name, Source: e.Source, Fingerprint: e.fingerprint()}
 		if !e.builtin() {
 			info.Path = e.Plugin.Path
 		}
 		out = append(out, info)
 	}
 	return out
+}
+
+// fingerprint is e's api.AgentInfo.Fingerprint, and what sameEntry
+// compares: a SHA-256 over every setting of the entry, each
+// length-prefixed so no two settings run into each other.
+func (e agentEntry) fingerprint() string {
+	h := sha256.New()
+	field := func(s string) { fmt.Fprintf(h, "%d:%s;", len(s), s) }
+	list := func(l []string) {
+		fmt.Fprintf(h, "%d[", len(l))
+		for _, s := range l {
+			field(s)
+		}
+	}
+	field(e.Source)
+	field(e.Plugin.Path)
+	field(e.Plugin.SHA256)
+	list(e.Plugin.Args)
+	list(e.Plugin.Env)
+	field(strconv.FormatBool(e.Credentials.Inherit))
+	list(e.Credentials.Variables)
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // diffAgents names the agents of after that before lacks, those of before
@@ -166,11 +192,7 @@ func diffAgents(before, after []agentEntry) (added, removed, changed []string) {
 }
 
 // sameEntry reports whether a and b configure the same plugin the same way.
-func sameEntry(a, b agentEntry) bool {
-	return a.Source == b.Source && a.Plugin.Path == b.Plugin.Path && a.Plugin.SHA256 == b.Plugin.SHA256 &&
-		slices.Equal(a.Plugin.Args, b.Plugin.Args) && slices.Equal(a.Plugin.Env, b.Plugin.Env) &&
-		a.Credentials.Inherit == b.Credentials.Inherit && slices.Equal(a.Credentials.Variables, b.Credentials.Variables)
-}
+func sameEntry(a, b agentEntry) bool { return a.fingerprint() == b.fingerprint() }
 
 // watch rescans on changes to agenthost.json and the plugins directory
 // until ctx ends; the returned function ends the watch and waits for it. A
