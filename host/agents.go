@@ -34,7 +34,8 @@ func (h *Host) SetAgents(agents map[string]AgentPlugin, credentials map[string]C
 
 // samePlugin reports whether a and b start the same plugin.
 func samePlugin(a, b AgentPlugin) bool {
-	return a.Path == b.Path && a.SHA256 == b.SHA256 && slices.Equal(a.Args, b.Args) && slices.Equal(a.Env, b.Env)
+	return a.Path == b.Path && a.SHA256 == b.SHA256 && a.Revision == b.Revision &&
+		slices.Equal(a.Args, b.Args) && slices.Equal(a.Env, b.Env)
 }
 
 // agent returns the plugin configured for name.

@@ -122,3 +122,22 @@ func TestCapabilitiesOfAReplacedPluginAreNotKept(t *testing.T) {
 		t.Errorf("capabilities: %+v, want the current plugin's", caps)
 	}
 }
+
+// A plugin upgraded in place (same path, a new Revision) loses the
+// capabilities its predecessor declared.
+func TestSetAgentsWithANewRevisionDropsTheCapabilities(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openHost(t)
+	h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted, Revision: "1"}}, nil)
+	if _, err := h.Capabilities(ctx, "scripted"); err != nil {
+		t.Fatal(err)
+	}
+	h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted, Revision: "2"}}, nil)
+	h.mu.Lock()
+	_, kept := h.caps["scripted"]
+	h.mu.Unlock()
+	if kept {
+		t.Errorf("the capabilities of the previous revision were kept")
+	}
+}

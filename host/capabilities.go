@@ -19,9 +19,11 @@ import (
 // per host: from the first plugin of the agent this host starts, or, when
 // a client asks before any session runs (ACP initialize), by starting the
 // plugin only to identify it. A plugin executable replaced while the host
-// runs keeps the capabilities its predecessor declared until the host
-// restarts; the sha256 pin, checked before every spawn, is what guards the
-// executable itself.
+// runs keeps the capabilities its predecessor declared until a SetAgents
+// changes its AgentPlugin (its Revision, which the agenthost binary's
+// rescan sets from the file, or any other field) or the host restarts; the
+// sha256 pin, checked before every spawn, is what guards the executable
+// itself.
 
 // capEntry is one agent's capabilities, or the probe that is learning
 // them: done is closed once caps (or err) is set.

@@ -35,6 +35,12 @@ type AgentPlugin struct {
 	// mismatch fails the start before any process exists, naming both
 	// digests.
 	SHA256 string
+	// Revision, when set, names the version of the executable at Path
+	// (the agenthost binary gives its size, mtime and inode): a plugin
+	// upgraded by copying over the same path has a new Revision, so
+	// SetAgents drops the capabilities its predecessor declared. The host
+	// does not read it otherwise.
+	Revision string
 }
 
 // CredentialPolicy says which environment variables carry an agent's

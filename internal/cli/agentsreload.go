@@ -157,6 +157,7 @@ func (e agentEntry) fingerprint() string {
 	field(e.Source)
 	field(e.Plugin.Path)
 	field(e.Plugin.SHA256)
+	field(e.Plugin.Revision)
 	list(e.Plugin.Args)
 	list(e.Plugin.Env)
 	field(strconv.FormatBool(e.Credentials.Inherit))

@@ -189,3 +189,37 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// A plugin upgraded by copying over the same name, its size unchanged, is
+// a change: the rescan applies it (so the host drops the old plugin's
+// capabilities: host.AgentPlugin.Revision differs).
+func TestAPluginCopiedOverTheSameNameIsAChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, PluginsDirName, "mine")
+	write(t, plugin, "#!/bin/sh\necho 1\n", 0o755)
+	r, applied := newTestReloader(t, dir)
+	before := r.result().Served
+	// Rewritten in place (same inode, same size), with an mtime a copy
+	// would give it.
+	if err := os.WriteFile(plugin, []byte("#!/bin/sh\necho 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(plugin, later, later); err != nil {
+		t.Fatal(err)
+	}
+	r.reload("test")
+	select {
+	case es := <-applied:
+		i := slices.IndexFunc(es, func(e agentEntry) bool { return e.Name == "mine" })
+		if i < 0 || es[i].Plugin.Revision == "" {
+			t.Errorf("applied %+v, want mine with a revision", es)
+		}
+	default:
+		t.Fatalf("a plugin copied over the same name was not applied")
+	}
+	if after := r.result().Served; slices.Equal(before, after) {
+		t.Errorf("served %+v before and after: the fingerprint did not change", after)
+	}
+}
