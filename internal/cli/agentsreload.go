@@ -248,7 +248,7 @@ func (r *agentsReloader) watchLoop(ctx context.Context, w *fsnotify.Watcher, plu
 			if first.IsZero() {
 				first = time.Now()
 			}
-			timer.Reset(reloadQuiet)
+			timer.Reset(quietFor(first))
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
@@ -269,16 +269,24 @@ func (r *agentsReloader) watchLoop(ctx context.Context, w *fsnotify.Watcher, plu
 			if first.IsZero() {
 				first = time.Now()
 			}
-			timer.Reset(reloadQuiet)
+			timer.Reset(quietFor(first))
 		case <-timer.C:
 			if time.Since(first) < reloadMaxWait && !settled(plugins, reloadQuiet) {
-				timer.Reset(reloadQuiet)
+				timer.Reset(quietFor(first))
 				continue
 			}
 			first = time.Time{}
 			r.reload("the plugins directory or " + ConfigName + " changed")
 		}
 	}
+}
+
+// quietFor is how long to wait for quiet before the rescan of changes
+// first seen at first: reloadQuiet, but never past reloadMaxWait after
+// first, so a steady stream of events (each would otherwise restart the
+// wait) cannot postpone the rescan indefinitely.
+func quietFor(first time.Time) time.Duration {
+	return max(0, min(reloadQuiet, reloadMaxWait-time.Since(first)))
 }
 
 // settled reports whether no file in dir was modified within quiet.

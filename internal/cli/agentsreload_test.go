@@ -223,3 +223,33 @@ func TestAPluginCopiedOverTheSameNameIsAChange(t *testing.T) {
 		t.Errorf("served %+v before and after: the fingerprint did not change", after)
 	}
 }
+
+// A steady stream of changes (each within reloadQuiet of the last) does not
+// postpone the rescan past reloadMaxWait after the first: it is applied
+// while the writes go on.
+func TestAgentsWatchRescansDuringASteadyStreamOfWrites(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r, applied := newTestReloader(t, dir)
+	stop := r.watch(context.Background())
+	defer stop()
+	config := filepath.Join(dir, ConfigName)
+	start := time.Now()
+	tick := time.NewTicker(reloadQuiet / 4)
+	defer tick.Stop()
+	deadline := time.After(4 * reloadMaxWait)
+	for {
+		write(t, config, `{"agents": {"other": {"path": "/opt/other"}}}`, 0o600)
+		select {
+		case es := <-applied:
+			if got := entryNames(es); !slices.Equal(got, []string{"other", "scripted"}) {
+				t.Errorf("applied %v", got)
+			}
+			t.Logf("applied %v after the first write, the writes still going on", time.Since(start))
+			return
+		case <-deadline:
+			t.Fatalf("no rescan in %v of writes every %v: each write postpones it", 4*reloadMaxWait, reloadQuiet/4)
+		case <-tick.C:
+		}
+	}
+}
