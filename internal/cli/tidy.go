@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -171,22 +172,30 @@ nothing.`,
 			if err := c.Call(ctx, api.MethodPrune, api.Params{OlderThan: olderThan, DryRun: dryRun}, &res); err != nil {
 				return err
 			}
-			verb := "removed"
-			if res.DryRun {
-				verb = "would remove"
-			}
-			for _, id := range res.Removed {
-				fmt.Fprintf(a.Stdout, "%s session %s\n", verb, displayID(id))
-			}
-			if len(res.Removed) == 0 {
-				fmt.Fprintf(a.Stdout, "no stopped session is older than %s\n", olderThan)
-			}
-			return failures("removed", res.Failed, "")
+			return printPruned(a.Stdout, res, olderThan)
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", `prune sessions not changed for this long, a Go duration ("72h")`)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	return cmd
+}
+
+// printPruned writes what prune removed (or would remove) to w, and
+// returns the error naming what it failed to remove. "Nothing to prune"
+// is said only when nothing was found at all: a session that failed to be
+// removed was found, and its failure is the answer.
+func printPruned(w io.Writer, res api.PruneResult, olderThan string) error {
+	verb := "removed"
+	if res.DryRun {
+		verb = "would remove"
+	}
+	for _, id := range res.Removed {
+		fmt.Fprintf(w, "%s session %s\n", verb, displayID(id))
+	}
+	if len(res.Removed) == 0 && len(res.Failed) == 0 {
+		fmt.Fprintf(w, "no stopped, idle or failed session is older than %s\n", olderThan)
+	}
+	return failures("removed", res.Failed, "")
 }
 
 // failures is the error of a command that did what it could for several
