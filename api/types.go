@@ -87,6 +87,13 @@ type AgentInfo struct {
 	Source string `json:"source"`
 	// Path is the plugin executable ("" for a built-in).
 	Path string `json:"path,omitempty"`
+	// Fingerprint changes whenever the entry's settings do (its path,
+	// arguments, environment, sha256 pin, credential policy, and for a
+	// file of the plugins directory its size, mtime and inode): hex of a
+	// SHA-256 over them, so environment values (which may be secrets)
+	// never appear in clear. Two entries that start their plugin the same
+	// way have the same fingerprint.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // AgentsReload is the outcome of the last rescan of the agents'

@@ -34,7 +34,8 @@ func (h *Host) SetAgents(agents map[string]AgentPlugin, credentials map[string]C
 
 // samePlugin reports whether a and b start the same plugin.
 func samePlugin(a, b AgentPlugin) bool {
-	return a.Path == b.Path && a.SHA256 == b.SHA256 && slices.Equal(a.Args, b.Args) && slices.Equal(a.Env, b.Env)
+	return a.Path == b.Path && a.SHA256 == b.SHA256 && a.Revision == b.Revision &&
+		slices.Equal(a.Args, b.Args) && slices.Equal(a.Env, b.Env)
 }
 
 // agent returns the plugin configured for name.
@@ -45,20 +46,31 @@ func (h *Host) agent(name string) (AgentPlugin, bool) {
 	return p, ok
 }
 
-// lookupAgent returns the plugin configured for name, asking
-// Config.OnUnknownAgent once when there is none.
-func (h *Host) lookupAgent(ctx context.Context, name string) (AgentPlugin, bool) {
-	p, ok := h.agent(name)
-	if !ok && h.cfg.OnUnknownAgent != nil {
-		h.cfg.OnUnknownAgent(ctx, name)
-		p, ok = h.agent(name)
-	}
-	return p, ok
+// agentSettings are an agent's plugin and credential policy as one
+// SetAgents left them. A start reads them once (settingsOf) and carries
+// them to the spawn: read apart, a SetAgents in between could give the old
+// plugin the new policy, passing credentials to a plugin never opted in.
+type agentSettings struct {
+	plugin AgentPlugin
+	policy CredentialPolicy
 }
 
-// credentialPolicy returns the credential policy configured for name.
-func (h *Host) credentialPolicy(name string) CredentialPolicy {
+// settingsOf returns the plugin and credential policy configured for
+// name, read together.
+func (h *Host) settingsOf(name string) (agentSettings, bool) {
 	h.agentsMu.RLock()
 	defer h.agentsMu.RUnlock()
-	return h.cfg.Credentials[name]
+	p, ok := h.cfg.Agents[name]
+	return agentSettings{plugin: p, policy: h.cfg.Credentials[name]}, ok
+}
+
+// lookupAgent returns the settings configured for name, asking
+// Config.OnUnknownAgent once when there is none.
+func (h *Host) lookupAgent(ctx context.Context, name string) (agentSettings, bool) {
+	set, ok := h.settingsOf(name)
+	if !ok && h.cfg.OnUnknownAgent != nil {
+		h.cfg.OnUnknownAgent(ctx, name)
+		set, ok = h.settingsOf(name)
+	}
+	return set, ok
 }

@@ -3,8 +3,11 @@ package host
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/agenthost/agenthost/internal/pluginclient"
 )
 
 // SetAgents while sessions run: a session of a removed agent goes on, a
@@ -28,7 +31,7 @@ func TestSetAgentsReplacesTheAgentsOfARunningHost(t *testing.T) {
 		wg.Go(func() {
 			h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted}}, map[string]CredentialPolicy{"scripted": {}})
 		})
-		wg.Go(func() { _ = h.Agents(); _, _ = h.agent("scripted"); _ = h.credentialPolicy("scripted") })
+		wg.Go(func() { _ = h.Agents(); _, _ = h.agent("scripted"); _, _ = h.settingsOf("scripted") })
 	}
 	wg.Wait()
 	h.mu.Lock()
@@ -87,5 +90,54 @@ func TestOnUnknownAgentMayConfigureTheAgent(t *testing.T) {
 	}
 	if len(asked) != 2 || asked[0] != "late" || asked[1] != "nobody" {
 		t.Errorf("OnUnknownAgent was asked %v", asked)
+	}
+}
+
+// Capabilities learned from a plugin SetAgents replaced are never kept: a
+// start or readoption in flight across the replacement declares the old
+// plugin's, and a probe that looked up the old plugin must not make the
+// agent's entry (here the old plugin is missing, so identifying it fails;
+// the probe identifies the agent's current plugin instead).
+func TestCapabilitiesOfAReplacedPluginAreNotKept(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openHost(t)
+	old := AgentPlugin{Path: filepath.Join(t.TempDir(), "gone")}
+	h.SetAgents(map[string]AgentPlugin{"scripted": old}, nil)
+	h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted}}, nil)
+
+	h.learnCapabilities("scripted", old, pluginclient.Capabilities{Options: []pluginclient.OptionSpec{{Name: "the old plugin"}}})
+	h.mu.Lock()
+	e, kept := h.caps["scripted"]
+	h.mu.Unlock()
+	if kept {
+		t.Errorf("a start of the replaced plugin put its capabilities back: %+v", e.caps)
+	}
+
+	caps, err := h.capabilitiesOf(ctx, "scripted", agentSettings{plugin: old})
+	if err != nil {
+		t.Fatalf("a probe that looked up the replaced plugin: %v, want the current plugin identified", err)
+	}
+	if len(caps.Options) == 0 || caps.Options[0].Name == "the old plugin" {
+		t.Errorf("capabilities: %+v, want the current plugin's", caps)
+	}
+}
+
+// A plugin upgraded in place (same path, a new Revision) loses the
+// capabilities its predecessor declared.
+func TestSetAgentsWithANewRevisionDropsTheCapabilities(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := openHost(t)
+	h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted, Revision: "1"}}, nil)
+	if _, err := h.Capabilities(ctx, "scripted"); err != nil {
+		t.Fatal(err)
+	}
+	h.SetAgents(map[string]AgentPlugin{"scripted": {Path: bins.scripted, Revision: "2"}}, nil)
+	h.mu.Lock()
+	_, kept := h.caps["scripted"]
+	h.mu.Unlock()
+	if kept {
+		t.Errorf("the capabilities of the previous revision were kept")
 	}
 }

@@ -19,9 +19,11 @@ import (
 // per host: from the first plugin of the agent this host starts, or, when
 // a client asks before any session runs (ACP initialize), by starting the
 // plugin only to identify it. A plugin executable replaced while the host
-// runs keeps the capabilities its predecessor declared until the host
-// restarts; the sha256 pin, checked before every spawn, is what guards the
-// executable itself.
+// runs keeps the capabilities its predecessor declared until a SetAgents
+// changes its AgentPlugin (its Revision, which the agenthost binary's
+// rescan sets from the file, or any other field) or the host restarts; the
+// sha256 pin, checked before every spawn, is what guards the executable
+// itself.
 
 // capEntry is one agent's capabilities, or the probe that is learning
 // them: done is closed once caps (or err) is set.
@@ -38,15 +40,34 @@ type capEntry struct {
 // failed probe is not kept: the next call tries again. Its error matches
 // ErrStartFailed.
 func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Capabilities, error) {
-	plug, ok := h.lookupAgent(ctx, agent)
+	set, ok := h.lookupAgent(ctx, agent)
 	if !ok {
 		return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
 	}
+	return h.capabilitiesOf(ctx, agent, set)
+}
+
+// capabilitiesOf is Capabilities of agent, whose settings were set when it
+// was looked up. SetAgents may replace it at any moment: an entry is made
+// (and so kept) only while plug is still the agent's plugin, checked under
+// h.mu, which SetAgents takes to drop the entries of a changed plugin; a
+// probe whose plugin was replaced before its entry was made looks the
+// agent up again. A failed probe removes its own entry only, never one a
+// later probe of a newer plugin made.
+func (h *Host) capabilitiesOf(ctx context.Context, agent string, set agentSettings) (pluginclient.Capabilities, error) {
 	for {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
 			return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, leasestore.ErrClosed)
+		}
+		if cur, ok := h.settingsOf(agent); !ok || !samePlugin(cur.plugin, set.plugin) {
+			h.mu.Unlock()
+			if !ok {
+				return pluginclient.Capabilities{}, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, agent, h.agentNames())
+			}
+			set = cur
+			continue
 		}
 		e, found := h.caps[agent]
 		if !found {
@@ -56,14 +77,16 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 		}
 		h.mu.Unlock()
 		if !found {
-			e.caps, e.err = h.identifyAgent(ctx, agent, plug)
+			e.caps, e.err = h.identifyAgent(ctx, agent, set)
 			if e.err != nil {
 				e.err = startError{e.err}
 			}
 			h.starting.Done()
 			if e.err != nil {
 				h.mu.Lock()
-				delete(h.caps, agent)
+				if h.caps[agent] == e {
+					delete(h.caps, agent)
+				}
 				h.mu.Unlock()
 			}
 			close(e.done)
@@ -82,11 +105,17 @@ func (h *Host) Capabilities(ctx context.Context, agent string) (pluginclient.Cap
 	}
 }
 
-// learnCapabilities keeps what a session's plugin declared, unless the
-// agent's are known already.
-func (h *Host) learnCapabilities(agent string, caps pluginclient.Capabilities) {
+// learnCapabilities keeps what a session's plugin, started from plug,
+// declared, unless the agent's are known already or plug is no longer the
+// agent's plugin: a start or readoption in flight across a SetAgents that
+// replaced it would otherwise put the old plugin's capabilities back after
+// SetAgents dropped them. The check is under h.mu, as SetAgents' drop is.
+func (h *Host) learnCapabilities(agent string, plug AgentPlugin, caps pluginclient.Capabilities) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if cur, ok := h.agent(agent); !ok || !samePlugin(cur, plug) {
+		return
+	}
 	if _, ok := h.caps[agent]; !ok {
 		e := &capEntry{done: make(chan struct{}), caps: caps}
 		close(e.done)
@@ -98,14 +127,15 @@ func (h *Host) learnCapabilities(agent string, caps pluginclient.Capabilities) {
 // capabilities and stops it. The process carries a spawn token no lease
 // holds (this host's reaper knows it: Host.identifying), so a host that
 // dies meanwhile leaves an orphan the next host's reaper stops.
-func (h *Host) identifyAgent(ctx context.Context, agent string, plug AgentPlugin) (pluginclient.Capabilities, error) {
+func (h *Host) identifyAgent(ctx context.Context, agent string, set agentSettings) (pluginclient.Capabilities, error) {
+	plug := set.plugin
 	if err := checkExecutable(plug.Path); err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}
 	if err := checkDigest(plug.Path, plug.SHA256); err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}
-	env, err := h.environment(ctx, agent, plug, false)
+	env, err := h.environment(ctx, agent, set, false)
 	if err != nil {
 		return pluginclient.Capabilities{}, fmt.Errorf("identify agent %q: %w", agent, err)
 	}

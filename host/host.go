@@ -35,6 +35,12 @@ type AgentPlugin struct {
 	// mismatch fails the start before any process exists, naming both
 	// digests.
 	SHA256 string
+	// Revision, when set, names the version of the executable at Path
+	// (the agenthost binary gives its size, mtime and inode): a plugin
+	// upgraded by copying over the same path has a new Revision, so
+	// SetAgents drops the capabilities its predecessor declared. The host
+	// does not read it otherwise.
+	Revision string
 }
 
 // CredentialPolicy says which environment variables carry an agent's
@@ -489,8 +495,8 @@ func allowlist() []string {
 // the agent's credential variables (unless the session allows them), and
 // the agent's configured extras. Nothing else is inherited; a later entry
 // of the same key wins.
-func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, allowCredentials bool) ([]string, error) {
-	policy := h.credentialPolicy(name)
+func (h *Host) environment(ctx context.Context, name string, set agentSettings, allowCredentials bool) ([]string, error) {
+	policy := set.policy
 	keys := allowlist()
 	if policy.Inherit {
 		keys = append(keys, policy.Variables...)
@@ -515,7 +521,7 @@ func (h *Host) environment(ctx context.Context, name string, agent AgentPlugin, 
 			env = append(env, kv)
 		}
 	}
-	return append(env, agent.Env...), nil
+	return append(env, set.plugin.Env...), nil
 }
 
 func (h *Host) agentNames() []string {

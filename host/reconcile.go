@@ -283,6 +283,10 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if l.Owner == nil || l.Reattach == nil || l.Reattach.Address == "" {
 		return l.Fence, errors.New("the lease records no reattach address")
 	}
+	// The plugin configured now, read before the reattach: what the
+	// readopted plugin declares is kept only if no SetAgents replaced it
+	// meanwhile (learnCapabilities).
+	plug, configured := h.agent(s.Agent)
 	var last uint64
 	v2 := l.Reattach.ProtocolVersion >= wire.ProtocolVersion2
 	if v2 {
@@ -299,7 +303,9 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if err != nil {
 		return l.Fence, err
 	}
-	h.learnCapabilities(s.Agent, proc.caps)
+	if configured {
+		h.learnCapabilities(s.Agent, plug, proc.caps)
+	}
 	a := &startAttempt{h: h, id: s.ID, agent: s.Agent, fence: l.Fence, proc: proc, adopted: true}
 	rec, err := a.own(ctx, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach}, "")
 	if err != nil {

@@ -505,3 +505,47 @@ func TestPromptWhileATurnRunsIsRefusedUnjournaled(t *testing.T) {
 		t.Errorf("the journal holds %d prompts; want 2", n)
 	}
 }
+
+// A start reads its agent's plugin and credential policy together: a
+// SetAgents during the start (here from ResolveWorkspace, after the policy
+// was first consulted and before the environment is built) that swaps in
+// a new plugin whose policy inherits credentials never gives the old
+// plugin, which was never opted in, the new policy's credentials.
+func TestAStartNeverGivesTheOldPluginTheNewCredentialPolicy(t *testing.T) {
+	ctx := testCtx(t)
+	dir := stateDir(t)
+	t.Setenv("MY_PROVIDER_KEY", "from-the-host")
+	cfg := hostConfig(t, dir)
+	cfg.Agents = map[string]AgentPlugin{"a": {Path: bins.scripted, Env: []string{"WHICH_PLUGIN=old"}}}
+	cfg.Credentials = map[string]CredentialPolicy{"a": {Variables: []string{"MY_PROVIDER_KEY"}}}
+	var h *Host
+	swapped := false
+	cfg.ResolveWorkspace = func(_ context.Context, _ string, ws string) (string, error) {
+		if !swapped {
+			swapped = true
+			h.SetAgents(map[string]AgentPlugin{"a": {Path: bins.scripted, Env: []string{"WHICH_PLUGIN=new"}}},
+				map[string]CredentialPolicy{"a": {Variables: []string{"MY_PROVIDER_KEY"}, Inherit: true}})
+		}
+		return ws, nil
+	}
+	h = mustOpen(t, cfg)
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	s, err := h.StartSession(ctx, SessionRequest{ID: "swapped", Agent: "a", Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !swapped {
+		t.Fatal("ResolveWorkspace was not called: the test swapped nothing")
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID()), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(string(b), "\x00")
+	if !slices.Contains(env, "WHICH_PLUGIN=old") {
+		t.Fatalf("the start did not run the plugin it looked up: environment %q", env)
+	}
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "MY_PROVIDER_KEY=") }) {
+		t.Errorf("the old plugin got the new policy's credentials: environment %q", env)
+	}
+}

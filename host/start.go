@@ -81,7 +81,7 @@ type SessionRequest struct {
 // session accept prompts. A failure before the spawn records durable
 // pre-spawn proof; any failure releases the lease.
 func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, error) {
-	agent, ok := h.lookupAgent(ctx, req.Agent)
+	set, ok := h.lookupAgent(ctx, req.Agent)
 	if !ok {
 		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
 	}
@@ -178,7 +178,7 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 			req.MCPServers = mcpFromStore(rec.MCPServers)
 		}
 	}
-	if h.credentialPolicy(req.Agent).Inherit {
+	if set.policy.Inherit {
 		req.AllowCredentials = true
 	}
 	if req.AllowCredentials {
@@ -208,14 +208,14 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if err != nil {
 		return nil, err
 	}
-	env, err := a.preflight(ctx, agent, req.AllowCredentials)
+	env, err := a.preflight(ctx, set, req.AllowCredentials)
 	if err != nil {
 		return nil, startError{err}
 	}
-	if err := a.spawn(ctx, agent, env, workspace, req.Options, req.MCPServers); err != nil {
+	if err := a.spawn(ctx, set.plugin, env, workspace, req.Options, req.MCPServers); err != nil {
 		return nil, startError{err}
 	}
-	h.learnCapabilities(req.Agent, a.proc.caps)
+	h.learnCapabilities(req.Agent, set.plugin, a.proc.caps)
 	if rec, err = a.prove(ctx, req.Options, req.MCPServers); err != nil {
 		return nil, err
 	}
@@ -344,7 +344,8 @@ func (h *Host) reserve(ctx context.Context, req SessionRequest, rec leasestore.S
 // and a reservation that gets past here has none. A reservation without
 // proof already reads "a process may have been started" to a restart,
 // which then looks for one by its token.
-func (a *startAttempt) preflight(ctx context.Context, agent AgentPlugin, allowCredentials bool) ([]string, error) {
+func (a *startAttempt) preflight(ctx context.Context, set agentSettings, allowCredentials bool) ([]string, error) {
+	agent := set.plugin
 	env, err := func() ([]string, error) {
 		if err := checkExecutable(agent.Path); err != nil {
 			return nil, err
@@ -352,7 +353,7 @@ func (a *startAttempt) preflight(ctx context.Context, agent AgentPlugin, allowCr
 		if err := checkDigest(agent.Path, agent.SHA256); err != nil {
 			return nil, err
 		}
-		return a.h.environment(ctx, a.agent, agent, allowCredentials)
+		return a.h.environment(ctx, a.agent, set, allowCredentials)
 	}()
 	if err != nil {
 		a.undo(ctx, leasestore.PreSpawnFailure{Fence: a.fence, Reason: err.Error()})

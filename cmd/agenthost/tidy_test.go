@@ -117,7 +117,7 @@ func TestSessionsStopAllRmAndPrune(t *testing.T) {
 			t.Errorf("sessions prune %v: %s", args, r)
 		}
 	}
-	if r := mustAH(t, "--state-dir", dir, "sessions", "prune", "--older-than", "1h"); r.stdout != "no stopped session is older than 1h\n" {
+	if r := mustAH(t, "--state-dir", dir, "sessions", "prune", "--older-than", "1h"); r.stdout != "no stopped, idle or failed session is older than 1h\n" {
 		t.Errorf("sessions prune --older-than 1h: %s", r)
 	}
 	run("e") // running: never pruned

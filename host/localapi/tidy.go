@@ -17,9 +17,12 @@ import (
 // remove and prune. Each answers for sessions by id; the host decides what
 // may be removed (host.RemoveSession).
 
-// stop stops one session. A session the host knows that does not run in it
-// was stopped already: that is the answer, not an error, so stopping is
-// idempotent for a client; an unknown session is CodeNotFound.
+// stop stops one session. A stopped, idle or failed session the host knows
+// that does not run in it was stopped already: that is the answer, not an
+// error, so stopping is idempotent for a client. A latched or held one is
+// not: its plugin may be alive in another process, and "stopped already"
+// would tell the client a lie it acts on, so it is CodeSessionHeld with
+// the reason. An unknown session is CodeNotFound.
 func (a *agent) stop(ctx context.Context, id string) (api.StopResult, error) {
 	h := a.srv.Host
 	if s, ok := h.Session(id); ok {
@@ -31,13 +34,32 @@ func (a *agent) stop(ctx context.Context, id string) (api.StopResult, error) {
 	if h.Undecided(id) {
 		return api.StopResult{}, apiError(fmt.Errorf("session %q: %w", id, host.ErrUndecided))
 	}
-	if _, err := h.Store().Get(ctx, id); err != nil {
+	if rec, err := h.Store().Get(ctx, id); err != nil {
 		if errors.Is(err, leasestore.ErrNotFound) {
 			return api.StopResult{}, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("no session %q in this host", id)}
 		}
 		return api.StopResult{}, apiError(err)
+	} else if msg := heldReason(rec); msg != "" {
+		return api.StopResult{}, &acp.RequestError{Code: api.CodeSessionHeld, Message: fmt.Sprintf(
+			"session %q was not stopped: %s; its plugin may still run in another process (agenthost status and agenthost sessions show %s say what holds it)", id, msg, id)}
 	}
 	return api.StopResult{AlreadyStopped: true}, nil
+}
+
+// heldReason says why rec's lease is held or latched, or "" when it is
+// neither (host.StateOf of a session not running here).
+func heldReason(rec leasestore.Session) string {
+	l := rec.Lease
+	switch host.StateOf(rec, false) {
+	case api.StateLatched:
+		if l.LatchReason != "" {
+			return fmt.Sprintf("it is latched (%s)", l.LatchReason)
+		}
+		return fmt.Sprintf("its lease is latched (%s, %s)", l.Claim, l.Stage)
+	case api.StateHeld:
+		return fmt.Sprintf("its lease is %s at fence %d by a plugin this host does not run", l.Claim, l.Fence)
+	}
+	return ""
 }
 
 // runs reports whether session id runs in this host.

@@ -1,11 +1,13 @@
 package localapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/api"
+	"github.com/agenthost/agenthost/leasestore"
 )
 
 // newNamed starts a session of the scripted agent with id on c.
@@ -136,4 +138,35 @@ func TestTidyMethodsAnswerWithTheirCodes(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// A session whose lease is held by a plugin this host does not run, or
+// latched, was not "stopped already": its plugin may be alive. stop says
+// so (CodeSessionHeld, the reason, where to look) instead of an answer a
+// client would take for done.
+func TestStopOfAHeldOrLatchedSessionIsRefusedNotStoppedAlready(t *testing.T) {
+	t.Parallel()
+	sock, h := serve(t)
+	ctx := context.Background()
+	st := h.Store()
+	for _, id := range []string{"st-held", "st-latched"} {
+		rec, err := st.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted", Workspace: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, err = st.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence}); err != nil {
+			t.Fatal(err)
+		}
+		if id == "st-latched" {
+			if _, err := st.Apply(ctx, id, leasestore.Latch{Fence: rec.Lease.Fence, Stage: leasestore.StageManualRecovery, Reason: "owner unverified"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := dial(t, sock)
+	c.mustCall(api.MethodInitialize, map[string]any{"protocolVersion": 1}, nil)
+	wantCode(t, "stop a held session", c.call(api.MethodStop, api.Params{SessionID: "st-held"}), api.CodeSessionHeld,
+		"not stopped", "reserved", "agenthost status")
+	wantCode(t, "stop a latched session", c.call(api.MethodStop, api.Params{SessionID: "st-latched"}), api.CodeSessionHeld,
+		"not stopped", "latched (owner unverified)", "agenthost status")
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/agentconfig"
@@ -83,7 +84,7 @@ func loadAgents(stateDir, exe string, builtins []string, policies map[string]hos
 		if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 			continue
 		}
-		byName[name] = agentEntry{Name: name, Source: sourcePluginsDir, Plugin: host.AgentPlugin{Path: path}}
+		byName[name] = agentEntry{Name: name, Source: sourcePluginsDir, Plugin: host.AgentPlugin{Path: path, Revision: fileRevision(fi)}}
 	}
 	cfg, err := agentconfig.Read(filepath.Join(stateDir, ConfigName))
 	if err != nil {
@@ -113,6 +114,19 @@ func loadAgents(stateDir, exe string, builtins []string, policies map[string]hos
 	}
 	slices.SortFunc(out, func(a, b agentEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// fileRevision names the version of a plugin file: its size, mtime and
+// inode. A plugin upgraded by copying over the same name changes at least
+// its mtime (or, renamed into place, its inode), so a rescan sees a change
+// and the host drops the old plugin's capabilities (host.AgentPlugin's
+// Revision).
+func fileRevision(fi os.FileInfo) string {
+	rev := fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		rev += fmt.Sprintf("/%d:%d", st.Dev, st.Ino)
+	}
+	return rev
 }
 
 // hostCredentials turns entries into the host's credential policies.

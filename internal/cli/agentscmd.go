@@ -195,8 +195,15 @@ func servedState(e agentEntry, served []api.AgentInfo) string {
 		return "not served yet (from its next rescan)"
 	}
 	want := servedInfo([]agentEntry{e})[0]
-	if s := served[i]; s != want {
+	s := served[i]
+	switch {
+	case s.Source != want.Source || s.Path != want.Path:
 		return "serves it from " + s.Source + " " + firstNonEmpty(s.Path, "(this binary)")
+	case s.Fingerprint != want.Fingerprint:
+		// The same file, started another way (arguments, environment,
+		// sha256 pin, credential policy): sessions it starts use the
+		// settings it read last.
+		return "serves it with its previous settings (until its next rescan)"
 	}
 	return "serves it"
 }

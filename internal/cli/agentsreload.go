@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -129,13 +133,36 @@ func (r *agentsReloader) result() api.AgentsResult {
 func servedInfo(entries []agentEntry) []api.AgentInfo {
 	out := make([]api.AgentInfo, 0, len(entries))
 	for _, e := range entries {
-		info := api.AgentInfo{Name: e.Name, Source: e.Source}
+		info := api.AgentInfo{Name: e.Name, Source: e.Source, Fingerprint: e.fingerprint()}
 		if !e.builtin() {
 			info.Path = e.Plugin.Path
 		}
 		out = append(out, info)
 	}
 	return out
+}
+
+// fingerprint is e's api.AgentInfo.Fingerprint, and what sameEntry
+// compares: a SHA-256 over every setting of the entry, each
+// length-prefixed so no two settings run into each other.
+func (e agentEntry) fingerprint() string {
+	h := sha256.New()
+	field := func(s string) { fmt.Fprintf(h, "%d:%s;", len(s), s) }
+	list := func(l []string) {
+		fmt.Fprintf(h, "%d[", len(l))
+		for _, s := range l {
+			field(s)
+		}
+	}
+	field(e.Source)
+	field(e.Plugin.Path)
+	field(e.Plugin.SHA256)
+	field(e.Plugin.Revision)
+	list(e.Plugin.Args)
+	list(e.Plugin.Env)
+	field(strconv.FormatBool(e.Credentials.Inherit))
+	list(e.Credentials.Variables)
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // diffAgents names the agents of after that before lacks, those of before
@@ -166,11 +193,7 @@ func diffAgents(before, after []agentEntry) (added, removed, changed []string) {
 }
 
 // sameEntry reports whether a and b configure the same plugin the same way.
-func sameEntry(a, b agentEntry) bool {
-	return a.Source == b.Source && a.Plugin.Path == b.Plugin.Path && a.Plugin.SHA256 == b.Plugin.SHA256 &&
-		slices.Equal(a.Plugin.Args, b.Plugin.Args) && slices.Equal(a.Plugin.Env, b.Plugin.Env) &&
-		a.Credentials.Inherit == b.Credentials.Inherit && slices.Equal(a.Credentials.Variables, b.Credentials.Variables)
-}
+func sameEntry(a, b agentEntry) bool { return a.fingerprint() == b.fingerprint() }
 
 // watch rescans on changes to agenthost.json and the plugins directory
 // until ctx ends; the returned function ends the watch and waits for it. A
@@ -225,7 +248,7 @@ func (r *agentsReloader) watchLoop(ctx context.Context, w *fsnotify.Watcher, plu
 			if first.IsZero() {
 				first = time.Now()
 			}
-			timer.Reset(reloadQuiet)
+			timer.Reset(quietFor(first))
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
@@ -246,16 +269,24 @@ func (r *agentsReloader) watchLoop(ctx context.Context, w *fsnotify.Watcher, plu
 			if first.IsZero() {
 				first = time.Now()
 			}
-			timer.Reset(reloadQuiet)
+			timer.Reset(quietFor(first))
 		case <-timer.C:
 			if time.Since(first) < reloadMaxWait && !settled(plugins, reloadQuiet) {
-				timer.Reset(reloadQuiet)
+				timer.Reset(quietFor(first))
 				continue
 			}
 			first = time.Time{}
 			r.reload("the plugins directory or " + ConfigName + " changed")
 		}
 	}
+}
+
+// quietFor is how long to wait for quiet before the rescan of changes
+// first seen at first: reloadQuiet, but never past reloadMaxWait after
+// first, so a steady stream of events (each would otherwise restart the
+// wait) cannot postpone the rescan indefinitely.
+func quietFor(first time.Time) time.Duration {
+	return max(0, min(reloadQuiet, reloadMaxWait-time.Since(first)))
 }
 
 // settled reports whether no file in dir was modified within quiet.

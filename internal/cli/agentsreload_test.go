@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,8 +61,13 @@ func TestAgentsReloadKeepsThePreviousOnAMalformedChange(t *testing.T) {
 		!strings.Contains(res.Reload.Error, `"path" must be absolute`) {
 		t.Errorf("after a malformed change: %d applied, result %+v (reload %+v)", len(applied), res, res.Reload)
 	}
-	want := api.AgentInfo{Name: "mine", Source: sourcePluginsDir, Path: filepath.Join(dir, PluginsDirName, "mine")}
-	if !slices.Contains(res.Served, want) || !slices.Contains(res.Served, api.AgentInfo{Name: "scripted", Source: sourceBuiltin}) {
+	has := func(want api.AgentInfo) bool {
+		return slices.ContainsFunc(res.Served, func(s api.AgentInfo) bool {
+			return s.Fingerprint != "" && s.Name == want.Name && s.Source == want.Source && s.Path == want.Path
+		})
+	}
+	if !has(api.AgentInfo{Name: "mine", Source: sourcePluginsDir, Path: filepath.Join(dir, PluginsDirName, "mine")}) ||
+		!has(api.AgentInfo{Name: "scripted", Source: sourceBuiltin}) {
 		t.Errorf("served %+v", res.Served)
 	}
 	write(t, filepath.Join(dir, ConfigName), `{"agents": {}}`, 0o600)
@@ -122,7 +128,7 @@ func TestServedStateMarksTheDifferences(t *testing.T) {
 	builtin := agentEntry{Name: "scripted", Source: sourceBuiltin, Plugin: host.AgentPlugin{Path: "/bin/agenthost", Args: []string{PluginCommand, "scripted"}}}
 	served := []api.AgentInfo{
 		{Name: "mine", Source: ConfigName, Path: "/opt/mine"},
-		{Name: "scripted", Source: sourceBuiltin},
+		servedInfo([]agentEntry{builtin})[0],
 	}
 	for _, c := range []struct {
 		e    agentEntry
@@ -139,5 +145,111 @@ func TestServedStateMarksTheDifferences(t *testing.T) {
 	added, removed, changed := diffAgents([]agentEntry{mine, builtin}, []agentEntry{builtin, {Name: "mine", Source: ConfigName, Plugin: host.AgentPlugin{Path: "/opt/mine"}}, {Name: "new"}})
 	if !slices.Equal(added, []string{"new"}) || len(removed) != 0 || !slices.Equal(changed, []string{"mine"}) {
 		t.Errorf("diffAgents: added %v, removed %v, changed %v", added, removed, changed)
+	}
+}
+
+// A served agent whose settings changed on disk but not its name, source or
+// path (here its sha256 pin, arguments, environment or credential policy)
+// is not "serves it": the host runs it the way it read last. The
+// fingerprint says so without showing an environment value.
+func TestServedStateSeesAChangeOfSettingsAtTheSamePath(t *testing.T) {
+	t.Parallel()
+	base := agentEntry{Name: "mine", Source: ConfigName, Plugin: host.AgentPlugin{Path: "/opt/mine", Env: []string{"TOKEN=s3cret"}}}
+	served := servedInfo([]agentEntry{base})
+	if strings.Contains(mustJSON(t, served), "s3cret") {
+		t.Errorf("the fingerprint shows an environment value: %s", mustJSON(t, served))
+	}
+	if got := servedState(base, served); got != "serves it" {
+		t.Errorf("unchanged: %q", got)
+	}
+	for what, change := range map[string]func(*agentEntry){
+		"sha256":      func(e *agentEntry) { e.Plugin.SHA256 = strings.Repeat("a", 64) },
+		"args":        func(e *agentEntry) { e.Plugin.Args = []string{"--fast"} },
+		"env":         func(e *agentEntry) { e.Plugin.Env = []string{"TOKEN=other"} },
+		"credentials": func(e *agentEntry) { e.Credentials.Inherit = true },
+		"variables":   func(e *agentEntry) { e.Credentials.Variables = []string{"TOKEN"} },
+	} {
+		e := base
+		e.Plugin.Args, e.Plugin.Env = slices.Clone(base.Plugin.Args), slices.Clone(base.Plugin.Env)
+		change(&e)
+		if got := servedState(e, served); got != "serves it with its previous settings (until its next rescan)" {
+			t.Errorf("%s changed: %q", what, got)
+		}
+		if _, _, changed := diffAgents([]agentEntry{base}, []agentEntry{e}); !slices.Equal(changed, []string{"mine"}) {
+			t.Errorf("%s changed: diffAgents says changed %v", what, changed)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A plugin upgraded by copying over the same name, its size unchanged, is
+// a change: the rescan applies it (so the host drops the old plugin's
+// capabilities: host.AgentPlugin.Revision differs).
+func TestAPluginCopiedOverTheSameNameIsAChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, PluginsDirName, "mine")
+	write(t, plugin, "#!/bin/sh\necho 1\n", 0o755)
+	r, applied := newTestReloader(t, dir)
+	before := r.result().Served
+	// Rewritten in place (same inode, same size), with an mtime a copy
+	// would give it.
+	if err := os.WriteFile(plugin, []byte("#!/bin/sh\necho 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(plugin, later, later); err != nil {
+		t.Fatal(err)
+	}
+	r.reload("test")
+	select {
+	case es := <-applied:
+		i := slices.IndexFunc(es, func(e agentEntry) bool { return e.Name == "mine" })
+		if i < 0 || es[i].Plugin.Revision == "" {
+			t.Errorf("applied %+v, want mine with a revision", es)
+		}
+	default:
+		t.Fatalf("a plugin copied over the same name was not applied")
+	}
+	if after := r.result().Served; slices.Equal(before, after) {
+		t.Errorf("served %+v before and after: the fingerprint did not change", after)
+	}
+}
+
+// A steady stream of changes (each within reloadQuiet of the last) does not
+// postpone the rescan past reloadMaxWait after the first: it is applied
+// while the writes go on.
+func TestAgentsWatchRescansDuringASteadyStreamOfWrites(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r, applied := newTestReloader(t, dir)
+	stop := r.watch(context.Background())
+	defer stop()
+	config := filepath.Join(dir, ConfigName)
+	start := time.Now()
+	tick := time.NewTicker(reloadQuiet / 4)
+	defer tick.Stop()
+	deadline := time.After(4 * reloadMaxWait)
+	for {
+		write(t, config, `{"agents": {"other": {"path": "/opt/other"}}}`, 0o600)
+		select {
+		case es := <-applied:
+			if got := entryNames(es); !slices.Equal(got, []string{"other", "scripted"}) {
+				t.Errorf("applied %v", got)
+			}
+			t.Logf("applied %v after the first write, the writes still going on", time.Since(start))
+			return
+		case <-deadline:
+			t.Fatalf("no rescan in %v of writes every %v: each write postpones it", 4*reloadMaxWait, reloadQuiet/4)
+		case <-tick.C:
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -27,8 +28,10 @@ func (a *App) sessionsStopCommand() *cobra.Command {
 		Long: `Stop a session that runs in the host: the plugin is asked to close the session
 (a running turn ends and is journaled), then stopped; the lease is released.
 The session stays resumable with 'agenthost run --session SESSION'. A session
-that was stopped already is no error: it says so and exits 0. --all stops
-every session running in the host.`,
+that was stopped already is no error: it says so and exits 0. A session whose
+lease is latched or held by a plugin this host does not run is not stopped
+already (its plugin may be alive): the command says why and exits 1
+(agenthost status says more). --all stops every session running in the host.`,
 		Example: `  agenthost sessions stop 0198c2d5-…
   agenthost sessions stop --all`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -60,6 +63,9 @@ every session running in the host.`,
 			}
 			var res api.StopResult
 			if err := c.Call(ctx, api.MethodStop, api.Params{SessionID: args[0]}, &res); err != nil {
+				if apiclient.ErrorCode(err) == api.CodeSessionHeld {
+					return fmt.Errorf("session %s is not known to be stopped: %w", displayID(args[0]), err)
+				}
 				return sessionError(args[0], err)
 			}
 			if res.AlreadyStopped {
@@ -167,27 +173,35 @@ nothing.`,
 			if err := c.Call(ctx, api.MethodPrune, api.Params{OlderThan: olderThan, DryRun: dryRun}, &res); err != nil {
 				return err
 			}
-			verb := "removed"
-			if res.DryRun {
-				verb = "would remove"
-			}
-			for _, id := range res.Removed {
-				fmt.Fprintf(a.Stdout, "%s session %s\n", verb, displayID(id))
-			}
-			if len(res.Removed) == 0 {
-				fmt.Fprintf(a.Stdout, "no stopped session is older than %s\n", olderThan)
-			}
-			err = failures("removed", res.Failed, "")
-			if res.Unlisted != "" {
-				// Those sessions were not looked at: not a clean pass.
-				err = errors.Join(err, fmt.Errorf("some sessions could not be listed, so were not pruned: %s", res.Unlisted))
-			}
-			return err
+			return printPruned(a.Stdout, res, olderThan)
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", `prune sessions not changed for this long, a Go duration ("72h")`)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	return cmd
+}
+
+// printPruned writes what prune removed (or would remove) to w, and
+// returns the error naming what it failed to remove. "Nothing to prune"
+// is said only when nothing was found at all: a session that failed to be
+// removed was found, and its failure is the answer.
+func printPruned(w io.Writer, res api.PruneResult, olderThan string) error {
+	verb := "removed"
+	if res.DryRun {
+		verb = "would remove"
+	}
+	for _, id := range res.Removed {
+		fmt.Fprintf(w, "%s session %s\n", verb, displayID(id))
+	}
+	if len(res.Removed) == 0 && len(res.Failed) == 0 && res.Unlisted == "" {
+		fmt.Fprintf(w, "no stopped, idle or failed session is older than %s\n", olderThan)
+	}
+	err := failures("removed", res.Failed, "")
+	if res.Unlisted != "" {
+		// Those sessions were not looked at: not a clean pass.
+		err = errors.Join(err, fmt.Errorf("some sessions could not be listed, so were not pruned: %s", res.Unlisted))
+	}
+	return err
 }
 
 // failures is the error of a command that did what it could for several

@@ -8,9 +8,18 @@
 // state directory become <workspace> and <state>, and the pid of the
 // ready line is ignored. Everything else, sequence numbers included,
 // must match. The lines of one exchange may arrive in another order than
-// the README shows where the protocol does not order them (the answer to
-// session/set_mode and the updates it causes), so an exchange whose lines
-// match in another order passes, and says so in the log.
+// the README shows only where the protocol does not order them (the answer
+// to session/set_mode and the updates it causes), so a session/set_mode
+// exchange whose lines match in another order passes, and says so in the
+// log; any other exchange must come in the README's order. After the last
+// exchange a status request is sent: a line the host sends before its
+// answer is one the README does not show, and fails the test.
+//
+// The initialize answer is cut as the README says (the scripted agent
+// shown, claude's and codex's capabilities and auth methods elided); the
+// cut part is checked for its shape: exactly the agents the note names,
+// each with the keys the scripted agent's entry has, and top-level auth
+// methods that are those agents' own.
 //
 // To regenerate the captured session after a deliberate change:
 //
@@ -145,12 +154,26 @@ func TestReadmeTranscriptsAreTheRealOutput(t *testing.T) {
 		}
 		switch {
 		case slices.Equal(want, have):
-		case sameLines(want, have):
+		case strings.Contains(req, `"method":"session/set_mode"`) && sameLines(want, have):
 			t.Logf("after %s the lines came in another order than the README shows (allowed there):\n%s", req, strings.Join(have, "\n"))
 		default:
 			failed = true
 			t.Errorf("after README.md's\n%s\nthe host answered:\n%s\nexpected (normalised):\n%s", req, strings.Join(have, "\n"), strings.Join(want, "\n"))
 		}
+	}
+	// Nothing more: a line the host sends before the answer to one last
+	// request is one the README does not show.
+	if _, err := fmt.Fprintf(conn, "%s\n", `{"jsonrpc":"2.0","id":"readmetest-last","method":"_agenthost/status"}`); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		line := readLine()
+		if strings.Contains(line, `"id":"readmetest-last"`) {
+			break
+		}
+		failed = true
+		got = append(got, "← "+line)
+		t.Errorf("after README.md's last exchange the host sent a line the README does not show:\n%s", real.normalise(line))
 	}
 	if failed {
 		t.Errorf("README.md's captured session is not what the host answers: fix the host or regenerate the README with\n\t%s", regenerate)
@@ -208,11 +231,85 @@ func checkInitialize(t *testing.T, block, answer string) {
 	if agents == nil || agents["scripted"] == nil {
 		t.Fatalf("the initialize answer has no _meta.agenthost.agents.scripted: %s", answer)
 	}
+	checkCut(t, doc, agents, res["authMethods"])
 	ah["agents"] = map[string]any{"scripted": agents["scripted"], "…": "claude and codex likewise"}
 	res["authMethods"] = []any{"… claude's and codex's"}
 	if a, b := canonical(doc), canonical(real); a != b {
 		t.Errorf("README.md's initialize answer is not the host's, cut to the scripted agent; the host's:\n%s", indent(real))
 	}
+}
+
+// checkCut checks the part of the initialize answer the README elides
+// for its shape: the agents besides scripted are the ones its note names
+// ("claude and codex likewise"), each with the keys scripted's entry has;
+// the top-level auth methods each have an id and a name, belong to one
+// of those agents, and are exactly the ids the agents list.
+func checkCut(t *testing.T, doc map[string]any, agents map[string]any, authMethods any) {
+	t.Helper()
+	note, _ := dig(doc, "result", "_meta", "agenthost", "agents", "…").(string)
+	m := regexp.MustCompile(`^(\w+) and (\w+) likewise$`).FindStringSubmatch(note)
+	if m == nil {
+		t.Errorf("README.md's initialize answer: the note of the agents cut is %q, want \"NAME and NAME likewise\"", note)
+		return
+	}
+	cut := m[1:]
+	var names []string
+	for n := range agents {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if want := append([]string{"scripted"}, cut...); !sameLines(names, want) {
+		t.Errorf("the initialize answer's agents are %q; README.md shows scripted and says %q", names, note)
+	}
+	keys := func(v any) []string {
+		o, _ := v.(map[string]any)
+		var k []string
+		for n := range o {
+			k = append(k, n)
+		}
+		slices.Sort(k)
+		return k
+	}
+	ids := map[string]bool{}
+	for _, n := range cut {
+		if a, b := keys(agents[n]), keys(agents["scripted"]); !slices.Equal(a, b) {
+			t.Errorf("the initialize answer's agent %s has keys %q, scripted's %q: not \"likewise\"", n, a, b)
+		}
+		list, _ := dig(agents, n, "authMethods").([]any)
+		for _, id := range list {
+			s, _ := id.(string)
+			ids[s] = true
+		}
+	}
+	list, ok := authMethods.([]any)
+	if !ok || len(list) == 0 {
+		t.Errorf("the initialize answer's authMethods: %v, want claude's and codex's as README.md says", authMethods)
+		return
+	}
+	for _, e := range list {
+		id, _ := dig(e, "id").(string)
+		name, _ := dig(e, "name").(string)
+		agent, _ := dig(e, "_meta", "agenthost", "agent").(string)
+		if id == "" || name == "" || !slices.Contains(cut, agent) || !ids[id] {
+			t.Errorf("the initialize answer's auth method %s: want an id and a name, of one of %q, listed in its agent's authMethods", canonical(e), cut)
+		}
+		delete(ids, id)
+	}
+	for id := range ids {
+		t.Errorf("the initialize answer's agents list auth method %q, absent from its top-level authMethods", id)
+	}
+}
+
+// dig returns v's member at path, or nil.
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = o[k]
+	}
+	return v
 }
 
 // checkStatus compares the README's `agenthost status` with the real

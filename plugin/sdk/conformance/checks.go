@@ -231,9 +231,12 @@ func promptStreamsUpdates(e *env) error {
 	}
 	_, stop, err = f.readTurn(turn2, e.remaining())
 	if err != nil {
-		return fmt.Errorf("second turn of prompt %q: %w", e.cfg.prompts.Stream, err)
+		return fmt.Errorf("second turn of prompt %q: %w%s", e.cfg.prompts.Stream, err, hintSecondTurn)
 	}
-	return expectStop(stop, "end_turn", e.cfg.prompts.Stream)
+	if err := expectStop(stop, "end_turn", e.cfg.prompts.Stream); err != nil {
+		return fmt.Errorf("second turn: %w%s", err, hintSecondTurn)
+	}
+	return nil
 }
 
 // cancelYieldsCancelled: Cancel ends a running turn with stop reason

@@ -62,9 +62,9 @@ type Result struct {
 //
 // The agenthost conformance command sets them with --prompt-stream,
 // --prompt-hold and --prompt-replay, and a check that fails in a way a
-// prompt the plugin does not understand would explain names the flag
-// (hintStream, hintHold, hintReplay): a Go caller sets the field of the
-// same name.
+// prompt the plugin does not understand would explain names the flag and
+// the field of sdktest.Prompts a Go caller (sdktest.Run) sets instead
+// (hintStream, hintSecondTurn, hintHold, hintReplay).
 type Prompts struct {
 	// Stream starts a turn that streams at least one agent message chunk
 	// and ends by itself, promptly, with stop reason end_turn.
@@ -86,11 +86,14 @@ func DefaultPrompts() Prompts {
 }
 
 // The hints a check adds to a failure a prompt may explain: they name the
-// agenthost conformance flag, which is what a plugin author runs first.
+// agenthost conformance flag, which is what a plugin author runs first,
+// and the sdktest.Prompts field, which is what a test run through
+// sdktest.Run sets.
 const (
-	hintStream = "; if the plugin does not stream text for this prompt and end the turn by itself, pass a prompt it does with --prompt-stream"
-	hintHold   = "; pass a prompt whose turn runs until it is cancelled with --prompt-hold (the default, \"wait\", holds the example plugins' turns)"
-	hintReplay = "; pass a prompt whose turn streams more updates, over a few hundred milliseconds, with --prompt-replay"
+	hintStream     = "; if the plugin does not stream text for this prompt and end the turn by itself, pass a prompt it does with --prompt-stream (sdktest.Prompts.Stream)"
+	hintSecondTurn = "; the kit sends this prompt twice in one session: pass one the plugin answers again, streaming text and ending the turn by itself, with --prompt-stream (sdktest.Prompts.Stream)"
+	hintHold       = "; pass a prompt whose turn runs until it is cancelled with --prompt-hold (sdktest.Prompts.Hold; the default, \"wait\", holds the example plugins' turns)"
+	hintReplay     = "; pass a prompt whose turn streams more updates, over a few hundred milliseconds, with --prompt-replay (sdktest.Prompts.Replay)"
 )
 
 // Option configures Run and Check.

@@ -412,24 +412,44 @@ func TestStopWithDeadline(t *testing.T) {
 
 // TestFailuresNameTheFlagToPass gives a plugin prompts it does not
 // understand for each prompt a check sends: each failure says which flag
-// of agenthost conformance sets a prompt that works, and names no Go field.
+// of agenthost conformance sets a prompt that works, and which field of
+// sdktest.Prompts does when run through sdktest.Run.
 func TestFailuresNameTheFlagToPass(t *testing.T) {
 	bin := fixture(t, "conforming")
 	prompts := WithPrompts(Prompts{Stream: "say hello", Hold: "stream 3", Replay: "stream 1"})
 	for check, flag := range map[string]string{
-		"prompt-streams-updates":       "with --prompt-stream",
-		"cancel-yields-cancelled":      "with --prompt-hold",
-		"outbox-replay-after-reattach": "with --prompt-replay",
+		"prompt-streams-updates":       "with --prompt-stream (sdktest.Prompts.Stream)",
+		"cancel-yields-cancelled":      "with --prompt-hold (sdktest.Prompts.Hold;",
+		"outbox-replay-after-reattach": "with --prompt-replay (sdktest.Prompts.Replay)",
 	} {
 		r := RunCheck(t.Context(), bin, check, prompts)
 		switch {
 		case r.Err == nil:
 			t.Errorf("%s passed with a prompt the plugin does not understand", check)
-		case !strings.Contains(r.Err.Error(), flag) || strings.Contains(r.Err.Error(), "Prompts."):
-			t.Errorf("%s: %v\nexpected the error to name the flag to pass (%q), and no Go field", check, r.Err, flag)
+		case !strings.Contains(r.Err.Error(), flag):
+			t.Errorf("%s: %v\nexpected the error to name the flag and the field to set (%q)", check, r.Err, flag)
 		default:
 			t.Logf("%s: %v", check, r.Err)
 		}
+	}
+	noLeftovers(t)
+}
+
+// A plugin that answers the stream prompt once but not a second time in
+// the same session fails prompt-streams-updates with a hint naming the
+// flag and the field, as the first turn's failures do.
+func TestASecondTurnFailureNamesTheFlagToPass(t *testing.T) {
+	bin := fixture(t, "conforming")
+	once := filepath.Join(t.TempDir(), "answered")
+	r := RunCheck(t.Context(), bin, "prompt-streams-updates",
+		WithPrompts(Prompts{Stream: "streamonce 3 " + once, Hold: "hold", Replay: "stream 20"}), WithTimeout(3*time.Second))
+	switch {
+	case r.Err == nil:
+		t.Errorf("passed with a prompt the plugin answers once only")
+	case !strings.Contains(r.Err.Error(), "second turn") || !strings.Contains(r.Err.Error(), "with --prompt-stream (sdktest.Prompts.Stream)"):
+		t.Errorf("%v\nexpected the second turn's failure to name the flag and the field to set", r.Err)
+	default:
+		t.Logf("%v", r.Err)
 	}
 	noLeftovers(t)
 }

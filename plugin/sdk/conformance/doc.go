@@ -63,9 +63,9 @@
 // streams twenty chunks of the scripted agent over 200 ms, and three
 // words of the echo. Any other plugin passes prompts of its own with
 // WithPrompts. A failure a prompt the plugin does not understand could
-// explain names the agenthost conformance flag that sets it
-// (--prompt-stream, --prompt-hold, --prompt-replay: Prompts.Stream, Hold
-// and Replay in Go).
+// explain names the agenthost conformance flag that sets it and the field
+// of sdktest.Prompts (--prompt-stream (sdktest.Prompts.Stream), likewise
+// --prompt-hold and Hold, --prompt-replay and Replay).
 //
 // The agenthost command line runs the kit too:
 //

@@ -1,11 +1,14 @@
 // Package streamlang is the prompt language of the kit's test plugins
 // (conforming, capable): "stream N" streams N chunks 10 ms apart, "hold"
-// runs until cancelled.
+// runs until cancelled, and "streamonce N FILE" is "stream N" when FILE
+// does not exist (creating it) and "hold" when it does: a prompt the
+// plugin answers once per FILE.
 package streamlang
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +34,14 @@ func Run(ctx context.Context, name, text string, turn *sdk.Turn) (sdk.StopReason
 			turn.Message(strconv.Itoa(i))
 		}
 		return sdk.StopEndTurn, nil
+	case len(words) == 3 && words[0] == "streamonce":
+		f, err := os.OpenFile(words[2], os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			<-ctx.Done() // answered once already: hold
+			return sdk.StopCancelled, nil
+		}
+		_ = f.Close()
+		return Run(ctx, name, "stream "+words[1], turn)
 	case len(words) == 1 && words[0] == "hold":
 		<-ctx.Done()
 		return sdk.StopCancelled, nil
