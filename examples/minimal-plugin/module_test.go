@@ -12,6 +12,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/internal/serveproc/serveproctest"
 )
 
 // agenthostBin is the agenthost binary, built once by TestMain.
@@ -32,8 +33,8 @@ var copied = []string{"main.go", "main_test.go"}
 // in a host's <state-dir>/plugins/, runs a turn through a real agenthost
 // serve, and passes agenthost conformance with the default prompts.
 //
-// The build is offline: GOPROXY=off, so every module comes from the module
-// cache and the checkout, and GOFLAGS=-mod=readonly (the only -mod a
+// The build is offline: GOPROXY=off after one go mod download of this
+// checkout, so every module comes from the module cache and the checkout, and GOFLAGS=-mod=readonly (the only -mod a
 // workspace takes besides vendor), so nothing is written to go.mod, with
 // -buildvcs=false (the copy is in no repository of its own). It shares the
 // caller's GOCACHE, which keeps it a few seconds once warm.
@@ -71,6 +72,14 @@ func TestMinimalPluginBuiltAsASeparateModule(t *testing.T) {
 		}
 		t.Logf("go %s (%s)", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
 	}
+	// The workspace loads the go.mod of every module in agenthost's graph,
+	// including those only its tests need, which a fresh module cache may
+	// not hold yet: fetch them first with the caller's own proxy settings.
+	download := exec.CommandContext(ctx, "go", "mod", "download")
+	download.Dir = root
+	if out, err := download.CombinedOutput(); err != nil {
+		t.Fatalf("go mod download in %s: %v\n%s", root, err, out)
+	}
 	// The README's commands, as a plugin author runs them.
 	goCmd(mod, "mod", "init", "example.com/minimal")
 	goCmd(work, "work", "init", "./minimal", root)
@@ -82,16 +91,7 @@ func TestMinimalPluginBuiltAsASeparateModule(t *testing.T) {
 		t.Fatalf("the separate module's go.mod should name no agenthost module (the workspace provides it): %v\n%s", err, b)
 	}
 
-	s, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(30 * time.Second); err != nil {
-			t.Error(err)
-		}
-		serveproc.KillSessionProcesses(dir)
-	})
+	s := serveproctest.Start(t, agenthostBin, dir)
 	if !strings.Contains(s.Ready, `"minimal"`) {
 		t.Errorf("serve's ready line does not list the plugin installed in %s: %s", filepath.Dir(plugin), s.Ready)
 	}

@@ -44,6 +44,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/internal/serveproc/serveproctest"
 )
 
 var update = flag.Bool("update", false, "rewrite the README's captured session with the real output")
@@ -95,16 +96,7 @@ func TestReadmeTranscriptsAreTheRealOutput(t *testing.T) {
 	if err := os.Mkdir(workspace, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(30 * time.Second); err != nil {
-			t.Error(err)
-		}
-		serveproc.KillSessionProcesses(dir)
-	})
+	s := serveproctest.Start(t, agenthostBin, dir)
 
 	// The README's side and the real side each get their own placeholders.
 	doc := newNormaliser(readmeWorkspace(t, exchange), "")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/internal/serveproc/serveproctest"
 )
 
 // answerTimeout bounds the wait for one answer of a host that should give
@@ -29,16 +30,7 @@ const answerTimeout = 20 * time.Second
 func startServe(t *testing.T) (*serveproc.Server, string) {
 	t.Helper()
 	dir := stateDir(t)
-	s, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(30 * time.Second); err != nil {
-			t.Error(err)
-		}
-		serveproc.KillSessionProcesses(dir)
-	})
+	s := serveproctest.Start(t, agenthostBin, dir)
 	return s, dir
 }
 
