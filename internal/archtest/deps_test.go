@@ -73,13 +73,23 @@ var rules = []depRule{
 	},
 	{
 		from:   "./leasestore/...",
-		except: []string{"./leasestore/badgerstore/..."},
-		deny:   []string{"github.com/dgraph-io/badger/v4/...", "google.golang.org/grpc/..."},
+		except: []string{"./leasestore/badgerstore/...", "./leasestore/etcdstore/..."},
+		deny:   []string{"github.com/dgraph-io/badger/v4/...", "google.golang.org/grpc/...", "go.etcd.io/..."},
 		reason: "the lease store model and its conformance suite know no backend: a second backend must fit beside Badger",
 	},
 	{
+		from:   "./leasestore/badgerstore/...",
+		deny:   []string{"./leasestore/etcdstore/...", "go.etcd.io/..."},
+		reason: "the backends sit beside each other: neither knows the other",
+	},
+	{
+		from:   "./leasestore/etcdstore/...",
+		deny:   []string{"./leasestore/badgerstore/...", "github.com/dgraph-io/badger/v4/..."},
+		reason: "the backends sit beside each other: neither knows the other",
+	},
+	{
 		from:   "./leasestore/leasestoretest/...",
-		deny:   []string{"./leasestore/badgerstore/..."},
+		deny:   []string{"./leasestore/badgerstore/...", "./leasestore/etcdstore/..."},
 		reason: "the conformance suite runs every backend through leasestore.Store only, so a second backend passes it unchanged",
 	},
 	{
@@ -93,6 +103,18 @@ var rules = []depRule{
 		exceptTestHelpers: true,
 		deny:              []string{"./leasestore/badgerstore/..."},
 		reason:            "only the binary's wiring, tests and examples name the Badger backend; the host and everything else take a leasestore.Store",
+	},
+	{
+		from: "./...",
+		except: []string{
+			"./leasestore/etcdstore/...",
+			// The binary's wiring, the benchmark command, and the etcd
+			// member the cluster demo and the fault test run.
+			"./cmd/...", "./internal/cli/...", "./internal/benchrun/...", "./internal/etcdmember/...", "./examples/...",
+		},
+		exceptTestHelpers: true,
+		deny:              []string{"./leasestore/etcdstore/...", "go.etcd.io/etcd/server/..."},
+		reason:            "only the binary's wiring, tests and examples name the etcd backend (and only test helpers and the etcd member embed an etcd server)",
 	},
 	{
 		from: "./journal/...",

@@ -7,5 +7,4 @@ import (
 	// Pinned here until the backend lands, so go.mod keeps the versions
 	// every helper builds against.
 	_ "go.etcd.io/etcd/client/v3"
-	_ "go.etcd.io/etcd/server/v3/embed"
 )
