@@ -8,10 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
@@ -182,4 +186,123 @@ func TestRealPluginKilled(t *testing.T) {
 	f.open(t, h, noLogin)
 	pid := plugintest.PluginPID(t, h)
 	plugintest.KillPlugin(t, pid, plugintest.OnlyChild(t, pid))
+}
+
+// capture serves the agent and hands the test the agent itself, for the
+// provider state methods the host calls through the SDK. With a state,
+// the agent imports it before it serves a session, as the SDK does
+// before ResumeSession when the host passes one.
+func capture(t *testing.T, handle string, state []byte) (*sdktest.Harness, func() *agent) {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		got *agent
+	)
+	h := sdktest.NewHarness(t, func(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+		a, err := New(ctx, env)
+		if err == nil && state != nil {
+			err = a.(*agent).ImportState(ctx, handle, state)
+		}
+		if err == nil {
+			mu.Lock()
+			got = a.(*agent)
+			mu.Unlock()
+		}
+		return a, err
+	})
+	return h, func() *agent {
+		mu.Lock()
+		defer mu.Unlock()
+		if got == nil {
+			t.Fatal("the harness made no agent")
+		}
+		return got
+	}
+}
+
+// TestRealStateAcrossMachines moves a conversation between two
+// "machines" (a config dir, a home and a workspace each, the workspaces
+// at different paths with the same files): machine A runs a turn against
+// the scripted model server and exports the session's state while its
+// CLI still runs; machine B, which never saw the session, imports it,
+// resumes the handle and runs a second turn, and the model receives the
+// first turn's question and answer.
+func TestRealStateAcrossMachines(t *testing.T) {
+	srv, err := modelserver.Start(modelserver.Config{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	creds := []string{"ANTHROPIC_BASE_URL=" + srv.URL(), "ANTHROPIC_API_KEY=sk-agenthost-modelserver", "CLAUDE_CODE_MAX_RETRIES=1"}
+	opts := map[string]string{OptAllowCredentials: "true"}
+	const question, answer = "QUESTION-ONE: remember the word aubergine", "ANSWER-ONE: aubergine noted"
+
+	a, env := realFixture(t)
+	writeFile(t, filepath.Join(a.workspace, "README.md"), "the project\n")
+	ha, agentA := capture(t, "", nil)
+	a.setenv(t, append(env, creds...)...)
+	handle := a.open(t, ha, opts)
+	if err := srv.Script(modelserver.Text(answer)); err != nil {
+		t.Fatal(err)
+	}
+	ups, stop := ha.Run(question, 60*time.Second)
+	if stop.StopReason != "end_turn" || !strings.Contains(strings.Join(texts(ups), ""), answer) {
+		t.Fatalf("machine A's turn: %v %s", stop, sdktest.Describe(ups))
+	}
+	state, err := agentA().ExportState(t.Context(), handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claude %s: the state after one turn is %d bytes", agentA().AgentVersion(), len(state))
+	if err := plugintest.CloseWithin(ha, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	b, _ := realFixture(t)
+	writeFile(t, filepath.Join(b.workspace, "README.md"), "the project\n")
+	if a.workspace == b.workspace || a.configDir == b.configDir {
+		t.Fatalf("the machines share %s or %s", a.workspace, a.configDir)
+	}
+	hb, _ := capture(t, "", nil)
+	b.setenv(t, append(env, creds...)...)
+	// B cannot resume what it never saw.
+	if _, err := b.tryResume(t, hb, handle, opts); err == nil || !strings.Contains(err.Error(), "No conversation found") {
+		t.Fatalf("resume on B before the import: %v", err)
+	}
+	plugintest.CloseWithin(hb, 15*time.Second)
+	hb, _ = capture(t, handle, state)
+	info, err := b.tryResume(t, hb, handle, opts)
+	if err != nil || info.Handle != handle {
+		t.Fatalf("resume on B: %+v %v", info, err)
+	}
+	if err := srv.Script(modelserver.Text("ANSWER-TWO")); err != nil {
+		t.Fatal(err)
+	}
+	ups, stop = hb.Run("QUESTION-TWO: which word?", 60*time.Second)
+	if stop.StopReason != "end_turn" {
+		t.Fatalf("machine B's turn: %v %s", stop, sdktest.Describe(ups))
+	}
+	reqs := srv.ModelRequests()
+	last := reqs[len(reqs)-1]
+	var user, assistant bool
+	for _, m := range last.Messages {
+		for _, p := range m.Parts {
+			user = user || (m.Role == "user" && p.Type == modelserver.TextPart && strings.Contains(p.Text, question))
+			assistant = assistant || (m.Role == "assistant" && p.Type == modelserver.TextPart && strings.Contains(p.Text, answer))
+		}
+	}
+	if !user || !assistant || !strings.Contains(last.LastUserText(), "QUESTION-TWO") {
+		t.Fatalf("machine B's model request lacks the first turn (user %v, assistant %v): %+v", user, assistant, last.Messages)
+	}
+	// The CLI told the model of the new workspace itself.
+	if !strings.Contains(string(last.Body), b.workspace) {
+		t.Errorf("machine B's model request does not name B's workspace %s", b.workspace)
+	}
+	matches, _ := filepath.Glob(filepath.Join(b.configDir, "projects", "*", handle+".jsonl"))
+	if len(matches) != 1 {
+		t.Errorf("B holds %d transcripts of the session: %v", len(matches), matches)
+	}
+	if err := plugintest.CloseWithin(hb, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
