@@ -141,6 +141,15 @@ func (a *agent) ExportState(ctx context.Context, handle string) ([]byte, error) 
 	defer root.Close()
 
 	transcript := path.Join("projects", project, handle+".jsonl")
+	a.mu.Lock()
+	last := ""
+	if a.handle == handle {
+		last = a.lastLine
+	}
+	a.mu.Unlock()
+	if err := awaitLine(ctx, root, transcript, last); err != nil {
+		return nil, fmt.Errorf("claude: export session %s: %w", handle, err)
+	}
 	var files []portable.File
 	budget := int64(maxExportBytes)
 	add := func(name string) error {
@@ -397,4 +406,50 @@ func (a *agent) checkTarget(root *os.Root, name, handle string, b []byte) (write
 	a.log.Warn("this machine's transcript of the session had turns the imported state lacks; kept it beside the import",
 		"session_id", handle, "kept", aside)
 	return true, nil
+}
+
+// noteLine records the uuid of a main-conversation line the CLI printed
+// (a sub-agent's lines go to its own transcript).
+func (a *agent) noteLine(m *message) {
+	if m.UUID == "" || m.ParentToolUseID != "" {
+		return
+	}
+	a.mu.Lock()
+	a.lastLine = m.UUID
+	a.mu.Unlock()
+}
+
+// flushWait bounds how long ExportState waits for the CLI to write the
+// last line it printed to the transcript; flushPoll is how often it
+// looks. claude 2.1.332 was seen to write it before it prints the
+// turn's result, so the wait is there for a slower disk or a later CLI.
+const (
+	flushWait = 5 * time.Second
+	flushPoll = 50 * time.Millisecond
+)
+
+// awaitLine waits until the transcript at name holds the line with uuid
+// id (nothing to wait for when id is empty), within flushWait and ctx.
+func awaitLine(ctx context.Context, root *os.Root, name, id string) error {
+	if id == "" {
+		return nil
+	}
+	needle := []byte(`"uuid":"` + id + `"`)
+	deadline := time.Now().Add(flushWait)
+	for {
+		b, _, err := portable.ReadFile(root, name, maxExportBytes)
+		if err == nil && bytes.Contains(portable.TrimTornTail(b), needle) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("claude has not written the last message it printed (uuid %s) to %s after %s", id, name, flushWait)
+		}
+		t := time.NewTimer(flushPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

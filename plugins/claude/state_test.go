@@ -213,3 +213,23 @@ func TestStateImportRefuses(t *testing.T) {
 		t.Errorf("export of an unknown session: %v", err)
 	}
 }
+
+// ExportState waits for the transcript to hold the last line the CLI
+// printed: the CLI writes it behind its output.
+func TestStateExportAwaitsTheLastLine(t *testing.T) {
+	dirA, _ := machineA(t)
+	a := stateAgentAt(t, dirA)
+	a.handle = stateID
+	a.noteLine(&message{Type: "assistant", UUID: "not-written-yet"})
+	a.noteLine(&message{Type: "assistant", UUID: "a-sub-agent's", ParentToolUseID: "toolu_1"})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.ExportState(ctx, stateID); !errors.Is(err, context.Canceled) {
+		t.Errorf("export before the CLI wrote the line it printed: %v", err)
+	}
+	writeFile(t, filepath.Join(dirA, "projects", "-home-a-work", stateID+".jsonl"),
+		`{"type":"assistant","uuid":"not-written-yet","sessionId":"`+stateID+`"}`+"\n")
+	if _, err := a.ExportState(context.Background(), stateID); err != nil {
+		t.Errorf("export once the transcript holds the line: %v", err)
+	}
+}

@@ -21,12 +21,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
@@ -271,5 +274,122 @@ func TestRealPluginUnreachableModel(t *testing.T) {
 	_, st = p2.Turn(plugintest.Prompt(t, p2, "say hi"), 30*time.Second)
 	if st.StopReason != "failed" || !strings.Contains(st.Error, "could not reach its model for 2s") || !strings.Contains(st.Error, "Reconnecting") {
 		t.Errorf("turn stopped %v", st)
+	}
+}
+
+// startCapture is startReal whose agent the test gets hold of, for the
+// provider state methods the host calls through the SDK. With a state,
+// the agent imports it before it serves a session, as the SDK does
+// before ResumeSession when the host passes one.
+func startCapture(t *testing.T, h realHome, handle string, state []byte) (*sdktest.Harness, func() *agent) {
+	t.Helper()
+	plugintest.Unsetenv(t, credentialVars...)
+	plugintest.Setenv(t, h.env(EnvCodexPath+"="+realCLI(t), "OPENAI_API_KEY=sk-agenthost-fake")...)
+	var (
+		mu  sync.Mutex
+		got *agent
+	)
+	p := sdktest.NewHarness(t, func(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+		a, err := New(ctx, env)
+		if err == nil && state != nil {
+			err = a.(*agent).ImportState(ctx, handle, state)
+		}
+		if err == nil {
+			mu.Lock()
+			got = a.(*agent)
+			mu.Unlock()
+		}
+		return a, err
+	})
+	return p, func() *agent {
+		mu.Lock()
+		defer mu.Unlock()
+		if got == nil {
+			t.Fatal("the harness made no agent")
+		}
+		return got
+	}
+}
+
+// TestRealStateAcrossMachines moves a thread between two "machines" (a
+// HOME, CODEX_HOME and workspace each, the workspaces at different paths
+// with the same files): machine A runs a turn against the scripted model
+// server and exports the thread's state while its app-server still runs;
+// machine B, which never saw the thread, imports it, resumes the handle
+// and runs a second turn, and the model receives the first turn's
+// question and answer.
+func TestRealStateAcrossMachines(t *testing.T) {
+	realCLI(t)
+	srv, err := modelserver.Start(modelserver.Config{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	opts := provider(srv.OpenAIBaseURL(), nil)
+	const question, answer = "QUESTION-ONE: remember the word aubergine", "ANSWER-ONE: aubergine noted"
+
+	a := newRealHome(t)
+	os.WriteFile(filepath.Join(a.workspace, "README.md"), []byte("the project\n"), 0o600)
+	pa, agentA := startCapture(t, a, "", nil)
+	handle, err := openReal(t, pa, a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Script(modelserver.Text(answer)); err != nil {
+		t.Fatal(err)
+	}
+	ups, st := pa.Turn(plugintest.Prompt(t, pa, question), 60*time.Second)
+	if st.StopReason != "end_turn" {
+		t.Fatalf("machine A's turn: %v %s", st, sdktest.Describe(ups))
+	}
+	state, err := agentA().ExportState(t.Context(), handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("codex %s: the state after one turn is %d bytes", agentA().AgentVersion(), len(state))
+	if err := plugintest.CloseWithin(pa, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newRealHome(t)
+	os.WriteFile(filepath.Join(b.workspace, "README.md"), []byte("the project\n"), 0o600)
+	pb, _ := startCapture(t, b, "", nil)
+	if _, err := resumeReal(t, pb, b, handle, opts); err == nil || !strings.Contains(err.Error(), "no rollout found") {
+		t.Fatalf("resume on B before the import: %v", err)
+	}
+	plugintest.CloseWithin(pb, 10*time.Second)
+	pb, _ = startCapture(t, b, handle, state)
+	got, err := resumeReal(t, pb, b, handle, opts)
+	if err != nil || got != handle {
+		t.Fatalf("resume on B: %q %v", got, err)
+	}
+	if err := srv.Script(modelserver.Text("ANSWER-TWO")); err != nil {
+		t.Fatal(err)
+	}
+	ups, st = pb.Turn(plugintest.Prompt(t, pb, "QUESTION-TWO: which word?"), 60*time.Second)
+	if st.StopReason != "end_turn" {
+		t.Fatalf("machine B's turn: %v %s", st, sdktest.Describe(ups))
+	}
+	reqs := srv.ModelRequests()
+	last := reqs[len(reqs)-1]
+	var user, assistant bool
+	for _, m := range last.Messages {
+		for _, p := range m.Parts {
+			user = user || (m.Role == "user" && p.Type == modelserver.TextPart && strings.Contains(p.Text, question))
+			assistant = assistant || (m.Role == "assistant" && p.Type == modelserver.TextPart && strings.Contains(p.Text, answer))
+		}
+	}
+	if !user || !assistant || !strings.Contains(last.LastUserText(), "QUESTION-TWO") {
+		t.Fatalf("machine B's model request lacks the first turn (user %v, assistant %v): %+v", user, assistant, last.Messages)
+	}
+	// Codex told the model of the new workspace itself.
+	if !strings.Contains(string(last.Body), "<cwd>"+b.workspace+"</cwd>") {
+		t.Errorf("machine B's model request does not name B's workspace %s", b.workspace)
+	}
+	if found := findRollouts(b.codexHome, handle); len(found) != 1 {
+		t.Errorf("B holds rollouts %v", found)
+	}
+	if err := plugintest.CloseWithin(pb, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -118,6 +118,15 @@ func (a *agent) ExportState(ctx context.Context, handle string) ([]byte, error) 
 		return nil, fmt.Errorf("codex: export thread %s: %w", handle, err)
 	}
 	defer root.Close()
+	a.mu.Lock()
+	turn := ""
+	if a.endedThread == handle {
+		turn = a.endedTurn
+	}
+	a.mu.Unlock()
+	if err := awaitTurnEnd(ctx, root, found[0], turn); err != nil {
+		return nil, fmt.Errorf("codex: export thread %s: %w", handle, err)
+	}
 	b, mode, err := portable.ReadFile(root, found[0], maxExportBytes)
 	if err != nil {
 		return nil, fmt.Errorf("codex: export thread %s: %w", handle, err)
@@ -254,4 +263,70 @@ func (a *agent) checkTarget(root *os.Root, name, handle string, b []byte) (write
 	a.log.Warn("this machine's rollout of the thread had turns the imported state lacks; kept it beside the import",
 		"thread", handle, "kept", aside)
 	return true, nil
+}
+
+// noteTurnEnded records the turn codex reported completed.
+func (a *agent) noteTurnEnded(threadID, turnID string) {
+	a.mu.Lock()
+	a.endedThread, a.endedTurn = threadID, turnID
+	a.mu.Unlock()
+}
+
+// flushWait bounds how long ExportState waits for codex to record the
+// end of the last turn it reported in the rollout; flushPoll is how often
+// it looks.
+const (
+	flushWait = 5 * time.Second
+	flushPoll = 50 * time.Millisecond
+)
+
+// turnEnds are the rollout events (event_msg payload types) that end a
+// turn in codex 0.171.0.
+var turnEnds = []string{"task_complete", "turn_aborted"}
+
+// awaitTurnEnd waits until the rollout at name records the end of turn
+// turnID (nothing to wait for when turnID is empty), within flushWait
+// and ctx.
+func awaitTurnEnd(ctx context.Context, root *os.Root, name, turnID string) error {
+	if turnID == "" {
+		return nil
+	}
+	deadline := time.Now().Add(flushWait)
+	for {
+		b, _, err := portable.ReadFile(root, name, maxExportBytes)
+		if err == nil && recordsEnd(portable.TrimTornTail(b), turnID) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("codex has not recorded the end of turn %s in %s after %s", turnID, name, flushWait)
+		}
+		t := time.NewTimer(flushPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// recordsEnd reports whether a rollout has the event that ends turnID.
+func recordsEnd(b []byte, turnID string) bool {
+	needle := []byte(turnID)
+	for line := range bytes.Lines(b) {
+		if !bytes.Contains(line, needle) {
+			continue
+		}
+		var l struct {
+			Type    string `json:"type"`
+			Payload struct {
+				Type   string `json:"type"`
+				TurnID string `json:"turn_id"`
+			} `json:"payload"`
+		}
+		if json.Unmarshal(line, &l) == nil && l.Type == "event_msg" && l.Payload.TurnID == turnID && slices.Contains(turnEnds, l.Payload.Type) {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package codex
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,5 +137,29 @@ func TestStateImportRefuses(t *testing.T) {
 	}
 	if _, err := b.ExportState(ctx, "11111111-2222-4333-8444-555555555555"); err == nil || !strings.Contains(err.Error(), "no rollout") {
 		t.Errorf("export of an unknown thread: %v", err)
+	}
+}
+
+// ExportState waits for the rollout to record the end of the last turn
+// codex reported: codex writes the rollout behind its notifications.
+func TestStateExportAwaitsTheTurnEnd(t *testing.T) {
+	home := filepath.Join(t.TempDir(), ".codex")
+	started := rollout(threadID, `{"type":"event_msg","payload":{"type":"task_started","turn_id":"t1"}}`+"\n")
+	writeFile(t, filepath.Join(home, rolloutRel), started)
+	a := stateAgentAt(t, home)
+	a.noteTurnEnded(threadID, "t1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.ExportState(ctx, threadID); !errors.Is(err, context.Canceled) {
+		t.Errorf("export before codex recorded the turn's end: %v", err)
+	}
+	for _, end := range []string{"task_complete", "turn_aborted"} {
+		writeFile(t, filepath.Join(home, rolloutRel), started+`{"type":"event_msg","payload":{"type":"`+end+`","turn_id":"t1"}}`+"\n")
+		if _, err := a.ExportState(ctx, threadID); err != nil {
+			t.Errorf("export once the rollout records %s: %v", end, err)
+		}
+	}
+	if recordsEnd([]byte(started+`{"type":"event_msg","payload":{"type":"task_complete","turn_id":"t2"}}`+"\n"), "t1") {
+		t.Errorf("another turn's end counted")
 	}
 }
