@@ -242,7 +242,9 @@ func TestRealStateAcrossMachines(t *testing.T) {
 	ha, agentA := capture(t, "", nil)
 	a.setenv(t, append(env, creds...)...)
 	handle := a.open(t, ha, opts)
-	if err := srv.Script(modelserver.Text(answer)); err != nil {
+	// A Bash output too large for the conversation: the CLI keeps it in
+	// the session's directory and names that file's path to the model.
+	if err := srv.Script(modelserver.Tool("Bash", `{"command":"seq 1 60000","description":"count"}`), modelserver.Text(answer)); err != nil {
 		t.Fatal(err)
 	}
 	ups, stop := ha.Run(question, 60*time.Second)
@@ -293,6 +295,18 @@ func TestRealStateAcrossMachines(t *testing.T) {
 	}
 	if !user || !assistant || !strings.Contains(last.LastUserText(), "QUESTION-TWO") {
 		t.Fatalf("machine B's model request lacks the first turn (user %v, assistant %v): %+v", user, assistant, last.Messages)
+	}
+	// The large output's path names B's config dir, where the file is.
+	var saved string
+	for _, p := range last.ToolResults() {
+		if _, rest, ok := strings.Cut(p.Text, "Full output saved to: "); ok {
+			saved, _, _ = strings.Cut(rest, "\n")
+		}
+	}
+	if !strings.HasPrefix(saved, filepath.Join(b.configDir, "projects")+"/") {
+		t.Errorf("machine B's model request names the large output at %q, not under B's %s", saved, b.configDir)
+	} else if st, err := os.Stat(saved); err != nil || st.Size() < 300000 {
+		t.Errorf("the large output on B: %v", err)
 	}
 	// The CLI told the model of the new workspace itself.
 	if !strings.Contains(string(last.Body), b.workspace) {
