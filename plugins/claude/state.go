@@ -281,6 +281,21 @@ func (a *agent) ImportState(ctx context.Context, handle string, state []byte) er
 	rewrite := filepath.IsAbs(s.Meta[metaConfigDir]) && from != to
 	oldPrefix, newPrefix := []byte(portable.JSONString(from)), []byte(portable.JSONString(to))
 
+	local := func(f portable.File) (string, []byte) {
+		name := path.Join("projects", target, strings.TrimPrefix(f.Path, path.Join("projects", project)+"/"))
+		b := f.Data
+		if rewrite && strings.HasSuffix(name, ".jsonl") {
+			b = bytes.ReplaceAll(b, oldPrefix, newPrefix)
+		}
+		return name, b
+	}
+	// The target is checked before anything is written, so a refused
+	// import leaves nothing behind.
+	name, b := local(portable.File{Path: transcript, Data: data})
+	writeTranscript, err := a.checkTarget(root, name, handle, b)
+	if err != nil {
+		return fmt.Errorf("claude: import session %s: %w", handle, err)
+	}
 	// The session's directory first, the transcript last: the CLI never
 	// sees a transcript whose files are not there yet.
 	slices.SortStableFunc(s.Files, func(x, y portable.File) int {
@@ -290,20 +305,10 @@ func (a *agent) ImportState(ctx context.Context, handle string, state []byte) er
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		name := path.Join("projects", target, strings.TrimPrefix(f.Path, path.Join("projects", project)+"/"))
-		b := f.Data
-		if rewrite && strings.HasSuffix(name, ".jsonl") {
-			b = bytes.ReplaceAll(b, oldPrefix, newPrefix)
+		if f.Path == transcript && !writeTranscript {
+			continue
 		}
-		if f.Path == transcript {
-			write, err := a.checkTarget(root, name, handle, b)
-			if err != nil {
-				return fmt.Errorf("claude: import session %s: %w", handle, err)
-			}
-			if !write {
-				continue
-			}
-		}
+		name, b := local(f)
 		if err := portable.WriteFile(root, name, b, f.Mode); err != nil {
 			return fmt.Errorf("claude: import session %s: %w", handle, err)
 		}

@@ -163,6 +163,9 @@ func TestStateImportRefuses(t *testing.T) {
 	if got, _ := os.ReadFile(theirs); !bytes.Contains(got, []byte("11111111")) {
 		t.Errorf("the other conversation's transcript was changed: %s", got)
 	}
+	if _, err := os.Stat(filepath.Join(dirB, "projects", "-home-a-work", stateID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused import wrote the session's directory: %v", err)
+	}
 	os.Remove(theirs)
 
 	forged := func(files ...portable.File) []byte {
@@ -232,4 +235,38 @@ func TestStateExportAwaitsTheLastLine(t *testing.T) {
 	if _, err := a.ExportState(context.Background(), stateID); err != nil {
 		t.Errorf("export once the transcript holds the line: %v", err)
 	}
+}
+
+// FuzzImportState: whatever files a state names, an import writes only
+// under projects/ of the config dir, and refuses what it does not write.
+func FuzzImportState(f *testing.F) {
+	f.Add("projects/p/"+stateID+".jsonl", "projects/p/"+stateID+"/tool-results/x.txt", []byte(`{"sessionId":"`+stateID+`"}`+"\n"))
+	f.Add("projects/p/"+stateID+".jsonl", "settings.json", []byte(`{"sessionId":"`+stateID+`"}`+"\n"))
+	f.Add("projects/../"+stateID+".jsonl", "projects/p/x", []byte("{}"))
+	f.Fuzz(func(t *testing.T, p1, p2 string, data []byte) {
+		state, err := portable.Encode(portable.State{Agent: "claude", Handle: stateID, Meta: map[string]string{metaConfigDir: "/elsewhere"},
+			Files: []portable.File{{Path: p1, Data: data}, {Path: p2, Data: data}}})
+		if err != nil {
+			return
+		}
+		dir := t.TempDir()
+		a := &agent{log: logtest.New(t), env: []string{"CLAUDE_CONFIG_DIR=" + dir}}
+		err = a.ImportState(context.Background(), stateID, state)
+		var written []string
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, _ error) error {
+			if d != nil && !d.IsDir() {
+				rel, _ := filepath.Rel(dir, p)
+				written = append(written, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil && len(written) > 0 {
+			t.Fatalf("a refused import (%v) wrote %v", err, written)
+		}
+		for _, w := range written {
+			if !strings.HasPrefix(w, "projects/") || strings.Contains(w, "..") {
+				t.Fatalf("the import of %q, %q wrote %s", p1, p2, w)
+			}
+		}
+	})
 }

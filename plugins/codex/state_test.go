@@ -163,3 +163,34 @@ func TestStateExportAwaitsTheTurnEnd(t *testing.T) {
 		t.Errorf("another turn's end counted")
 	}
 }
+
+// FuzzImportState: whatever file a state names, an import writes only a
+// rollout of the thread under sessions/, and refuses what it does not
+// write.
+func FuzzImportState(f *testing.F) {
+	f.Add(rolloutRel, []byte(rollout(threadID, "")))
+	f.Add("sessions/2026/12/02/../../../config.toml", []byte(rollout(threadID, "")))
+	f.Add("config.toml", []byte("x"))
+	f.Fuzz(func(t *testing.T, p string, data []byte) {
+		state, err := portable.Encode(portable.State{Agent: "codex", Handle: threadID, Files: []portable.File{{Path: p, Data: data}}})
+		if err != nil {
+			return
+		}
+		home := t.TempDir()
+		err = stateAgentAt(t, home).ImportState(context.Background(), threadID, state)
+		var written []string
+		filepath.WalkDir(home, func(path string, d os.DirEntry, _ error) error {
+			if d != nil && !d.IsDir() {
+				rel, _ := filepath.Rel(home, path)
+				written = append(written, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil && len(written) > 0 {
+			t.Fatalf("a refused import (%v) wrote %v", err, written)
+		}
+		if err == nil && (len(written) != 1 || !rolloutName.MatchString(written[0]) || !strings.HasSuffix(written[0], threadID+".jsonl")) {
+			t.Fatalf("the import of %q wrote %v", p, written)
+		}
+	})
+}
