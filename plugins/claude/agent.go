@@ -69,6 +69,8 @@ var (
 	_ sdk.Describer          = (*agent)(nil)
 	_ sdk.ModeSetter         = (*agent)(nil)
 	_ sdk.ConfigOptionSetter = (*agent)(nil)
+	_ sdk.StateExporter      = (*agent)(nil)
+	_ sdk.StateImporter      = (*agent)(nil)
 )
 
 // New is the plugin's sdk.Factory. It starts nothing: the CLI is found,

@@ -191,7 +191,9 @@ func TestRealPluginKilled(t *testing.T) {
 // capture serves the agent and hands the test the agent itself, for the
 // provider state methods the host calls through the SDK. With a state,
 // the agent imports it before it serves a session, as the SDK does
-// before ResumeSession when the host passes one.
+// (server.resume: the factory, then ImportState, then ResumeSession)
+// when the host's resume carries one; sdktest's harness does not pass
+// provider_state or call ExportState, so the test calls the agent.
 func capture(t *testing.T, handle string, state []byte) (*sdktest.Harness, func() *agent) {
 	t.Helper()
 	var (

@@ -95,6 +95,8 @@ var (
 	_ sdk.Describer          = (*agent)(nil)
 	_ sdk.ModeSetter         = (*agent)(nil)
 	_ sdk.ConfigOptionSetter = (*agent)(nil)
+	_ sdk.StateExporter      = (*agent)(nil)
+	_ sdk.StateImporter      = (*agent)(nil)
 )
 
 // Capabilities are what the plugin declares to the host: image,

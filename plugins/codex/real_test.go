@@ -280,7 +280,9 @@ func TestRealPluginUnreachableModel(t *testing.T) {
 // startCapture is startReal whose agent the test gets hold of, for the
 // provider state methods the host calls through the SDK. With a state,
 // the agent imports it before it serves a session, as the SDK does
-// before ResumeSession when the host passes one.
+// (server.resume: the factory, then ImportState, then ResumeSession)
+// when the host's resume carries one; sdktest's harness does not pass
+// provider_state or call ExportState, so the test calls the agent.
 func startCapture(t *testing.T, h realHome, handle string, state []byte) (*sdktest.Harness, func() *agent) {
 	t.Helper()
 	plugintest.Unsetenv(t, credentialVars...)
