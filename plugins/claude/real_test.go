@@ -322,3 +322,31 @@ func TestRealStateAcrossMachines(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A cancelled turn's state exports too: the transcript holds the last
+// line the CLI printed, the interrupt marker included.
+func TestRealStateAfterCancel(t *testing.T) {
+	srv, err := modelserver.Start(modelserver.Config{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	f, env := realFixture(t)
+	h, agentOf := capture(t, "", nil)
+	f.setenv(t, append(env, "ANTHROPIC_BASE_URL="+srv.URL(), "ANTHROPIC_API_KEY=sk-agenthost-modelserver", "CLAUDE_CODE_MAX_RETRIES=1")...)
+	handle := f.open(t, h, map[string]string{OptAllowCredentials: "true"})
+	if err := srv.Script(modelserver.Reply{Text: strings.Repeat("slow words ", 200), Delay: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	id := plugintest.Prompt(t, h, "write at length")
+	h.Until(30*time.Second, "the first chunk", func(u sdktest.Update) bool { return u.Kind == "agent_message_chunk" })
+	plugintest.Cancel(t, h)
+	if ups, stop := h.Turn(id, 10*time.Second); stop.StopReason != "cancelled" {
+		t.Fatalf("cancelled turn stopped %v: %s", stop, sdktest.Describe(ups))
+	}
+	state, err := agentOf().ExportState(t.Context(), handle)
+	if err != nil {
+		t.Fatalf("export after a cancelled turn: %v", err)
+	}
+	t.Logf("the state after a cancelled turn is %d bytes", len(state))
+}

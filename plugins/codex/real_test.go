@@ -395,3 +395,34 @@ func TestRealStateAcrossMachines(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A cancelled turn's state exports too: codex records the interrupted
+// turn's end (turn_aborted) in the rollout, which ExportState waits for.
+func TestRealStateAfterCancel(t *testing.T) {
+	realCLI(t)
+	srv, err := modelserver.Start(modelserver.Config{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	h := newRealHome(t)
+	p, agentOf := startCapture(t, h, "", nil)
+	handle, err := openReal(t, p, h, provider(srv.OpenAIBaseURL(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Script(modelserver.Reply{Text: strings.Repeat("slow words ", 200), Delay: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	id := plugintest.Prompt(t, p, "write at length")
+	p.Until(30*time.Second, "the first chunk", func(u sdktest.Update) bool { return u.Kind == "agent_message_chunk" })
+	plugintest.Cancel(t, p)
+	if ups, st := p.Turn(id, 10*time.Second); st.StopReason != "cancelled" {
+		t.Fatalf("cancelled turn stopped %v: %s", st, sdktest.Describe(ups))
+	}
+	state, err := agentOf().ExportState(t.Context(), handle)
+	if err != nil {
+		t.Fatalf("export after a cancelled turn: %v", err)
+	}
+	t.Logf("the state after a cancelled turn is %d bytes", len(state))
+}
