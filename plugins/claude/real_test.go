@@ -8,13 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/journal"
-	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
@@ -186,40 +184,6 @@ func TestRealPluginKilled(t *testing.T) {
 	f.open(t, h, noLogin)
 	pid := plugintest.PluginPID(t, h)
 	plugintest.KillPlugin(t, pid, plugintest.OnlyChild(t, pid))
-}
-
-// capture serves the agent and hands the test the agent itself, for the
-// provider state methods the host calls through the SDK. With a state,
-// the agent imports it before it serves a session, as the SDK does
-// (server.resume: the factory, then ImportState, then ResumeSession)
-// when the host's resume carries one; sdktest's harness does not pass
-// provider_state or call ExportState, so the test calls the agent.
-func capture(t *testing.T, handle string, state []byte) (*sdktest.Harness, func() *agent) {
-	t.Helper()
-	var (
-		mu  sync.Mutex
-		got *agent
-	)
-	h := sdktest.NewHarness(t, func(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-		a, err := New(ctx, env)
-		if err == nil && state != nil {
-			err = a.(*agent).ImportState(ctx, handle, state)
-		}
-		if err == nil {
-			mu.Lock()
-			got = a.(*agent)
-			mu.Unlock()
-		}
-		return a, err
-	})
-	return h, func() *agent {
-		mu.Lock()
-		defer mu.Unlock()
-		if got == nil {
-			t.Fatal("the harness made no agent")
-		}
-		return got
-	}
 }
 
 // TestRealStateAcrossMachines moves a conversation between two
