@@ -64,8 +64,9 @@ const Format = "agenthost-provider-state"
 // Version is the envelope version Encode writes and Decode reads.
 const Version = 1
 
-// Limits. MaxStateBytes matches the store's bound on a provider state
-// (leasestore.MaxProviderStateBytes), which the plugins cannot import.
+// Limits. MaxStateBytes matches the SDK's bound on an export
+// (wire.MaxProviderStateSize) and the store's (leasestore.MaxProviderStateBytes),
+// which a plugin does not import.
 const (
 	MaxStateBytes = 64 << 20
 	// MaxFiles bounds the files of one state.

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agenthost/agenthost/internal/wire"
 )
 
 const handle = "7ae65b20-5758-4ff8-86b5-04a056ec858f"
@@ -254,4 +256,12 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The plugins cannot import the wire package's bound; the SDK refuses a
+// larger export, so the two must agree.
+func TestLimitMatchesTheWire(t *testing.T) {
+	if MaxStateBytes != wire.MaxProviderStateSize {
+		t.Errorf("MaxStateBytes = %d, the SDK's wire.MaxProviderStateSize = %d", MaxStateBytes, wire.MaxProviderStateSize)
+	}
 }
