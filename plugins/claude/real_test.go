@@ -13,6 +13,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/journal"
+	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
@@ -205,8 +206,8 @@ func TestRealStateAcrossMachines(t *testing.T) {
 
 	a, env := realFixture(t)
 	writeFile(t, filepath.Join(a.workspace, "README.md"), "the project\n")
-	ha, agentA := capture(t, "", nil)
 	a.setenv(t, append(env, creds...)...)
+	ha := sdktest.NewHarness(t, New)
 	handle := a.open(t, ha, opts)
 	// A Bash output too large for the conversation: the CLI keeps it in
 	// the session's directory and names that file's path to the model.
@@ -217,11 +218,12 @@ func TestRealStateAcrossMachines(t *testing.T) {
 	if stop.StopReason != "end_turn" || !strings.Contains(strings.Join(texts(ups), ""), answer) {
 		t.Fatalf("machine A's turn: %v %s", stop, sdktest.Describe(ups))
 	}
-	state, err := agentA().ExportState(t.Context(), handle)
-	if err != nil {
-		t.Fatal(err)
+	// As a host does after the turn's stop: ExportState through the SDK.
+	exported, state, err := ha.ExportState(t.Context())
+	if err != nil || exported != handle {
+		t.Fatalf("ExportState: %q, %v", exported, err)
 	}
-	t.Logf("claude %s: the state after one turn is %d bytes", agentA().AgentVersion(), len(state))
+	t.Logf("claude %s: the state after one turn is %d bytes", TestedVersion, len(state))
 	if err := plugintest.CloseWithin(ha, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -231,15 +233,17 @@ func TestRealStateAcrossMachines(t *testing.T) {
 	if a.workspace == b.workspace || a.configDir == b.configDir {
 		t.Fatalf("the machines share %s or %s", a.workspace, a.configDir)
 	}
-	hb, _ := capture(t, "", nil)
 	b.setenv(t, append(env, creds...)...)
+	hb := sdktest.NewHarness(t, New)
 	// B cannot resume what it never saw.
 	if _, err := b.tryResume(t, hb, handle, opts); err == nil || !strings.Contains(err.Error(), "No conversation found") {
 		t.Fatalf("resume on B before the import: %v", err)
 	}
 	plugintest.CloseWithin(hb, 15*time.Second)
-	hb, _ = capture(t, handle, state)
-	info, err := b.tryResume(t, hb, handle, opts)
+	// As a host on another machine resumes: the SDK imports the state
+	// before ResumeSession.
+	hb = sdktest.NewHarness(t, New)
+	info, err := hb.ResumeSessionWithState(t.Context(), sdk.ResumeSessionRequest{Workspace: b.workspace, Options: opts, Handle: handle}, state)
 	if err != nil || info.Handle != handle {
 		t.Fatalf("resume on B: %+v %v", info, err)
 	}
@@ -296,8 +300,8 @@ func TestRealStateAfterCancel(t *testing.T) {
 	}
 	defer srv.Close()
 	f, env := realFixture(t)
-	h, agentOf := capture(t, "", nil)
 	f.setenv(t, append(env, "ANTHROPIC_BASE_URL="+srv.URL(), "ANTHROPIC_API_KEY=sk-agenthost-modelserver", "CLAUDE_CODE_MAX_RETRIES=1")...)
+	h := sdktest.NewHarness(t, New)
 	handle := f.open(t, h, map[string]string{OptAllowCredentials: "true"})
 	if err := srv.Script(modelserver.Reply{Text: strings.Repeat("slow words ", 200), Delay: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
@@ -308,9 +312,9 @@ func TestRealStateAfterCancel(t *testing.T) {
 	if ups, stop := h.Turn(id, 10*time.Second); stop.StopReason != "cancelled" {
 		t.Fatalf("cancelled turn stopped %v: %s", stop, sdktest.Describe(ups))
 	}
-	state, err := agentOf().ExportState(t.Context(), handle)
-	if err != nil {
-		t.Fatalf("export after a cancelled turn: %v", err)
+	exported, state, err := h.ExportState(t.Context())
+	if err != nil || exported != handle || len(state) == 0 {
+		t.Fatalf("export after a cancelled turn: %q, %d bytes, %v", exported, len(state), err)
 	}
 	t.Logf("the state after a cancelled turn is %d bytes", len(state))
 }

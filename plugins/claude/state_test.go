@@ -7,12 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/plugin/sdk"
-	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 	"github.com/agenthost/agenthost/plugins/internal/portable"
 )
@@ -275,62 +273,26 @@ func FuzzImportState(f *testing.F) {
 	})
 }
 
-// capture serves the agent and hands the test the agent itself, for the
-// provider state methods the host calls through the SDK. With a state,
-// the agent imports it before it serves a session, as the SDK does
-// (server.resume: the factory, then ImportState, then ResumeSession)
-// when the host's resume carries one; sdktest's harness does not pass
-// provider_state or call ExportState, so the test calls the agent.
-func capture(t *testing.T, handle string, state []byte) (*sdktest.Harness, func() *agent) {
-	t.Helper()
-	var (
-		mu  sync.Mutex
-		got *agent
-	)
-	h := sdktest.NewHarness(t, func(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-		a, err := New(ctx, env)
-		if err == nil && state != nil {
-			err = a.(*agent).ImportState(ctx, handle, state)
-		}
-		if err == nil {
-			mu.Lock()
-			got = a.(*agent)
-			mu.Unlock()
-		}
-		return a, err
-	})
-	return h, func() *agent {
-		mu.Lock()
-		defer mu.Unlock()
-		if got == nil {
-			t.Fatal("the harness made no agent")
-		}
-		return got
-	}
-}
-
 // With the fake CLI: a session's state moves to another config dir and
 // workspace and resumes there; the export waits for the transcript to
 // hold the last line printed, which the fake writes first as the CLI
 // does.
 func TestStateMovesWithTheFake(t *testing.T) {
 	a := newFixture(t)
-	ha, agentA := capture(t, "", nil)
-	a.setenv(t)
+	ha := a.start(t)
 	handle := a.open(t, ha, nil)
 	if _, stop := ha.Run("hello", wait); stop.StopReason != "end_turn" {
 		t.Fatalf("turn on A: %v", stop)
 	}
-	state, err := agentA().ExportState(t.Context(), handle)
-	if err != nil {
-		t.Fatal(err)
+	exported, state, err := ha.ExportState(t.Context())
+	if err != nil || exported != handle {
+		t.Fatalf("ExportState: %q %v", exported, err)
 	}
 	plugintest.CloseWithin(ha, wait)
 
 	b := newFixture(t)
-	hb, _ := capture(t, handle, state)
-	b.setenv(t)
-	if info, err := b.tryResume(t, hb, handle, nil); err != nil || info.Handle != handle {
+	hb := b.start(t)
+	if info, err := hb.ResumeSessionWithState(t.Context(), sdk.ResumeSessionRequest{Workspace: b.workspace, Handle: handle}, state); err != nil || info.Handle != handle {
 		t.Fatalf("resume on B: %+v %v", info, err)
 	}
 	if _, stop := hb.Run("hello", wait); stop.StopReason != "end_turn" {

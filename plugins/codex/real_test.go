@@ -21,7 +21,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -277,42 +276,6 @@ func TestRealPluginUnreachableModel(t *testing.T) {
 	}
 }
 
-// startCapture is startReal whose agent the test gets hold of, for the
-// provider state methods the host calls through the SDK. With a state,
-// the agent imports it before it serves a session, as the SDK does
-// (server.resume: the factory, then ImportState, then ResumeSession)
-// when the host's resume carries one; sdktest's harness does not pass
-// provider_state or call ExportState, so the test calls the agent.
-func startCapture(t *testing.T, h realHome, handle string, state []byte) (*sdktest.Harness, func() *agent) {
-	t.Helper()
-	plugintest.Unsetenv(t, credentialVars...)
-	plugintest.Setenv(t, h.env(EnvCodexPath+"="+realCLI(t), "OPENAI_API_KEY=sk-agenthost-fake")...)
-	var (
-		mu  sync.Mutex
-		got *agent
-	)
-	p := sdktest.NewHarness(t, func(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
-		a, err := New(ctx, env)
-		if err == nil && state != nil {
-			err = a.(*agent).ImportState(ctx, handle, state)
-		}
-		if err == nil {
-			mu.Lock()
-			got = a.(*agent)
-			mu.Unlock()
-		}
-		return a, err
-	})
-	return p, func() *agent {
-		mu.Lock()
-		defer mu.Unlock()
-		if got == nil {
-			t.Fatal("the harness made no agent")
-		}
-		return got
-	}
-}
-
 // TestRealStateAcrossMachines moves a thread between two "machines" (a
 // HOME, CODEX_HOME and workspace each, the workspaces at different paths
 // with the same files): machine A runs a turn against the scripted model
@@ -332,7 +295,7 @@ func TestRealStateAcrossMachines(t *testing.T) {
 
 	a := newRealHome(t)
 	os.WriteFile(filepath.Join(a.workspace, "README.md"), []byte("the project\n"), 0o600)
-	pa, agentA := startCapture(t, a, "", nil)
+	pa := startReal(t, a)
 	handle, err := openReal(t, pa, a, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -344,26 +307,29 @@ func TestRealStateAcrossMachines(t *testing.T) {
 	if st.StopReason != "end_turn" {
 		t.Fatalf("machine A's turn: %v %s", st, sdktest.Describe(ups))
 	}
-	state, err := agentA().ExportState(t.Context(), handle)
-	if err != nil {
-		t.Fatal(err)
+	// As a host does after the turn's stop: ExportState through the SDK.
+	exported, state, err := pa.ExportState(t.Context())
+	if err != nil || exported != handle {
+		t.Fatalf("ExportState: %q, %v", exported, err)
 	}
-	t.Logf("codex %s: the state after one turn is %d bytes", agentA().AgentVersion(), len(state))
+	t.Logf("the state after one turn is %d bytes", len(state))
 	if err := plugintest.CloseWithin(pa, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
 	b := newRealHome(t)
 	os.WriteFile(filepath.Join(b.workspace, "README.md"), []byte("the project\n"), 0o600)
-	pb, _ := startCapture(t, b, "", nil)
+	pb := startReal(t, b)
 	if _, err := resumeReal(t, pb, b, handle, opts); err == nil || !strings.Contains(err.Error(), "no rollout found") {
 		t.Fatalf("resume on B before the import: %v", err)
 	}
 	plugintest.CloseWithin(pb, 10*time.Second)
-	pb, _ = startCapture(t, b, handle, state)
-	got, err := resumeReal(t, pb, b, handle, opts)
-	if err != nil || got != handle {
-		t.Fatalf("resume on B: %q %v", got, err)
+	// As a host on another machine resumes: the SDK imports the state
+	// before ResumeSession.
+	pb = startReal(t, b)
+	info, err := pb.ResumeSessionWithState(t.Context(), sdk.ResumeSessionRequest{Workspace: b.workspace, Handle: handle, Options: opts}, state)
+	if err != nil || info.Handle != handle {
+		t.Fatalf("resume on B: %+v %v", info, err)
 	}
 	if err := srv.Script(modelserver.Text("ANSWER-TWO")); err != nil {
 		t.Fatal(err)
@@ -406,7 +372,7 @@ func TestRealStateAfterCancel(t *testing.T) {
 	}
 	defer srv.Close()
 	h := newRealHome(t)
-	p, agentOf := startCapture(t, h, "", nil)
+	p := startReal(t, h)
 	handle, err := openReal(t, p, h, provider(srv.OpenAIBaseURL(), nil))
 	if err != nil {
 		t.Fatal(err)
@@ -420,9 +386,9 @@ func TestRealStateAfterCancel(t *testing.T) {
 	if ups, st := p.Turn(id, 10*time.Second); st.StopReason != "cancelled" {
 		t.Fatalf("cancelled turn stopped %v: %s", st, sdktest.Describe(ups))
 	}
-	state, err := agentOf().ExportState(t.Context(), handle)
-	if err != nil {
-		t.Fatalf("export after a cancelled turn: %v", err)
+	exported, state, err := p.ExportState(t.Context())
+	if err != nil || exported != handle || len(state) == 0 {
+		t.Fatalf("export after a cancelled turn: %q, %d bytes, %v", exported, len(state), err)
 	}
 	t.Logf("the state after a cancelled turn is %d bytes", len(state))
 }
