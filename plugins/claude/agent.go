@@ -55,7 +55,12 @@ type agent struct {
 	persisted bool
 	proc      *cli
 	retired   []*cli // CLIs being stopped in the background
-	closed    bool
+	// lastLine is the uuid of the newest line of the main conversation
+	// the CLI printed (an assistant or user message): ExportState waits
+	// for the transcript to hold it, since the CLI writes the transcript
+	// behind what it prints.
+	lastLine string
+	closed   bool
 }
 
 var (
@@ -64,6 +69,8 @@ var (
 	_ sdk.Describer          = (*agent)(nil)
 	_ sdk.ModeSetter         = (*agent)(nil)
 	_ sdk.ConfigOptionSetter = (*agent)(nil)
+	_ sdk.StateExporter      = (*agent)(nil)
+	_ sdk.StateImporter      = (*agent)(nil)
 )
 
 // New is the plugin's sdk.Factory. It starts nothing: the CLI is found,

@@ -90,6 +90,43 @@
 // answer to it counts once. allow_always also passes the CLI's own rule
 // suggestions back (never a mode switch), which the CLI applies itself.
 //
+// # Portable state
+//
+// The agent is an sdk.StateExporter and sdk.StateImporter (state.go), so
+// a host on another machine can continue a session. The state is
+// plugins/internal/portable's envelope holding what claude 2.1.332 keeps
+// of the conversation under its config directory:
+// projects/<project>/<id>.jsonl (the transcript) and everything under
+// projects/<project>/<id>/ (sub-agents' transcripts and meta files,
+// large tool outputs in tool-results/), paths relative to the config
+// directory. ExportState first waits (at most 5 s) for the transcript to
+// hold the last assistant or user line the CLI printed, matched by its
+// uuid: the CLI writes the transcript behind its output. ImportState
+// refuses another agent's or another session's state, any other file, a
+// transcript naming another session, and never overwrites a file at the
+// target that is another conversation's; a copy of this conversation
+// with turns the import lacks is kept as <id>.jsonl.displaced-<time>.
+//
+// What the live CLI did (2.1.332, against the scripted model server): a
+// transcript placed in ANY project directory is found by --resume from
+// any cwd, and the CLI keeps appending to it there; the model then gets
+// the earlier turns replayed (the first turn's environment block with
+// the old cwd included) followed by an "Environment update" block:
+// "Primary working directory: <new> (was <old>)". So the import keeps
+// the exporting machine's project directory name (or this machine's
+// existing copy of the session, so there is one copy), and no workspace
+// path is rewritten. What is rewritten is the session directory's own
+// absolute path, which the CLI writes into the conversation for a large
+// tool output ("Full output saved to: <config>/projects/…/tool-results/…")
+// and does not update on resume: in the .jsonl files, the exporting
+// machine's <config>/projects/<project>/<id>/ becomes this machine's.
+// The todos live in the transcript (2.1.332 writes no todos directory);
+// file-history/<id> (file checkpoints for rewinding) is not moved, since
+// it would restore another machine's files. ImportState runs before a
+// session opens and so finds the config directory in the plugin's own
+// environment (CLAUDE_CONFIG_DIR, else HOME), not a session's env
+// option.
+//
 // # Hazards
 //
 //   - An API or authentication failure arrives as a result of subtype

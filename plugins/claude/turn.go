@@ -231,8 +231,10 @@ func (r *turnRun) handle(ctx context.Context, m *message) (stop sdk.StopReason, 
 	case "stream_event":
 		r.streamEvent(m)
 	case "assistant":
+		r.a.noteLine(m)
 		r.assistant(m)
 	case "user":
+		r.a.noteLine(m)
 		r.user(m)
 	case "control_request":
 		r.askPermission(ctx, m)

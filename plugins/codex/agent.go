@@ -76,6 +76,10 @@ type agent struct {
 	// ownNames are thread names the plugin set itself (to save a thread
 	// /new started), not titles to report.
 	ownNames map[string]bool
+	// endedTurn is the last turn of thread endedThread codex reported
+	// completed: ExportState waits for the rollout to record its end,
+	// since codex writes the rollout behind what it reports.
+	endedThread, endedTurn string
 }
 
 // New is the plugin's sdk.Factory. It only records the environment: the
@@ -91,6 +95,8 @@ var (
 	_ sdk.Describer          = (*agent)(nil)
 	_ sdk.ModeSetter         = (*agent)(nil)
 	_ sdk.ConfigOptionSetter = (*agent)(nil)
+	_ sdk.StateExporter      = (*agent)(nil)
+	_ sdk.StateImporter      = (*agent)(nil)
 )
 
 // Capabilities are what the plugin declares to the host: image,

@@ -90,6 +90,32 @@
 //     is not offered (for a grantRoot it would grant codex that root for
 //     the session); sent anyway, it is answered to codex as accept.
 //
+// # Portable state
+//
+// The agent is an sdk.StateExporter and sdk.StateImporter (state.go), so
+// a host on another machine can continue a thread. The state is
+// plugins/internal/portable's envelope holding the thread's rollout,
+// sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl, its path relative
+// to CODEX_HOME. ExportState first waits (at most 5 s) for the rollout
+// to record the end (task_complete, turn_aborted) of the last turn codex
+// reported completed: codex writes the rollout behind its notifications.
+// ImportState puts the rollout at the same relative path under this
+// machine's CODEX_HOME, or over this machine's own copy of the thread if
+// it has one elsewhere (one copy); it refuses another agent's or thread's
+// state, any file but the one rollout, a rollout whose session_meta
+// names another thread, and never overwrites a file that is another
+// thread's; a copy of this thread with turns the import lacks is kept as
+// <name>.displaced-<time>.
+//
+// What the live CLI did (0.171.0, against the scripted model server): a
+// CODEX_HOME holding only the rollout (none of the state_5, thread_history
+// or other sqlite databases of the exporting machine) resumes the thread,
+// from another workspace path too; the model gets the earlier turns and
+// then a new environment_context with the new cwd and a new skills
+// message naming the new CODEX_HOME, so nothing in the rollout is
+// rewritten. Threads a thread spawned (sub-agents) have rollouts of their
+// own and are not exported.
+//
 // # Hazards
 //
 //   - The wire is JSON-RPC 2.0 without the "jsonrpc" member, one object a

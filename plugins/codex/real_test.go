@@ -24,9 +24,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/journal"
 	"github.com/agenthost/agenthost/plugin/sdk"
 	"github.com/agenthost/agenthost/plugin/sdk/cliproc"
+	"github.com/agenthost/agenthost/plugin/sdk/modelserver"
 	"github.com/agenthost/agenthost/plugin/sdk/sdktest"
 	"github.com/agenthost/agenthost/plugins/internal/plugintest"
 )
@@ -272,4 +274,121 @@ func TestRealPluginUnreachableModel(t *testing.T) {
 	if st.StopReason != "failed" || !strings.Contains(st.Error, "could not reach its model for 2s") || !strings.Contains(st.Error, "Reconnecting") {
 		t.Errorf("turn stopped %v", st)
 	}
+}
+
+// TestRealStateAcrossMachines moves a thread between two "machines" (a
+// HOME, CODEX_HOME and workspace each, the workspaces at different paths
+// with the same files): machine A runs a turn against the scripted model
+// server and exports the thread's state while its app-server still runs;
+// machine B, which never saw the thread, imports it, resumes the handle
+// and runs a second turn, and the model receives the first turn's
+// question and answer.
+func TestRealStateAcrossMachines(t *testing.T) {
+	realCLI(t)
+	srv, err := modelserver.Start(modelserver.Config{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	opts := provider(srv.OpenAIBaseURL(), nil)
+	const question, answer = "QUESTION-ONE: remember the word aubergine", "ANSWER-ONE: aubergine noted"
+
+	a := newRealHome(t)
+	os.WriteFile(filepath.Join(a.workspace, "README.md"), []byte("the project\n"), 0o600)
+	pa := startReal(t, a)
+	handle, err := openReal(t, pa, a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Script(modelserver.Text(answer)); err != nil {
+		t.Fatal(err)
+	}
+	ups, st := pa.Turn(plugintest.Prompt(t, pa, question), 60*time.Second)
+	if st.StopReason != "end_turn" {
+		t.Fatalf("machine A's turn: %v %s", st, sdktest.Describe(ups))
+	}
+	// As a host does after the turn's stop: ExportState through the SDK.
+	exported, state, err := pa.ExportState(t.Context())
+	if err != nil || exported != handle {
+		t.Fatalf("ExportState: %q, %v", exported, err)
+	}
+	t.Logf("the state after one turn is %d bytes", len(state))
+	if err := plugintest.CloseWithin(pa, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newRealHome(t)
+	os.WriteFile(filepath.Join(b.workspace, "README.md"), []byte("the project\n"), 0o600)
+	pb := startReal(t, b)
+	if _, err := resumeReal(t, pb, b, handle, opts); err == nil || !strings.Contains(err.Error(), "no rollout found") {
+		t.Fatalf("resume on B before the import: %v", err)
+	}
+	plugintest.CloseWithin(pb, 10*time.Second)
+	// As a host on another machine resumes: the SDK imports the state
+	// before ResumeSession.
+	pb = startReal(t, b)
+	info, err := pb.ResumeSessionWithState(t.Context(), sdk.ResumeSessionRequest{Workspace: b.workspace, Handle: handle, Options: opts}, state)
+	if err != nil || info.Handle != handle {
+		t.Fatalf("resume on B: %+v %v", info, err)
+	}
+	if err := srv.Script(modelserver.Text("ANSWER-TWO")); err != nil {
+		t.Fatal(err)
+	}
+	ups, st = pb.Turn(plugintest.Prompt(t, pb, "QUESTION-TWO: which word?"), 60*time.Second)
+	if st.StopReason != "end_turn" {
+		t.Fatalf("machine B's turn: %v %s", st, sdktest.Describe(ups))
+	}
+	reqs := srv.ModelRequests()
+	last := reqs[len(reqs)-1]
+	var user, assistant bool
+	for _, m := range last.Messages {
+		for _, p := range m.Parts {
+			user = user || (m.Role == "user" && p.Type == modelserver.TextPart && strings.Contains(p.Text, question))
+			assistant = assistant || (m.Role == "assistant" && p.Type == modelserver.TextPart && strings.Contains(p.Text, answer))
+		}
+	}
+	if !user || !assistant || !strings.Contains(last.LastUserText(), "QUESTION-TWO") {
+		t.Fatalf("machine B's model request lacks the first turn (user %v, assistant %v): %+v", user, assistant, last.Messages)
+	}
+	// Codex told the model of the new workspace itself.
+	if !strings.Contains(string(last.Body), "<cwd>"+b.workspace+"</cwd>") {
+		t.Errorf("machine B's model request does not name B's workspace %s", b.workspace)
+	}
+	if found := findRollouts(b.codexHome, handle); len(found) != 1 {
+		t.Errorf("B holds rollouts %v", found)
+	}
+	if err := plugintest.CloseWithin(pb, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A cancelled turn's state exports too: codex records the interrupted
+// turn's end (turn_aborted) in the rollout, which ExportState waits for.
+func TestRealStateAfterCancel(t *testing.T) {
+	realCLI(t)
+	srv, err := modelserver.Start(modelserver.Config{Logger: logtest.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	h := newRealHome(t)
+	p := startReal(t, h)
+	handle, err := openReal(t, p, h, provider(srv.OpenAIBaseURL(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Script(modelserver.Reply{Text: strings.Repeat("slow words ", 200), Delay: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	id := plugintest.Prompt(t, p, "write at length")
+	p.Until(30*time.Second, "the first chunk", func(u sdktest.Update) bool { return u.Kind == "agent_message_chunk" })
+	plugintest.Cancel(t, p)
+	if ups, st := p.Turn(id, 10*time.Second); st.StopReason != "cancelled" {
+		t.Fatalf("cancelled turn stopped %v: %s", st, sdktest.Describe(ups))
+	}
+	exported, state, err := p.ExportState(t.Context())
+	if err != nil || exported != handle || len(state) == 0 {
+		t.Fatalf("export after a cancelled turn: %q, %d bytes, %v", exported, len(state), err)
+	}
+	t.Logf("the state after a cancelled turn is %d bytes", len(state))
 }

@@ -254,6 +254,7 @@ func (t *turnRun) handle(m *message) (outcome, bool) {
 		if !t.decode(m, &n) || n.Turn.ID != t.turnID {
 			return outcome{}, false
 		}
+		t.a.noteTurnEnded(t.threadID, n.Turn.ID)
 		return t.completed(n.Turn), true
 	case "item/agentMessage/delta":
 		var n deltaNotification

@@ -505,6 +505,12 @@ func (f *fake) controlSuccess(id string, response map[string]any) {
 
 // emit prints one message, with unknown fields added as a newer CLI would.
 func (f *fake) emit(m map[string]any) {
+	// Like 2.1.332, the main conversation's user and assistant lines are
+	// the transcript's, with the same uuid, written before they are
+	// printed.
+	if t, _ := m["type"].(string); (t == "assistant" || t == "user") && m["parent_tool_use_id"] == nil && f.transcript != "" {
+		f.appendTranscript(map[string]any{"type": t, "message": m["message"], "uuid": m["uuid"]})
+	}
 	m["fake_unknown_field"] = map[string]any{"nested": []any{1, "two", nil}, "added_in": "9.9.9"}
 	m["emittedAtMs"] = time.Now().UnixMilli()
 	b, err := json.Marshal(m)
@@ -838,7 +844,6 @@ func (f *fake) runTurn(t *turn, prompt string) bool {
 	}
 	say := func(s string) {
 		f.block(msgID, text(s), 0)
-		f.appendTranscript(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []any{text(s)}}, "uuid": uuid.NewString()})
 	}
 	done := func(last string, n int) bool {
 		f.emit(f.result("success", false, last, "end_turn", "completed", n, 5))

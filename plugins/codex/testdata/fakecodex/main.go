@@ -257,6 +257,9 @@ func (s *server) fail(id json.RawMessage, code int, msg string) {
 }
 
 func (s *server) notify(method string, params any) {
+	if method == "turn/completed" {
+		s.recordTurnEnd(params)
+	}
 	s.mu.Lock()
 	skip := s.optOut[method]
 	s.mu.Unlock()
@@ -646,6 +649,39 @@ func (s *server) materialize(th *thread) {
 	meta := map[string]any{"timestamp": now.UTC().Format(time.RFC3339Nano), "ordinal": 0, "type": "session_meta",
 		"payload": map[string]any{"session_id": th.id, "id": th.id, "cwd": th.cwd, "originator": "agenthost", "cli_version": "0.171.0", "source": "vscode", "model_provider": "openai"}}
 	_ = os.WriteFile(th.rollout, append(mustJSON(meta), '\n'), 0o600)
+}
+
+// recordTurnEnd appends the event that ends a turn to its thread's
+// rollout, before turn/completed is sent, as codex 0.171.0 records
+// task_complete (turn_aborted for an interrupted turn) with the turn's id.
+func (s *server) recordTurnEnd(params any) {
+	p, _ := params.(map[string]any)
+	id, _ := p["threadId"].(string)
+	tu, _ := p["turn"].(map[string]any)
+	turnID, _ := tu["id"].(string)
+	status, _ := tu["status"].(string)
+	s.mu.Lock()
+	th := s.threads[id]
+	path := ""
+	if th != nil {
+		path = th.rollout
+	}
+	s.mu.Unlock()
+	if path == "" || turnID == "" {
+		return
+	}
+	kind := "task_complete"
+	if status == "interrupted" {
+		kind = "turn_aborted"
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	line := map[string]any{"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "type": "event_msg",
+		"payload": map[string]any{"type": kind, "turn_id": turnID}}
+	_, _ = f.Write(append(mustJSON(line), '\n'))
 }
 
 func turnJSON(id, status string, turnErr any, started, completed any) map[string]any {
