@@ -57,7 +57,7 @@ type op struct {
 	// knows nothing of: its compares require the keys absent, and a lost
 	// compare reads them back.
 	assumeAbsent bool
-	result  leasestore.Session
+	result       leasestore.Session
 
 	err  error
 	done chan struct{}
