@@ -276,6 +276,15 @@ func (s *Store) Tail(ctx context.Context, id string, from uint64, fn func(leases
 			return err
 		}
 		s.log.Debug("tail reads again", "session", id, "next", next, "reason", err)
+		// A watch that failed at once (no leader yet) is not retried in
+		// a busy loop.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return fmt.Errorf("tail session %q: %w", id, leasestore.ErrClosed)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
