@@ -720,7 +720,12 @@ func (p *pluginProc) heartbeat(ctx context.Context, validFor time.Duration) (sel
 }
 
 // Portable reports whether rec can be resumed on another machine: its
-// agent's plugin exports its provider state (see providerstate.go).
+// agent's plugin exports its provider state (providerstate.go), as the
+// plugin of the agent's newest session in this host declared it. An agent
+// no session of this host has run yet is reported not portable: this host
+// does not know.
 func (h *Host) Portable(rec leasestore.Session) bool {
-	return false
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.exporting[rec.Agent]
 }
