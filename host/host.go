@@ -171,8 +171,11 @@ type Config struct {
 	// must be shorter than LivenessTTL.
 	SelfFence time.Duration
 	// Address is where this host's clients reach it (its local API socket
-	// path), published in its cluster registration: a client of another
-	// host is told it for this host's sessions. Default: none.
+	// path), for its cluster registration: a client of another host is
+	// told it for this host's sessions. Join gets it in its context
+	// (leasestore.WithJoinAddress); a store that publishes an address of
+	// its own (etcdstore.Options.HostAddress, which the wiring sets to the
+	// same) wins, and the host warns when the two differ. Default: none.
 	Address string
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
