@@ -316,7 +316,7 @@ type startAttempt struct {
 // session in the same commit when it is new. Nothing is held when it
 // fails.
 func (h *Host) reserve(ctx context.Context, req SessionRequest, rec leasestore.Session, resume bool, workspace string) (*startAttempt, error) {
-	reserve := leasestore.Reserve{ClaimKeyID: h.cfg.ClaimKeyID}
+	reserve := leasestore.Reserve{ClaimKeyID: h.cfg.ClaimKeyID, HostID: h.cfg.HostID}
 	var err error
 	if !resume {
 		rec, err = h.store.CreateAndApply(ctx, leasestore.SessionSpec{ID: req.ID, Agent: req.Agent, Workspace: workspace, Options: req.Options,

@@ -297,7 +297,7 @@ func (h *Host) closeTurnOffline(ctx context.Context, id, turn, why string) error
 	if err != nil {
 		return err
 	}
-	if rec, err = h.store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence, ClaimKeyID: h.cfg.ClaimKeyID}); err != nil {
+	if rec, err = h.store.Apply(ctx, id, leasestore.Reserve{ExpectedFence: rec.Lease.Fence, ClaimKeyID: h.cfg.ClaimKeyID, HostID: h.cfg.HostID}); err != nil {
 		return fmt.Errorf("reserve the lease to journal the turn's end: %w", err)
 	}
 	fence := rec.Lease.Fence

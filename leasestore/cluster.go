@@ -142,12 +142,35 @@ const MaxProviderStateBytes = 64 << 20
 
 // ProviderStates keeps each session's newest ProviderState.
 type ProviderStates interface {
-	// PutProviderState replaces the session's provider state for the
-	// writer holding fence (CheckAppend's rules). ErrInvalidArgument when
-	// Data exceeds MaxProviderStateBytes. Delete removes it with the
-	// session.
+	// PutProviderState replaces the session's provider state, whole, for
+	// the writer holding fence (CheckAppend's rules, judged on the record
+	// in the transaction that makes the new state visible; a refused put
+	// leaves the previous state as it was). The stored Fence is fence,
+	// whatever st.Fence says; a zero ExportedAt becomes the store's now.
+	// ErrInvalidArgument when st fails Validate (no Handle, or Data over
+	// MaxProviderStateBytes). The state outlives a release; Delete removes
+	// it with the session.
 	PutProviderState(ctx context.Context, id string, fence uint64, st ProviderState) error
 	// GetProviderState returns the newest one, or ErrNotFound (for an
-	// unknown session, and for a session that has none).
+	// unknown session or one being deleted, and for a session that has
+	// none, a session created again under a deleted one's id included).
 	GetProviderState(ctx context.Context, id string) (ProviderState, error)
+}
+
+// joinAddressKey is the context key of JoinAddress.
+type joinAddressKey struct{}
+
+// WithJoinAddress returns ctx carrying addr, the address clients reach the
+// joining host at (its local API socket path), for Cluster.Join to
+// publish as HostRecord.Address. A context value rather than a parameter
+// so that Join's signature stays as it is; a backend that ignores it
+// publishes no address, and other hosts then name only the host id.
+func WithJoinAddress(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, joinAddressKey{}, addr)
+}
+
+// JoinAddress is the address WithJoinAddress put in ctx, or "".
+func JoinAddress(ctx context.Context) string {
+	addr, _ := ctx.Value(joinAddressKey{}).(string)
+	return addr
 }

@@ -11,7 +11,9 @@
 // of any process: its id, agent, workspace, the options the plugin
 // acknowledged, and the provider handle chain (each link a handle such as a
 // Claude session id or a Codex thread id, how it came to be, and the fence it
-// was minted at). Session ids are opaque: any valid UTF-8, NUL and '/'
+// was minted at). Beside the record a store keeps the session's journal and,
+// when a plugin exported one, its provider state (see "Provider state"
+// below). Session ids are opaque: any valid UTF-8, NUL and '/'
 // included (ValidateSessionID).
 //
 // The lease is a separate question: which process may write to the session
@@ -116,6 +118,50 @@
 // then on nothing but a Delete that finishes the job is accepted, so an
 // interrupted Delete never leaves a session someone took over with half its
 // journal.
+//
+// # Several hosts on one store
+//
+// A backend shared by hosts on several machines (leasestore/etcdstore)
+// also implements Cluster; the model above holds unchanged, and a few
+// fields say which host each session belongs to. A pid means nothing on
+// another machine, so a session has exactly one owner host: the committed
+// owner's ProcessIdentity.HostID, or, for a reservation no owner has been
+// committed to yet, Lease.ReservedBy, the host that reserved it
+// (Reserve.HostID; kept while the ownership lasts, cleared on release like
+// the rest of the lease). Lease.OwnerHost names it. A host that opens a
+// shared store marks unreconciled only the leases it must decide
+// (MarkHostUnreconciled, Lease.ReconciledBy): its owners', its
+// reservations', and held leases naming no host at all (records from
+// before hosts were recorded: every host flags them, failing closed).
+// Released leases and other hosts' leases are untouched, so their writers
+// go on appending while this host starts. A single machine keeps
+// MarkAllUnreconciled.
+//
+// Another host's session is never judged from this host's process table
+// (package probe). It is taken over only when its owner host lost its
+// liveness lease in the cluster, with Cluster.ApplyIfHostLost and an Evict
+// carrying EvidenceHostLost: the backend's transaction checks the lost
+// host still has no registration and names it in Env.LostHost, and Evict
+// accepts that evidence only then, and only for a lease whose owner host
+// it names. A plain Apply cannot carry it.
+//
+// # Provider state: what is portable
+//
+// The store holds everything a host needs to continue a session except the
+// provider's own conversation, which lives in the plugin's files on the
+// machine that ran it (claude's transcript, codex's rollout). A plugin
+// that can export it hands it over after each turn, and the host keeps the
+// newest export with the session (ProviderStates): PutProviderState is
+// fenced exactly like an append (CheckAppend: only the current, unlatched
+// holder of a decided lease), replaces the previous state whole, refuses
+// Data over MaxProviderStateBytes, and records the writer's fence; Delete
+// removes the state with the session; the state outlives a release, since
+// a host on another machine resumes from it. A session with a stored state
+// is portable: any host resumes it, importing the state first. One
+// without (the plugin exports nothing, or its state is too large) resumes
+// only where its provider files are. A backend may keep provider state
+// out of its backups: a store restored from backup loses it, and the
+// sessions stay resumable on their own machines.
 //
 // # Backends
 //

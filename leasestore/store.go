@@ -47,8 +47,19 @@ type SessionStore interface {
 	// cannot be flagged is named in the error and does not keep the others
 	// from being flagged.
 	MarkAllUnreconciled(ctx context.Context) (int, error)
-	// Delete removes a released, decided session and its journal (see
-	// CheckDelete). fence must be current. A backend that needs several
+	// MarkHostUnreconciled is MarkAllUnreconciled for one host among
+	// several sharing the store: it flags only the leases hostID must
+	// decide (Lease.ReconciledBy) — held leases whose owner runs on
+	// hostID, ownerless reservations hostID made (ReservedBy), and held
+	// leases that name no host at all (records from before hosts were
+	// recorded: fail closed). Released leases and the leases of other
+	// hosts are left as they are, so their writers go on appending. A
+	// host in cluster mode calls it right after opening the store; a
+	// single machine keeps MarkAllUnreconciled. ErrInvalidArgument for an
+	// empty hostID.
+	MarkHostUnreconciled(ctx context.Context, hostID string) (int, error)
+	// Delete removes a released, decided session, its journal and its
+	// provider state (see CheckDelete). fence must be current. A backend that needs several
 	// steps marks the session Deleting first: from then on transitions and
 	// appends are refused (ErrNotFound) and only a Delete at the same fence
 	// is accepted, which finishes the job even after a restart flagged the
@@ -97,6 +108,7 @@ type JournalStore interface {
 type Store interface {
 	SessionStore
 	JournalStore
+	ProviderStates
 	// OpenJournal returns a writer handle on a session's journal at fence,
 	// after checking that a writer holding fence may append (CheckAppend).
 	// The store closes every handle it handed out when it closes.

@@ -14,6 +14,12 @@ type Env struct {
 	Now time.Time
 	// NewToken mints a spawn token. Called only by a reservation that wins.
 	NewToken func() (string, error)
+	// LostHost is set only by Cluster.ApplyIfHostLost: the host id whose
+	// absence from the cluster the backend's transaction requires. Evict
+	// accepts EvidenceHostLost only with it, and only for a lease whose
+	// owner host (Lease.OwnerHost) it names, so a takeover through a plain
+	// Apply, or one naming another host than the owner's, is refused.
+	LostHost string
 }
 
 // Transition is one move of the lease state machine. The set is closed: only
@@ -174,6 +180,10 @@ type Reserve struct {
 	ExpectedFence uint64
 	// ClaimKeyID names the host key the claim is granted under.
 	ClaimKeyID string
+	// HostID is the reserving host's id, recorded as Lease.ReservedBy so
+	// that other hosts sharing the store know whose reservation it is
+	// before an owner process is committed. Empty: not recorded.
+	HostID string
 }
 
 func (Reserve) Name() string      { return "reserve" }
@@ -210,6 +220,7 @@ func (t Reserve) Apply(s Session, env Env) (Session, *EntryInput, error) {
 		ReservedSpawnToken: token,
 		MinNextFence:       l.MinNextFence,
 		ClaimKeyID:         t.ClaimKeyID,
+		ReservedBy:         t.HostID,
 	}
 	return s, lifecycle(KindLifecycle, s, LifecycleEvent{Event: "reserved"}), nil
 }
@@ -456,12 +467,24 @@ func (t Evict) Apply(s Session, env Env) (Session, *EntryInput, error) {
 	if err := admit(t, s, t.Fence); err != nil {
 		return s, nil, err
 	}
+	l := s.Lease
 	switch t.Evidence.Kind {
 	case EvidenceExitObserved, EvidencePIDAbsent, EvidenceIdentityMismatch, EvidenceOperator:
+	case EvidenceHostLost:
+		// The loss of a host proves its plugins gone only for the
+		// sessions it owned, and only the backend's check that the host
+		// has no registration proves the loss.
+		switch owner := l.OwnerHost(); {
+		case env.LostHost == "":
+			return s, nil, refuse(t.Name(), s, ErrInvalidArgument, "a lost host is proven only by a cluster's takeover (ApplyIfHostLost)")
+		case owner == "":
+			return s, nil, refuse(t.Name(), s, ErrOwnershipUnknown, "the lease names no owner host, so the loss of host %q proves nothing about it", env.LostHost)
+		case owner != env.LostHost:
+			return s, nil, refuse(t.Name(), s, ErrInvalidArgument, "the lease belongs to host %q, not to the lost host %q", owner, env.LostHost)
+		}
 	default:
 		return s, nil, refuse(t.Name(), s, ErrInvalidArgument, "eviction needs proof of death, got evidence kind %q", t.Evidence.Kind)
 	}
-	l := s.Lease
 	if l.Claim == ClaimReleased && !l.Stage.Latched() {
 		return s, nil, refuse(t.Name(), s, ErrInvalidTransition, "nobody holds the lease")
 	}

@@ -151,6 +151,15 @@ type Lease struct {
 	MinNextFence uint64 `json:"minNextFence,omitempty"`
 	// ClaimKeyID names the host key the current claim was granted under.
 	ClaimKeyID string `json:"claimKeyId,omitempty"`
+	// ReservedBy is the id of the host that reserved the lease (Reserve's
+	// HostID), kept while the reservation and the ownership it led to last
+	// and cleared with the rest on release. It names the owner's host
+	// before any owner process is committed: across machines a host must
+	// not scan its own process table for a spawn token another host minted
+	// (it would find none and wrongly call the reservation unused). Empty
+	// in records written before it existed and for reservations made
+	// without a host id.
+	ReservedBy string `json:"reservedBy,omitempty"`
 	// Unreconciled is set on every lease when a host opens the store and
 	// cleared by that host's restart decision; no writer is admitted while
 	// it is set.
@@ -163,6 +172,37 @@ type Lease struct {
 // readoption moves to: max(Fence+1, MinNextFence).
 func (l Lease) NextFence() uint64 {
 	return max(l.Fence+1, l.MinNextFence)
+}
+
+// Held reports whether the lease may have a holder: reserved, live or
+// conflicted, or latched.
+func (l Lease) Held() bool {
+	return l.Claim != ClaimReleased || l.Stage.Latched()
+}
+
+// OwnerHost names the host the lease's holder runs on: the committed
+// owner's host, or for an ownerless reservation the host that reserved it
+// (ReservedBy). Empty when the lease records neither.
+func (l Lease) OwnerHost() string {
+	if l.Owner != nil {
+		return l.Owner.HostID
+	}
+	return l.ReservedBy
+}
+
+// ReconciledBy reports whether a host that opens the store as hostID must
+// decide the lease before a writer is admitted
+// (SessionStore.MarkHostUnreconciled): the lease is held, and it belongs to
+// hostID (OwnerHost) or names no host at all. A held lease that names no
+// host (a record written before hosts were recorded) is every host's to
+// decide: failing closed, each flags it and none admits a writer until one
+// decided it. A released lease is nobody's to decide.
+func (l Lease) ReconciledBy(hostID string) bool {
+	if !l.Held() {
+		return false
+	}
+	h := l.OwnerHost()
+	return h == hostID || h == ""
 }
 
 // AdmitsWriter reports whether the lease currently has a proven writer.

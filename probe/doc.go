@@ -20,7 +20,10 @@
 // The rules fail closed, because a wrong "dead" puts a second writer on one
 // provider conversation while a wrong "alive" only delays:
 //
-//   - An owner on another host id is indeterminate and never probed.
+//   - An owner on another host id is indeterminate and never probed, and so
+//     is an ownerless reservation another host made (Lease.ReservedBy): its
+//     spawn token was minted for a child on that host, so a scan here would
+//     find nobody carrying it and wrongly answer unused.
 //   - Only the kernel's "no such process" is absence; a permission error or
 //     any other failure to read is indeterminate.
 //   - A spawn token read back from the process that differs from the

@@ -158,6 +158,11 @@ func (p *Prober) probeReservation(ctx context.Context, s leasestore.Session, sca
 	if !l.ProcesslessAt.IsZero() {
 		return Result{Outcome: ReservationUnused, Reason: "the acquisition durably failed before any spawn attempt"}
 	}
+	if l.ReservedBy != "" && l.ReservedBy != p.HostID {
+		// The token was minted for a child on that host: a scan here
+		// would find no process carrying it and wrongly answer unused.
+		return indeterminate("reserved by host %q, which this host (%q) cannot probe", l.ReservedBy, p.HostID)
+	}
 	if l.ReservedSpawnToken == "" {
 		if l.Claim == leasestore.ClaimReserved {
 			return indeterminate("the reservation recorded no spawn token to scan for")

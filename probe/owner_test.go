@@ -100,6 +100,24 @@ func TestOwnerProbe(t *testing.T) {
 			procs: []probetest.Proc{aliveOwner},
 			sess:  session("s", &leasestore.ProcessIdentity{HostID: "ssh:build-box", PID: owner.PID, SpawnToken: "token-1"}, nil),
 			want:  probe.Indeterminate, reasonHas: "ssh:build-box"},
+		{name: "a reservation another host made is not scanned for: its token lives there",
+			procs: []probetest.Proc{{PID: 9001, StartTicks: 5, Env: tokenEnv("another-token")}},
+			sess: session("s", nil, func(l *leasestore.Lease) {
+				reserved("token-1")(l)
+				l.ReservedBy = "build-box-2"
+			}), want: probe.Indeterminate, reasonHas: `reserved by host "build-box-2"`},
+		{name: "a reservation this host made is scanned for as before",
+			procs: []probetest.Proc{{PID: 9001, StartTicks: 5, Env: tokenEnv("another-token")}},
+			sess: session("s", nil, func(l *leasestore.Lease) {
+				reserved("token-1")(l)
+				l.ReservedBy = hostID
+			}), want: probe.ReservationUnused, scans: 1},
+		{name: "another host's reservation with durable pre-spawn proof is unused: the proof holds anywhere",
+			sess: session("s", nil, func(l *leasestore.Lease) {
+				reserved("token-1")(l)
+				l.ReservedBy = "build-box-2"
+				l.ProcesslessAt = time.Unix(1_800_000_000, 0)
+			}), want: probe.ReservationUnused},
 		{name: "a reservation whose token is live on this host stays latched",
 			procs: []probetest.Proc{{PID: 9001, StartTicks: 5, Env: tokenEnv("token-1")}},
 			sess:  session("s", nil, reserved("token-1")), want: probe.Indeterminate, scans: 1, reasonHas: "live on 1"},

@@ -21,6 +21,16 @@
 // closes the journal handles, stops the writer, syncs and closes the
 // mirror, stops the backup (writing a last one), then closes Badger.
 //
+// Provider state (providerstate.go) may be 64 MiB a session, far above one
+// value or one transaction of this profile: a put writes chunks under a
+// new generation and switches to it in one fence-checked transaction, so
+// readers see the old state or the new one. It is kept under its own key
+// prefix, out of the backup and the journal mirror: a restore from backup
+// has none (so it cannot bring back a deleted session's), and Delete
+// removes it after the journal, before the record. Each put rewrites the
+// whole state through the LSM tree: a host exporting large states after
+// every turn pays that write (and its compaction) each turn.
+//
 // # Hazards
 //
 // A second opener gets a LockedError naming the holder's pid. When that

@@ -17,6 +17,13 @@ import (
 //	'r' lp(id) 0x00           session record (JSON)
 //	'r' lp(id) 0x01           last journal seq (8 bytes big-endian)
 //	'j' lp(id) seq(8 BE)      journal entry (leasestore.EncodeEntry)
+//	'p' lp(id) 0x00           provider state: its description (JSON, see stateMeta)
+//	'p' lp(id) 0x01 gen(8 BE) chunk(4 BE)
+//	                          provider state: one chunk of its data (see providerstate.go)
+//
+// Provider state has a prefix of its own, outside 'r', so that neither the
+// backup nor the consistency check ever reads it: it may be 64 MiB a
+// session, and a restore from backup goes on without it.
 //
 // Record and seq keys share the 'r' prefix so that one prefix stream backs
 // up both: a store restored from backup continues numbering after the last
@@ -24,9 +31,13 @@ import (
 const (
 	prefixRecord  = 'r'
 	prefixJournal = 'j'
+	prefixState   = 'p'
 
 	recordSuffix = 0x00
 	seqSuffix    = 0x01
+
+	stateMetaSuffix  = 0x00
+	stateChunkSuffix = 0x01
 )
 
 func appendID(b []byte, prefix byte, id string) []byte {
@@ -47,6 +58,30 @@ func seqKey(id string) []byte {
 // id's keys.
 func journalPrefix(id string) []byte {
 	return appendID(make([]byte, 0, len(id)+16), prefixJournal, id)
+}
+
+// statePrefix is the prefix of every provider state key of id and of no
+// other id's keys.
+func statePrefix(id string) []byte {
+	return appendID(make([]byte, 0, len(id)+24), prefixState, id)
+}
+
+func stateMetaKey(id string) []byte { return append(statePrefix(id), stateMetaSuffix) }
+
+// stateChunkPrefix is the prefix of every chunk of id's provider states.
+func stateChunkPrefix(id string) []byte { return append(statePrefix(id), stateChunkSuffix) }
+
+func stateChunkKey(id string, gen uint64, chunk uint32) []byte {
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(stateChunkPrefix(id), gen), chunk)
+}
+
+// parseStateChunkKey returns the generation of a chunk key of id.
+func parseStateChunkKey(id string, key []byte) (gen uint64, ok bool) {
+	prefix, kid, rest, err := parseKey(key)
+	if err != nil || prefix != prefixState || kid != id || len(rest) != 13 || rest[0] != stateChunkSuffix {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(rest[1:9]), true
 }
 
 func journalKey(id string, seq uint64) []byte {

@@ -141,6 +141,22 @@ func (s *Store) applyIn(b *batch, id string, t leasestore.Transition) (leasestor
 // error names the session it is about; the other sessions are marked all
 // the same, and the count says how many were.
 func (s *Store) MarkAllUnreconciled(ctx context.Context) (int, error) {
+	return s.markUnreconciled(ctx, func(leasestore.Lease) bool { return true })
+}
+
+// MarkHostUnreconciled implements leasestore.SessionStore: MarkAllUnreconciled
+// for the leases hostID decides (leasestore.Lease.ReconciledBy), each judged
+// on the record as its own operation reads it.
+func (s *Store) MarkHostUnreconciled(ctx context.Context, hostID string) (int, error) {
+	if hostID == "" {
+		return 0, fmt.Errorf("%w: mark a host's leases unreconciled: empty host id", leasestore.ErrInvalidArgument)
+	}
+	return s.markUnreconciled(ctx, func(l leasestore.Lease) bool { return l.ReconciledBy(hostID) })
+}
+
+// markUnreconciled flags the leases flag selects, each in an operation of
+// its own.
+func (s *Store) markUnreconciled(ctx context.Context, flag func(leasestore.Lease) bool) (int, error) {
 	ids, err := s.sessionIDs()
 	if err != nil {
 		return 0, err
@@ -158,6 +174,9 @@ func (s *Store) MarkAllUnreconciled(ctx context.Context) (int, error) {
 			}
 			if err != nil {
 				return fmt.Errorf("%s session %q: %w", what, id, err)
+			}
+			if !flag(cur.Lease) {
+				return nil
 			}
 			cur.Lease.Unreconciled = true
 			if err := b.putSession(cur); err != nil {
@@ -191,7 +210,8 @@ func (s *Store) MarkAllUnreconciled(ctx context.Context) (int, error) {
 // rewritten, so that it never holds the session as alive once its record
 // is gone (an open that finds a backup's live session missing from the
 // store takes the store for damaged; see checkAgainstBackup). The journal
-// is removed in bounded chunks, then the record. A Delete that is
+// and then the provider state are removed in bounded chunks, then the
+// record. A Delete that is
 // interrupted (its context ended, the host stopped) leaves a Deleting
 // session that a second Delete, at the same fence, finishes.
 func (s *Store) Delete(ctx context.Context, id string, fence uint64) error {
@@ -229,12 +249,16 @@ func (s *Store) Delete(ctx context.Context, id string, fence uint64) error {
 				// get here between two chunks.
 				return &leasestore.StaleFenceError{SessionID: id, Expected: fence, Current: cur.Lease.Fence}
 			}
-			it := b.txn.NewIterator(badger.IteratorOptions{Prefix: journalPrefix(id)})
-			defer it.Close()
+			// The journal, then the provider state: no chunk of it lands
+			// once the session is Deleting (see providerstate.go).
 			n := 0
-			for it.Rewind(); it.Valid() && n < maxBatchOps*4; it.Next() {
-				b.del(it.Item().KeyCopy(nil))
-				n++
+			for _, prefix := range [][]byte{journalPrefix(id), statePrefix(id)} {
+				it := b.txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+				for it.Rewind(); it.Valid() && n < maxBatchOps*4; it.Next() {
+					b.del(it.Item().KeyCopy(nil))
+					n++
+				}
+				it.Close()
 			}
 			if n == 0 {
 				b.del(recordKey(id))

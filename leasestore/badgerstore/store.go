@@ -150,6 +150,10 @@ type Store struct {
 	closed   bool                     // a Close succeeded
 	journals map[*journal]struct{}    // handles from OpenJournal not yet closed
 	watchers map[string]chan struct{} // closed when a session's journal or record changes
+
+	// stateLocks serialise provider state puts of one session (see
+	// providerstate.go), by a hash of its id.
+	stateLocks [stateLockCount]sync.Mutex
 }
 
 var _ leasestore.Store = (*Store)(nil)

@@ -77,6 +77,13 @@ func Run(t *testing.T, open Factory) {
 		{"BatchAfterCloseRefusesEveryMove", testBatchClosed},
 		{"ClosedStoreRefuses", testClosed},
 		{"ConcurrentCloses", testConcurrentCloses},
+		{"MarkHostUnreconciledFlagsOnlyTheHostsLeases", testMarkHost},
+		{"ReservedByLastsAsLongAsTheReservation", testReservedBy},
+		{"HostLostEvidenceOnlyThroughATakeover", testHostLostEvidence},
+		{"ProviderState", testProviderState},
+		{"ProviderStateIsFenced", testProviderStateFenced},
+		{"ProviderStateGoesWithTheSession", testProviderStateDeleted},
+		{"ConcurrentProviderStatePuts", testProviderStateConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +100,7 @@ func Run(t *testing.T, open Factory) {
 		{"FailedJournalCloseIsRetriedByTheNextClose", testCloseRetry},
 		{"TimesComeFromTheStoreClock", testClock},
 		{"SettingsSurviveRestart", testSettings},
+		{"ProviderStateSurvivesRestart", testProviderStateRestart},
 	}
 	for _, tc := range reopening {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +155,35 @@ func Live(t testing.TB, ctx context.Context, s leasestore.Store, id string) leas
 	apply(t, ctx, s, id, leasestore.CommitOwner{Fence: fence, Owner: Owner(4242, sess.Lease.ReservedSpawnToken),
 		Reattach: &leasestore.Reattach{Network: "unix", Address: "/tmp/plugin.sock", ProtocolVersion: 1}})
 	return apply(t, ctx, s, id, leasestore.ProveOwner{Fence: fence, Handle: "handle-" + fmt.Sprint(fence), Origin: leasestore.HandleCreated})
+}
+
+// OwnerOn is Owner on host hostID.
+func OwnerOn(hostID string, pid int, token string) leasestore.ProcessIdentity {
+	o := Owner(pid, token)
+	o.HostID = hostID
+	return o
+}
+
+// LiveOn is Live for a host among several sharing the store: hostID
+// reserves the session (Reserve.HostID) and its owner runs there.
+func LiveOn(t testing.TB, ctx context.Context, s leasestore.Store, id, hostID string) leasestore.Session {
+	t.Helper()
+	sess := ReservedOn(t, ctx, s, id, hostID)
+	fence := sess.Lease.Fence
+	apply(t, ctx, s, id, leasestore.CommitOwner{Fence: fence, Owner: OwnerOn(hostID, 4242, sess.Lease.ReservedSpawnToken)})
+	return apply(t, ctx, s, id, leasestore.ProveOwner{Fence: fence, Handle: "handle-" + fmt.Sprint(fence), Origin: leasestore.HandleCreated})
+}
+
+// ReservedOn reserves a session (created if it does not exist) for hostID
+// and returns the ownerless reservation.
+func ReservedOn(t testing.TB, ctx context.Context, s leasestore.Store, id, hostID string) leasestore.Session {
+	t.Helper()
+	sess, err := s.Get(ctx, id)
+	if errors.Is(err, leasestore.ErrNotFound) {
+		sess, err = s.Create(ctx, leasestore.SessionSpec{ID: id, Agent: "scripted", Workspace: "/work"})
+	}
+	must(t, err)
+	return apply(t, ctx, s, id, leasestore.Reserve{ExpectedFence: sess.Lease.Fence, ClaimKeyID: "key-1", HostID: hostID})
 }
 
 func apply(t testing.TB, ctx context.Context, s leasestore.Store, id string, tr leasestore.Transition) leasestore.Session {
@@ -1342,4 +1379,294 @@ func testSettings(t *testing.T, open func(now func() time.Time) leasestore.Store
 	if got.Lease.Fence != fence || got.Lease.Claim != leasestore.ClaimLive {
 		t.Errorf("lease after restart %+v", got.Lease)
 	}
+}
+
+// testMarkHost: a host among several flags only the held leases that are
+// its own to decide (its owners', its reservations', and the held ones
+// naming no host: fail closed), never a released one, and another host's
+// writer goes on appending.
+func testMarkHost(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.MarkHostUnreconciled(ctx, "")
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+
+	LiveOn(t, ctx, s, "a-live", "a")
+	ReservedOn(t, ctx, s, "a-reserved", "a")
+	latched := LiveOn(t, ctx, s, "a-latched", "a")
+	apply(t, ctx, s, "a-latched", leasestore.Latch{Fence: latched.Lease.Fence, Stage: leasestore.StageRecovering, Reason: "unverified"})
+	ReservedOn(t, ctx, s, "legacy", "") // a record from before hosts were recorded
+	released := LiveOn(t, ctx, s, "a-released", "a")
+	apply(t, ctx, s, "a-released", leasestore.Release{Fence: released.Lease.Fence})
+	_, err = s.Create(ctx, leasestore.SessionSpec{ID: "never-held", Agent: "scripted"})
+	must(t, err)
+	theirs := LiveOn(t, ctx, s, "b-live", "b")
+	theirsReserved := ReservedOn(t, ctx, s, "b-reserved", "b")
+	// An owner committed names the host, whoever reserved.
+	moved := ReservedOn(t, ctx, s, "a-reserved-b-owner", "a")
+	apply(t, ctx, s, "a-reserved-b-owner", leasestore.CommitOwner{Fence: moved.Lease.Fence, Owner: OwnerOn("b", 77, moved.Lease.ReservedSpawnToken)})
+
+	n, err := s.MarkHostUnreconciled(ctx, "a")
+	must(t, err)
+	flagged := map[string]bool{"a-live": true, "a-reserved": true, "a-latched": true, "legacy": true}
+	if n != len(flagged) {
+		t.Errorf("host a flagged %d sessions, want %d", n, len(flagged))
+	}
+	all, err := s.List(ctx)
+	must(t, err)
+	if len(all) != 9 {
+		t.Fatalf("listed %d sessions, want 9", len(all))
+	}
+	for _, sess := range all {
+		if sess.Lease.Unreconciled != flagged[sess.ID] {
+			t.Errorf("session %q: unreconciled %v after host a opened, want %v (lease %+v)", sess.ID, sess.Lease.Unreconciled, flagged[sess.ID], sess.Lease)
+		}
+	}
+
+	// Host b's sessions go on as if nothing happened.
+	if _, err := s.Append(ctx, "b-live", theirs.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate, Payload: []byte("b")}); err != nil {
+		t.Errorf("host b's writer after host a opened: %v", err)
+	}
+	apply(t, ctx, s, "b-reserved", leasestore.CommitOwner{Fence: theirsReserved.Lease.Fence, Owner: OwnerOn("b", 78, theirsReserved.Lease.ReservedSpawnToken)})
+	// Host a's are awaiting its decision, and a released one is free.
+	_, err = s.Append(ctx, "a-live", mustGet(t, ctx, s, "a-live").Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrReconciling)
+	ReservedOn(t, ctx, s, "a-released", "a")
+	ReservedOn(t, ctx, s, "never-held", "a")
+
+	// Host b, opening in turn, flags its own, and the legacy one again.
+	n, err = s.MarkHostUnreconciled(ctx, "b")
+	must(t, err)
+	if n != 4 {
+		t.Errorf("host b flagged %d sessions, want 4 (b-live, b-reserved, a-reserved-b-owner, legacy)", n)
+	}
+	_, err = s.Append(ctx, "b-live", theirs.Lease.Fence, leasestore.EntryInput{Kind: leasestore.KindUpdate})
+	wantErr(t, err, leasestore.ErrReconciling)
+	if got := mustGet(t, ctx, s, "a-released"); got.Lease.Unreconciled {
+		t.Errorf("host b flagged host a's new reservation: %+v", got.Lease)
+	}
+}
+
+// testReservedBy: the reserving host is recorded with the reservation and
+// kept while the ownership it led to lasts; a release or an eviction
+// clears it with the rest of the lease.
+func testReservedBy(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := ReservedOn(t, ctx, s, "s", "host-a")
+	if sess.Lease.ReservedBy != "host-a" {
+		t.Fatalf("reserved by %q, want host-a", sess.Lease.ReservedBy)
+	}
+	if got := mustGet(t, ctx, s, "s"); got.Lease.ReservedBy != "host-a" {
+		t.Fatalf("stored reservation by %q, want host-a", got.Lease.ReservedBy)
+	}
+	fence := sess.Lease.Fence
+	apply(t, ctx, s, "s", leasestore.CommitOwner{Fence: fence, Owner: OwnerOn("host-a", 9, sess.Lease.ReservedSpawnToken)})
+	sess = apply(t, ctx, s, "s", leasestore.ProveOwner{Fence: fence, Handle: "h", Origin: leasestore.HandleCreated})
+	if sess.Lease.ReservedBy != "host-a" {
+		t.Errorf("live lease reserved by %q, want host-a", sess.Lease.ReservedBy)
+	}
+	_, err := s.MarkHostUnreconciled(ctx, "host-a")
+	must(t, err)
+	sess = apply(t, ctx, s, "s", leasestore.Readopt{Fence: fence, Owner: *sess.Lease.Owner})
+	if sess.Lease.ReservedBy != "host-a" {
+		t.Errorf("readopted lease reserved by %q, want host-a", sess.Lease.ReservedBy)
+	}
+	sess = apply(t, ctx, s, "s", leasestore.Release{Fence: sess.Lease.Fence})
+	if sess.Lease.ReservedBy != "" || mustGet(t, ctx, s, "s").Lease.ReservedBy != "" {
+		t.Errorf("released lease still reserved by %q", sess.Lease.ReservedBy)
+	}
+
+	sess = ReservedOn(t, ctx, s, "s", "host-b")
+	if sess.Lease.ReservedBy != "host-b" {
+		t.Fatalf("reserved again by %q, want host-b", sess.Lease.ReservedBy)
+	}
+	sess = apply(t, ctx, s, "s", leasestore.Evict{Fence: sess.Lease.Fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceOperator, Detail: "confirmed"}})
+	if sess.Lease.ReservedBy != "" || mustGet(t, ctx, s, "s").Lease.ReservedBy != "" {
+		t.Errorf("evicted lease still reserved by %q", sess.Lease.ReservedBy)
+	}
+	// Without a host id nothing is recorded (a single machine's host, or
+	// a caller from before hosts were recorded).
+	if sess = ReservedOn(t, ctx, s, "s", ""); sess.Lease.ReservedBy != "" {
+		t.Errorf("reserved without a host id, but recorded %q", sess.Lease.ReservedBy)
+	}
+}
+
+// testHostLostEvidence: a host's loss proves its plugins gone only through
+// a cluster's takeover (Cluster.ApplyIfHostLost), never through Apply.
+func testHostLostEvidence(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := LiveOn(t, ctx, s, "s", "host-a")
+	_, err := s.Apply(ctx, "s", leasestore.Evict{Fence: sess.Lease.Fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidenceHostLost}})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+	if got := mustGet(t, ctx, s, "s"); got.Lease.Claim != leasestore.ClaimLive || got.Lease.Fence != sess.Lease.Fence {
+		t.Errorf("a refused takeover moved the lease: %+v", got.Lease)
+	}
+}
+
+// providerData returns n bytes that differ with seed, so that a state put
+// back from the wrong chunks or the wrong put shows.
+func providerData(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7+i>>11) ^ seed
+	}
+	return b
+}
+
+func wantState(t testing.TB, ctx context.Context, s leasestore.Store, id string, want leasestore.ProviderState) {
+	t.Helper()
+	got, err := s.GetProviderState(ctx, id)
+	if err != nil {
+		t.Fatalf("provider state of %q: %v", id, err)
+	}
+	if got.Handle != want.Handle || got.Fence != want.Fence || !bytes.Equal(got.Data, want.Data) || !got.ExportedAt.Equal(want.ExportedAt) {
+		t.Fatalf("provider state of %q: handle %q fence %d %d bytes exported %v; want handle %q fence %d %d bytes exported %v",
+			id, got.Handle, got.Fence, len(got.Data), got.ExportedAt, want.Handle, want.Fence, len(want.Data), want.ExportedAt)
+	}
+}
+
+// testProviderState: put, get and replace, at sizes above any one value or
+// transaction a backend takes (the suite does not know its limits).
+func testProviderState(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.GetProviderState(ctx, "missing")
+	wantErr(t, err, leasestore.ErrNotFound)
+	sess := Live(t, ctx, s, "s")
+	_, err = s.GetProviderState(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+	fence := sess.Lease.Fence
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+
+	big := leasestore.ProviderState{Handle: "h-1", Fence: fence, Data: providerData(3<<20+12345, 1), ExportedAt: at}
+	must(t, s.PutProviderState(ctx, "s", fence, big))
+	wantState(t, ctx, s, "s", big)
+
+	small := leasestore.ProviderState{Handle: "h-2", Fence: fence, Data: []byte(`{"turns":2}`), ExportedAt: at.Add(time.Minute)}
+	must(t, s.PutProviderState(ctx, "s", fence, small))
+	wantState(t, ctx, s, "s", small)
+
+	// The fence stored is the writer's, whatever the caller filled in.
+	again := small
+	again.Fence = fence + 40
+	must(t, s.PutProviderState(ctx, "s", fence, again))
+	wantState(t, ctx, s, "s", small)
+
+	// An empty export is a state too.
+	empty := leasestore.ProviderState{Handle: "h-3", Fence: fence, ExportedAt: at}
+	must(t, s.PutProviderState(ctx, "s", fence, empty))
+	wantState(t, ctx, s, "s", empty)
+
+	// Another session's state is its own.
+	other := Live(t, ctx, s, "other")
+	must(t, s.PutProviderState(ctx, "other", other.Lease.Fence, leasestore.ProviderState{Handle: "o", Data: []byte("o"), ExportedAt: at}))
+	wantState(t, ctx, s, "s", empty)
+
+	err = s.PutProviderState(ctx, "s", fence, leasestore.ProviderState{Data: []byte("x"), ExportedAt: at})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+	err = s.PutProviderState(ctx, "s", fence, leasestore.ProviderState{Handle: "h", Data: make([]byte, leasestore.MaxProviderStateBytes+1)})
+	wantErr(t, err, leasestore.ErrInvalidArgument)
+	err = s.PutProviderState(ctx, "missing", 1, leasestore.ProviderState{Handle: "h", Data: []byte("x")})
+	wantErr(t, err, leasestore.ErrNotFound)
+	wantState(t, ctx, s, "s", empty)
+}
+
+// testProviderStateFenced: a put is fenced exactly like an append: a stale
+// fence, an unreconciled, latched or released lease refuse it and keep the
+// state stored before; the state outlives the release (a host elsewhere
+// resumes from it).
+func testProviderStateFenced(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	_, err := s.Create(ctx, leasestore.SessionSpec{ID: "s", Agent: "scripted"})
+	must(t, err)
+	err = s.PutProviderState(ctx, "s", 0, leasestore.ProviderState{Handle: "h", Data: []byte("x")})
+	wantErr(t, err, leasestore.ErrInvalidTransition)
+
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	kept := leasestore.ProviderState{Handle: "h", Fence: fence, Data: providerData(1<<20+1, 2), ExportedAt: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+	must(t, s.PutProviderState(ctx, "s", fence, kept))
+	late := leasestore.ProviderState{Handle: "late", Data: providerData(2<<20, 3)}
+
+	err = s.PutProviderState(ctx, "s", fence-1, late)
+	wantErr(t, err, leasestore.ErrStaleFence)
+	wantState(t, ctx, s, "s", kept)
+
+	_, err = s.MarkAllUnreconciled(ctx)
+	must(t, err)
+	wantErr(t, s.PutProviderState(ctx, "s", fence, late), leasestore.ErrReconciling)
+	apply(t, ctx, s, "s", leasestore.Latch{Fence: fence, Stage: leasestore.StageRecovering, Reason: "unverified"})
+	wantErr(t, s.PutProviderState(ctx, "s", fence, late), leasestore.ErrOwnershipUnknown)
+	wantState(t, ctx, s, "s", kept)
+
+	sess = apply(t, ctx, s, "s", leasestore.Evict{Fence: fence, Evidence: leasestore.DeathEvidence{Kind: leasestore.EvidencePIDAbsent}})
+	wantErr(t, s.PutProviderState(ctx, "s", fence, late), leasestore.ErrStaleFence)
+	wantErr(t, s.PutProviderState(ctx, "s", sess.Lease.Fence, late), leasestore.ErrInvalidTransition)
+	wantState(t, ctx, s, "s", kept)
+
+	// The next writer replaces it.
+	next := Live(t, ctx, s, "s")
+	wantState(t, ctx, s, "s", kept)
+	wantErr(t, s.PutProviderState(ctx, "s", fence, late), leasestore.ErrStaleFence)
+	fresh := leasestore.ProviderState{Handle: "h2", Fence: next.Lease.Fence, Data: []byte("next"), ExportedAt: kept.ExportedAt}
+	must(t, s.PutProviderState(ctx, "s", next.Lease.Fence, fresh))
+	wantState(t, ctx, s, "s", fresh)
+}
+
+// testProviderStateDeleted: Delete removes the state with the session, and
+// a session created again under the id has none.
+func testProviderStateDeleted(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	must(t, s.PutProviderState(ctx, "s", fence, leasestore.ProviderState{Handle: "h", Data: providerData(2<<20+7, 4)}))
+	kept := Live(t, ctx, s, "kept")
+	keptState := leasestore.ProviderState{Handle: "k", Fence: kept.Lease.Fence, Data: []byte("kept"), ExportedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	must(t, s.PutProviderState(ctx, "kept", kept.Lease.Fence, keptState))
+	apply(t, ctx, s, "s", leasestore.Release{Fence: fence})
+	must(t, s.Delete(ctx, "s", fence+1))
+	_, err := s.GetProviderState(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+	wantErr(t, s.PutProviderState(ctx, "s", fence, leasestore.ProviderState{Handle: "h", Data: []byte("x")}), leasestore.ErrNotFound)
+
+	Live(t, ctx, s, "s")
+	_, err = s.GetProviderState(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+	wantState(t, ctx, s, "kept", keptState)
+}
+
+// testProviderStateConcurrent: puts racing on one session leave one of
+// them whole, never a mix.
+func testProviderStateConcurrent(t *testing.T, s leasestore.Store) {
+	ctx := ctxFor(t)
+	sess := Live(t, ctx, s, "s")
+	fence := sess.Lease.Fence
+	at := time.Date(2026, 3, 3, 3, 3, 3, 0, time.UTC)
+	states := make([]leasestore.ProviderState, 4)
+	for i := range states {
+		states[i] = leasestore.ProviderState{Handle: fmt.Sprintf("h-%d", i), Fence: fence, Data: providerData(1<<20+i*100_003, byte(10+i)), ExportedAt: at}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(states))
+	for i := range states {
+		wg.Go(func() { errs[i] = s.PutProviderState(ctx, "s", fence, states[i]) })
+	}
+	wg.Wait()
+	must(t, errors.Join(errs...))
+	got, err := s.GetProviderState(ctx, "s")
+	must(t, err)
+	i := slices.IndexFunc(states, func(st leasestore.ProviderState) bool { return st.Handle == got.Handle })
+	if i < 0 {
+		t.Fatalf("provider state with handle %q, which no put wrote", got.Handle)
+	}
+	wantState(t, ctx, s, "s", states[i])
+}
+
+// testProviderStateRestart: a stored state survives a restart.
+func testProviderStateRestart(t *testing.T, open func(now func() time.Time) leasestore.Store) {
+	ctx := ctxFor(t)
+	s := open(nil)
+	sess := Live(t, ctx, s, "s")
+	st := leasestore.ProviderState{Handle: "h", Fence: sess.Lease.Fence, Data: providerData(1<<20+3, 5), ExportedAt: time.Date(2026, 2, 2, 2, 2, 2, 2, time.UTC)}
+	must(t, s.PutProviderState(ctx, "s", sess.Lease.Fence, st))
+	must(t, s.Close(ctx))
+	wantState(t, ctx, open(nil), "s", st)
 }
