@@ -71,7 +71,7 @@ func TestStatusShowsTheCluster(t *testing.T) {
 	st.Host.HostID = "host-a"
 	st.Host.Owners = map[string]string{"s1": "host-a", "s2": "host-b"}
 	st.Host.Cluster = &api.ClusterStatus{Live: true, Epoch: 1, LivenessTTL: "5s", SelfFence: "2.5s", DriftMargin: "1s",
-		Hosts: []api.ClusterHost{{HostID: "host-a", PID: 10, Address: "/a/agenthost.sock"}, {HostID: "host-b", PID: 11, Address: "/b/agenthost.sock"}},
+		Hosts:     []api.ClusterHost{{HostID: "host-a", PID: 10, Address: "/a/agenthost.sock"}, {HostID: "host-b", PID: 11, Address: "/b/agenthost.sock"}},
 		Takeovers: map[string]time.Time{"host-c": time.Now().Add(3 * time.Second)}}
 	var out bytes.Buffer
 	printStatus(&out, st)
