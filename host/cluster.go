@@ -85,7 +85,10 @@ type cluster struct {
 	// pending are the lost hosts whose sessions this host takes over, by
 	// host id (see takeoverLoop).
 	pending map[string]*takeover
-	wake    chan struct{} // buffered 1: look at pending again
+	// watching: a WatchHosts runs, so a host's return cancels its
+	// pending takeover; none is applied otherwise.
+	watching bool
+	wake     chan struct{} // buffered 1: look at pending again
 }
 
 // takeover is one lost host's pending takeover: observed is when this
@@ -116,13 +119,34 @@ func clusterConfig(cfg Config) (Config, error) {
 	return cfg, nil
 }
 
-// join registers the host in its cluster (cluster mode only).
+// join registers the host in its cluster (cluster mode only). A
+// registration of the same host id may be this host's own previous
+// process, crashed without revoking its lease: that one expires within
+// the TTL, so a refused join is retried until LivenessTTL + DriftMargin
+// have passed; a registration that outlives that is another live process.
 func (h *Host) join(ctx context.Context) error {
 	cfg := h.cfg
 	jctx := leasestore.WithJoinAddress(ctx, cfg.Address)
-	m, err := cfg.Cluster.Join(jctx, cfg.HostID, cfg.LivenessTTL)
+	deadline := time.Now().Add(cfg.LivenessTTL + cfg.DriftMargin)
+	var (
+		m   leasestore.Membership
+		err error
+	)
+	for {
+		m, err = cfg.Cluster.Join(jctx, cfg.HostID, cfg.LivenessTTL)
+		if !errors.Is(err, leasestore.ErrHostRegistered) || !time.Now().Before(deadline) {
+			break
+		}
+		h.log.Info("host id registered already; waiting for a crashed predecessor's lease to expire", "host", cfg.HostID)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("join the cluster as host %q: %w", cfg.HostID, ctx.Err())
+		case <-time.After(cfg.LivenessTTL / 10):
+		}
+	}
 	if errors.Is(err, leasestore.ErrHostRegistered) {
-		return fmt.Errorf("another agenthost process runs with host id %q in this cluster (stop it, or give this one another --host-id): %w", cfg.HostID, err)
+		return fmt.Errorf("another agenthost process runs with host id %q in this cluster (it stayed registered for %s; stop it, or give this one another --host-id): %w",
+			cfg.HostID, cfg.LivenessTTL+cfg.DriftMargin, err)
 	}
 	if err != nil {
 		return fmt.Errorf("join the cluster as host %q: %w", cfg.HostID, err)
@@ -187,17 +211,40 @@ func (h *Host) checkOwnerHost(ctx context.Context, rec leasestore.Session) error
 	if r, ok := hosts[owner]; ok {
 		return &ElsewhereError{SessionID: rec.ID, HostID: owner, Address: r.Address}
 	}
-	t := h.cl.noteAbsent(owner, time.Now())
+	t := h.cl.noteAbsent(owner, time.Now(), false)
 	return fmt.Errorf("session %q: host %q holds it and is not registered; this host takes it over at %s unless that host comes back: %w",
 		rec.ID, owner, t.at.Format(time.RFC3339Nano), ErrOwnerHostLost)
 }
 
-// noteAbsent records that host is not registered, first observed at now
-// (an earlier observation stands), and returns its pending takeover.
-func (cl *cluster) noteAbsent(host string, now time.Time) *takeover {
+// CheckOwner refuses session id when another host of the cluster holds
+// it: an *ElsewhereError while that host is registered, ErrOwnerHostLost
+// until this host took it over. nil on a single machine, and for a
+// session this host may run (or that does not exist).
+func (h *Host) CheckOwner(ctx context.Context, id string) error {
+	if h.cl == nil {
+		return nil
+	}
+	rec, err := h.store.Get(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return h.checkOwnerHost(ctx, rec)
+}
+
+// noteAbsent records that host is not registered, observed at now, and
+// returns its pending takeover. A read of the hosts (lost: false) only
+// starts a takeover when none is pending; the watch's HostLost (lost:
+// true) always moves it to its own observation, so a takeover is never
+// timed from a loss older than the newest one the watch reported (a stale
+// read that raced the host's return would otherwise time it from before
+// that return).
+func (cl *cluster) noteAbsent(host string, now time.Time, lost bool) *takeover {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	t := cl.pending[host]
+	if t != nil && lost && now.After(t.observed) {
+		t.observed, t.at = now, now.Add(cl.ttl+cl.drift)
+	}
 	if t == nil {
 		t = &takeover{observed: now, at: now.Add(cl.ttl + cl.drift)}
 		cl.pending[host] = t
@@ -268,6 +315,14 @@ func (h *Host) takeoverLoop(ctx context.Context) {
 func (h *Host) watchHosts(ctx context.Context) {
 	cl := h.cl
 	for ctx.Err() == nil {
+		// A watch that was down may have missed a host's return and its
+		// next loss: what was pending is timed afresh, from this watch's
+		// snapshot and the next scan, and nothing is taken over while no
+		// watch runs (applyDue).
+		cl.mu.Lock()
+		clear(cl.pending)
+		cl.watching = true
+		cl.mu.Unlock()
 		err := cl.c.WatchHosts(ctx, func(ev leasestore.HostEvent) error {
 			if ev.Record.HostID == h.cfg.HostID {
 				return nil
@@ -285,11 +340,14 @@ func (h *Host) watchHosts(ctx context.Context) {
 				if at.IsZero() {
 					at = time.Now()
 				}
-				t := cl.noteAbsent(ev.Record.HostID, at)
+				t := cl.noteAbsent(ev.Record.HostID, at, true)
 				h.log.Info("a host lost its liveness lease; its sessions are taken over unless it comes back", "host", ev.Record.HostID, "observed", t.observed, "takeoverAt", t.at)
 			}
 			return nil
 		})
+		cl.mu.Lock()
+		cl.watching = false
+		cl.mu.Unlock()
 		if ctx.Err() != nil || errors.Is(err, leasestore.ErrClosed) {
 			return
 		}
@@ -332,7 +390,7 @@ func (h *Host) scanAbsent(ctx context.Context) {
 	now := time.Now()
 	for o := range owners {
 		if _, ok := hosts[o]; !ok {
-			h.cl.noteAbsent(o, now)
+			h.cl.noteAbsent(o, now, false)
 		}
 	}
 }
@@ -343,6 +401,10 @@ func (h *Host) applyDue(ctx context.Context) {
 	now := time.Now()
 	cl.mu.Lock()
 	due := map[string]takeover{}
+	if !cl.watching {
+		cl.mu.Unlock()
+		return
+	}
 	for id, t := range cl.pending {
 		if !now.Before(t.at) {
 			due[id] = *t

@@ -133,9 +133,13 @@
 //     with an *ElsewhereError naming the host and its Config.Address (the
 //     local API answers -32011 with both);
 //   - owner-lost once its owner host is not registered: this host notes
-//     when it first observed that (a HostLost of the cluster's watch, or a
-//     Hosts read that does not name the host), and once LivenessTTL +
-//     DriftMargin have passed since, it takes each of that host's held
+//     when it observed that (the newest HostLost of its watch of the
+//     cluster's hosts, or, with none pending, a Hosts read that does not
+//     name the host: a loss it never saw happen), and once LivenessTTL +
+//     DriftMargin have passed since, with its watch running throughout
+//     (a watch that was down may have missed the host's return and next
+//     loss, so everything pending is timed afresh after it), it takes
+//     each of that host's held
 //     sessions over with Cluster.ApplyIfHostLost and an Evict carrying
 //     EvidenceHostLost, then ends the session's open turn in its journal.
 //     The session is released: the next request on any host resumes it.

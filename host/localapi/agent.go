@@ -387,6 +387,10 @@ func (a *agent) running(ctx context.Context, id string) (*host.Session, error) {
 	if a.srv.Host.Undecided(id) {
 		return nil, apiError(fmt.Errorf("session %q: %w", id, host.ErrUndecided))
 	}
+	// In a cluster, a session another host runs is named with its host.
+	if err := a.srv.Host.CheckOwner(ctx, id); err != nil {
+		return nil, apiError(err)
+	}
 	return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 }
 
