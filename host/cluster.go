@@ -28,7 +28,7 @@ const (
 // no new turn, and cancels the running one, once that long has passed
 // since its start or since the host's last heartbeat said it may go on
 // (whichever is later, each heartbeat bounded by the host's own liveness).
-const EnvSelfFence = "AGENTHOST_SELF_FENCE"
+const EnvSelfFence = wire.EnvSelfFence
 
 var (
 	// ErrSessionElsewhere matches an *ElsewhereError: the session runs on
@@ -126,7 +126,9 @@ func clusterConfig(cfg Config) (Config, error) {
 // have passed; a registration that outlives that is another live process.
 func (h *Host) join(ctx context.Context) error {
 	cfg := h.cfg
-	jctx := leasestore.WithJoinAddress(ctx, cfg.Address)
+	// The membership lives until Close, not as long as Open's ctx: Join
+	// keeps it alive only while its ctx lasts.
+	jctx := leasestore.WithJoinAddress(context.WithoutCancel(ctx), cfg.Address)
 	deadline := time.Now().Add(cfg.LivenessTTL + cfg.DriftMargin)
 	var (
 		m   leasestore.Membership
@@ -154,6 +156,10 @@ func (h *Host) join(ctx context.Context) error {
 	if granted := m.TTL(); granted > 0 && cfg.SelfFence >= granted {
 		_ = m.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("%w: the cluster granted a liveness TTL of %s, not longer than Config.SelfFence (%s)", leasestore.ErrInvalidArgument, granted, cfg.SelfFence)
+	}
+	if got := m.Record().Address; cfg.Address != "" && got != cfg.Address {
+		h.log.Warn("the cluster store publishes another address for this host than Config.Address; clients of other hosts are told the store's",
+			"published", got, "address", cfg.Address)
 	}
 	h.cl = &cluster{c: cfg.Cluster, m: m, ttl: cfg.LivenessTTL, drift: cfg.DriftMargin, selfFence: cfg.SelfFence,
 		pending: map[string]*takeover{}, wake: make(chan struct{}, 1)}
@@ -710,13 +716,7 @@ func (p *pluginProc) heartbeat(ctx context.Context, validFor time.Duration) (sel
 	if p.att == nil {
 		return false, errors.New("the plugin is not attached")
 	}
-	hb, ok := any(p.att).(interface {
-		Heartbeat(context.Context, time.Duration) (bool, error)
-	})
-	if !ok {
-		return false, pluginclient.ErrNotImplemented
-	}
-	return hb.Heartbeat(ctx, validFor)
+	return p.att.Heartbeat(ctx, validFor)
 }
 
 // Portable reports whether rec can be resumed on another machine: its
