@@ -62,6 +62,7 @@ func (s *Store) CreateAndApply(ctx context.Context, spec leasestore.SessionSpec,
 		}
 		return p, nil
 	})
+	o.assumeAbsent = true
 	if err := s.wait(ctx, id, o); err != nil {
 		return leasestore.Session{}, err
 	}

@@ -53,7 +53,11 @@ type op struct {
 	update  func(cur *leasestore.Session, now time.Time) (plan, error)
 	extra   []clientv3.Cmp
 	hostKey string // read back when the compare fails, for ErrHostAlive
-	result  leasestore.Session
+	// assumeAbsent lets a create skip the read of a session this writer
+	// knows nothing of: its compares require the keys absent, and a lost
+	// compare reads them back.
+	assumeAbsent bool
+	result       leasestore.Session
 
 	err  error
 	done chan struct{}
@@ -117,6 +121,9 @@ func (s *Store) drain(w *sessionWriter) {
 		s.mu.Lock()
 		if len(w.queue) == 0 {
 			w.running = false
+			if w.known && w.sess == nil {
+				delete(s.writers, w.id) // deleted or never created: nothing worth caching
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -413,7 +420,11 @@ var errNotCommitted = errors.New("etcd commit did not land")
 func (s *Store) execUpdate(w *sessionWriter, o *op) {
 	id := w.id
 	fresh := false
-	if !w.known {
+	switch {
+	case !w.known && o.assumeAbsent:
+		w.rec, w.recRev, w.sess, w.decodeErr, w.head, w.headRev, w.wFence, w.wOK = nil, 0, nil, nil, 0, 0, 0, false
+		w.known = true
+	case !w.known:
 		if err := s.load(w); err != nil {
 			o.finish(err)
 			return

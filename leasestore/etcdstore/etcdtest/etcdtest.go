@@ -13,8 +13,9 @@
 // to the test's log at warning level and above.
 //
 // Goroutines: a stopped member's goroutines have all ended when Stop
-// returns; see IgnoreLeaks for the ones etcd's packages start once per
-// process and never end.
+// returns. The server package (v3.7.3) starts none that outlive its
+// members, so a test package that embeds it can run goleak without
+// exceptions: package etcdstore's tests do.
 package etcdtest
 
 import (
@@ -29,7 +30,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -197,21 +197,4 @@ func (c *Cluster) stopAll() {
 		wg.Go(func() { c.Stop(i) })
 	}
 	wg.Wait()
-}
-
-// IgnoreLeaks returns the goleak options for the goroutines etcd's own
-// packages start once per process and never stop, so that a package whose
-// tests embed etcd can still check that it leaks nothing of its own:
-//
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.IgnoreLeaks()...) }
-//
-// Each is named by the function it parks in; none belongs to a member (a
-// stopped member leaves none behind).
-func IgnoreLeaks() []goleak.Option {
-	return []goleak.Option{
-		// glog/klog-style flush daemons and the OpenCensus/OpenTelemetry
-		// exporters gRPC and etcd link in start at package init.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
-	}
 }
