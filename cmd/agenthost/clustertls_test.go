@@ -134,14 +134,17 @@ func TestServeOnEtcdWithClientCertificates(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		flags []string
+		want  string
 	}{
-		{"a client certificate another CA signed", []string{"--etcd-ca", ca.caFile, "--etcd-cert", strangerCert, "--etcd-key", strangerKey}},
-		{"no client certificate", []string{"--etcd-ca", ca.caFile}},
-		{"a server certificate this CA did not sign", []string{"--etcd-ca", other.caFile, "--etcd-cert", hostCert, "--etcd-key", hostKey}},
+		{"a client certificate another CA signed", []string{"--etcd-ca", ca.caFile, "--etcd-cert", strangerCert, "--etcd-key", strangerKey},
+			"refused this host's client certificate"},
+		{"no client certificate", []string{"--etcd-ca", ca.caFile}, "refused this host's client certificate"},
+		{"a server certificate this CA did not sign", []string{"--etcd-ca", other.caFile, "--etcd-cert", hostCert, "--etcd-key", hostKey},
+			"the TLS handshake with " + client.String() + " failed: tls: failed to verify certificate"},
 	} {
 		r := ah(t, append([]string{"--state-dir", stateDir(t), "serve"}, append(base, tc.flags...)...)...)
-		if r.code != 1 || !strings.Contains(r.stderr, "open the store on etcd at "+client.String()) || !strings.Contains(r.stderr, "the TLS files") {
-			t.Errorf("%s: %s\nwant exit 1 saying the store on etcd could not be opened", tc.name, r)
+		if r.code != 1 || !strings.Contains(r.stderr, "open the store on etcd at "+client.String()) || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: %s\nwant exit 1 saying the store on etcd could not be opened and %q", tc.name, r, tc.want)
 		} else {
 			t.Logf("%s: %s", tc.name, strings.TrimSpace(r.stderr))
 		}
