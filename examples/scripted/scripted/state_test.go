@@ -1,8 +1,10 @@
 package scripted_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/agenthost/agenthost/examples/scripted/scripted"
@@ -81,4 +83,27 @@ func TestProviderState(t *testing.T) {
 			t.Errorf("resume of %q with %q: %v, want ErrAgent", bad.handle, bad.state, err)
 		}
 	}
+}
+
+// An imported state is outside input: anything is refused or taken whole,
+// and what is taken exports again as it came.
+func FuzzImportState(f *testing.F) {
+	f.Add([]byte(`{"format":"scripted-history-1","handle":"h","prompts":["a","b"]}`))
+	f.Add([]byte(`{"format":"scripted-history-1","handle":"other"}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, state []byte) {
+		ctx := context.Background()
+		a, _ := scripted.New(ctx, sdk.Environment{SessionDir: t.TempDir()})
+		if err := a.(sdk.StateImporter).ImportState(ctx, "h", state); err != nil {
+			return
+		}
+		var in, out struct{ Prompts []string }
+		if err := json.Unmarshal(state, &in); err != nil {
+			t.Fatalf("an import took %q, which is no JSON: %v", state, err)
+		}
+		got, err := a.(sdk.StateExporter).ExportState(ctx, "h")
+		if err != nil || json.Unmarshal(got, &out) != nil || !slices.Equal(in.Prompts, out.Prompts) {
+			t.Fatalf("imported %q, exported %q (%v)", state, got, err)
+		}
+	})
 }
