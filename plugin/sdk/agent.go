@@ -65,9 +65,13 @@ type StateExporter interface {
 // The SDK calls ImportState before ResumeSession when the host's resume
 // carries provider state (what a StateExporter returned for handle, on this
 // machine or another), with the same handle; it must leave the provider
-// able to resume handle from it, replacing what this machine held of that
-// conversation. An error fails the resume with its message. A resume that
-// carries state to an agent that is no StateImporter is refused.
+// able to resume handle from it. The state is the newest the host stored,
+// which can be older than what this machine holds of the conversation (the
+// host's export after the last turn failed, or the plugin ran on here
+// after it): when this machine's copy already contains the state's and
+// more, keep it, as an append-only transcript makes easy to tell. An error
+// fails the resume with its message. A resume that carries state to an
+// agent that is no StateImporter is refused.
 type StateImporter interface {
 	ImportState(ctx context.Context, handle string, state []byte) error
 }
