@@ -63,6 +63,12 @@ type ListedSessionMeta struct {
 	Stage  string `json:"stage"`
 	// State is the session's Session.State.
 	State string `json:"state,omitempty"`
+	// OwnerHost is the host that holds the session's lease (its plugin
+	// runs there, or is being started there); "" when nobody holds it.
+	OwnerHost string `json:"ownerHost,omitempty"`
+	// Portable: a provider state is stored with the session, so any host
+	// of a cluster can resume it; false means only its own machine can.
+	Portable bool `json:"portable"`
 }
 
 // Meta is the _meta member of an ACP message as a client decodes it, with

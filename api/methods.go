@@ -125,7 +125,21 @@ const (
 	// CodeSessionRunning: the request needs a session that does not run
 	// (removing one): stop it first, or pass force.
 	CodeSessionRunning = -32010
+	// CodeSessionElsewhere: the session runs on another host of the
+	// cluster (its owner host is registered there): this host does not
+	// touch it. data (ElsewhereData) names the host and its local API
+	// address; connect there, or wait until that host stops it.
+	CodeSessionElsewhere = -32011
 )
+
+// ElsewhereData is the data member of a CodeSessionElsewhere error.
+type ElsewhereData struct {
+	// HostID is the host the session runs on.
+	HostID string `json:"hostId"`
+	// Address is that host's local API address on its machine (its
+	// socket path), when it published one.
+	Address string `json:"address,omitempty"`
+}
 
 // ErrorData is the data member of a CodeInvalidParams error: what was
 // wrong with the params, for the user.

@@ -170,6 +170,41 @@ type Status struct {
 	// permission or a follower keeps its plugin; 0 for ever. Go duration
 	// text ("10m0s").
 	IdleTimeout string `json:"idleTimeout,omitempty"`
+	// Owners names, by session id, the host holding each held session's
+	// lease (cluster mode only: on one machine every session is this
+	// host's).
+	Owners map[string]string `json:"owners,omitempty"`
+	// Cluster is this host's membership of a cluster; nil on a single
+	// machine.
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+}
+
+// ClusterStatus is a host's view of the cluster it runs in.
+type ClusterStatus struct {
+	// Live: this host's liveness lease is proven now (it takes turns);
+	// false while it registers again after a loss.
+	Live bool `json:"live"`
+	// ValidUntil is until when, on this host's clock, it may act as a live
+	// member; Epoch counts its registrations.
+	ValidUntil time.Time `json:"validUntil,omitzero"`
+	Epoch      uint64    `json:"epoch"`
+	// LivenessTTL, SelfFence and DriftMargin are Go duration text.
+	LivenessTTL string `json:"livenessTtl"`
+	SelfFence   string `json:"selfFence"`
+	DriftMargin string `json:"driftMargin"`
+	// Hosts are the hosts registered now.
+	Hosts []ClusterHost `json:"hosts"`
+	// Takeovers are the lost hosts whose sessions this host takes over,
+	// by host id, with the time it will.
+	Takeovers map[string]time.Time `json:"takeovers,omitempty"`
+}
+
+// ClusterHost is one registered host.
+type ClusterHost struct {
+	HostID     string    `json:"hostId"`
+	Address    string    `json:"address,omitempty"`
+	PID        int       `json:"pid,omitempty"`
+	Registered time.Time `json:"registered"`
 }
 
 // Decision is the restart decision of one session: one of the actions
@@ -209,6 +244,9 @@ type Session struct {
 	Incarnation string       `json:"incarnation,omitempty"`
 	// Deleting is set while the session is being deleted.
 	Deleting bool `json:"deleting,omitempty"`
+	// OwnerHost is the host holding the session's lease; "" when nobody
+	// holds it (see ListedSessionMeta.OwnerHost).
+	OwnerHost string `json:"ownerHost,omitempty"`
 	// State is what the session is doing, as one word (State* below).
 	State     string    `json:"state,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -242,6 +280,9 @@ const (
 	StateLatched = "latched"
 	// StateHeld: another process holds its lease.
 	StateHeld = "held"
+	// StateElsewhere: it runs on another host of the cluster (OwnerHost),
+	// which is live; connect to that host to use it.
+	StateElsewhere = "elsewhere"
 )
 
 // MCPServer is one MCP server of a session: Transport stdio (Command,
@@ -279,6 +320,8 @@ type Lease struct {
 	ClaimKeyID         string           `json:"claimKeyId,omitempty"`
 	Unreconciled       bool             `json:"unreconciled,omitempty"`
 	LatchReason        string           `json:"latchReason,omitempty"`
+	// ReservedBy is the host that reserved the lease, while it holds it.
+	ReservedBy string `json:"reservedBy,omitempty"`
 }
 
 // ProcessIdentity identifies a lease's owner process.

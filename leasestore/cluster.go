@@ -156,3 +156,21 @@ type ProviderStates interface {
 	// none, a session created again under a deleted one's id included).
 	GetProviderState(ctx context.Context, id string) (ProviderState, error)
 }
+
+// joinAddressKey is the context key of JoinAddress.
+type joinAddressKey struct{}
+
+// WithJoinAddress returns ctx carrying addr, the address clients reach the
+// joining host at (its local API socket path), for Cluster.Join to
+// publish as HostRecord.Address. A context value rather than a parameter
+// so that Join's signature stays as it is; a backend that ignores it
+// publishes no address, and other hosts then name only the host id.
+func WithJoinAddress(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, joinAddressKey{}, addr)
+}
+
+// JoinAddress is the address WithJoinAddress put in ctx, or "".
+func JoinAddress(ctx context.Context) string {
+	addr, _ := ctx.Value(joinAddressKey{}).(string)
+	return addr
+}

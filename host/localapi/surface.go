@@ -253,6 +253,13 @@ func apiError(err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
+	var elsewhere *host.ElsewhereError
+	if errors.As(err, &elsewhere) {
+		// The message is for the user: it names the host and where to
+		// connect; data is for a client that connects there itself.
+		return &acp.RequestError{Code: api.CodeSessionElsewhere, Message: err.Error(),
+			Data: api.ElsewhereData{HostID: elsewhere.HostID, Address: elsewhere.Address}}
+	}
 	var inv *pluginclient.InvalidOptionError
 	if errors.As(err, &inv) {
 		return &acp.RequestError{Code: api.CodeInvalidParams, Message: err.Error(),
@@ -289,8 +296,14 @@ func errorCode(err error) int {
 		return api.CodeTurnRunning
 	case is(host.ErrSessionRunning):
 		return api.CodeSessionRunning
+	case is(host.ErrSessionElsewhere):
+		return api.CodeSessionElsewhere
 	case is(host.ErrStartFailed):
 		return api.CodeAgentFailed
+	case is(pluginclient.ErrSelfFenced):
+		// The plugin heard no heartbeat in time (cluster mode): the host
+		// heartbeats it again once live, and the next attempt runs.
+		return api.CodeSessionHeld
 	case is(host.ErrIdleStopped):
 		// Only timing: the next attempt resumes the session.
 		return api.CodeSessionHeld

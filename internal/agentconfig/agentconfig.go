@@ -1,9 +1,15 @@
 // Package agentconfig owns agenthost.json, the optional file in the state
 // directory where an operator configures agents: third-party plugins (an
 // entry with a path), the built-ins' environment, and whether an agent
-// inherits the host's provider credentials. The CLI reads it; programs
-// that set a host up (the real-CLI tests, make demo-real, benchrun) write
-// it from these types.
+// inherits the host's provider credentials; and, under "serve", the store
+// `agenthost serve` opens (this machine's Badger store, or an etcd cluster
+// several machines share), with the same settings as serve's flags. The CLI
+// reads it; programs that set a host up (the real-CLI tests, make
+// demo-real, benchrun) write it from these types.
+//
+// The "serve" settings are read when serve starts (a change needs a
+// restart); the agents are watched while it runs. Flags given on the
+// command line win over the file.
 //
 // # Hazards
 //
@@ -19,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Name is the file's name in the state directory.
@@ -27,6 +34,9 @@ const Name = "agenthost.json"
 // File is the shape of agenthost.json.
 type File struct {
 	Agents map[string]Agent `json:"agents"`
+	// Serve is what `agenthost serve` reads besides its flags; nil
+	// leaves every setting at its flag's default.
+	Serve *Serve `json:"serve,omitempty"`
 
 	path string // where it was read from, for errors
 }
@@ -48,6 +58,35 @@ type Agent struct {
 	// environment when Credentials is CredentialsInherit.
 	CredentialVariables []string `json:"credentialVariables,omitempty"`
 }
+
+// Serve is agenthost.json's "serve": the store settings of `agenthost
+// serve`, each named after its flag (--etcd-endpoints is "etcdEndpoints").
+// The CLI validates their combination, as it does its flags'; Read checks
+// each value's form.
+type Serve struct {
+	// Store is "badger" (this machine's store, the default) or "etcd".
+	Store string `json:"store,omitempty"`
+	// EtcdEndpoints are the etcd cluster's client URLs.
+	EtcdEndpoints []string `json:"etcdEndpoints,omitempty"`
+	// EtcdCA, EtcdCert and EtcdKey are absolute paths of PEM files: the
+	// CA that signed the etcd servers' certificates, and this host's
+	// client certificate and its key.
+	EtcdCA   string `json:"etcdCA,omitempty"`
+	EtcdCert string `json:"etcdCert,omitempty"`
+	EtcdKey  string `json:"etcdKey,omitempty"`
+	// EtcdPrefix is where in etcd's key space the store lives.
+	EtcdPrefix string `json:"etcdPrefix,omitempty"`
+	// LivenessTTL is the host's liveness lease TTL, a Go duration ("5s").
+	LivenessTTL string `json:"livenessTTL,omitempty"`
+	// HostID names this host in the cluster.
+	HostID string `json:"hostId,omitempty"`
+}
+
+// The values of Serve's "store".
+const (
+	StoreBadger = "badger"
+	StoreEtcd   = "etcd"
+)
 
 // The values of an agent entry's "credentials".
 const (
@@ -77,7 +116,11 @@ func Read(path string) (File, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf(`%s: %w; expected {"agents": {"NAME": {"path": "/abs/path", "args": [], "env": ["K=V"], "sha256": "hex", "credentials": "strip|inherit", "credentialVariables": ["KEY"]}}}`, path, err)
+		return cfg, fmt.Errorf(`%s: %w; expected {"agents": {"NAME": {"path": "/abs/path", "args": [], "env": ["K=V"], "sha256": "hex", "credentials": "strip|inherit", "credentialVariables": ["KEY"]}}, `+
+			`"serve": {"store": "badger|etcd", "etcdEndpoints": ["https://host:2379"], "etcdCA": "/abs/ca.pem", "etcdCert": "/abs/cert.pem", "etcdKey": "/abs/key.pem", "etcdPrefix": "/agenthost/", "livenessTTL": "5s", "hostId": "ID"}}`, path, err)
+	}
+	if err := cfg.Serve.check(); err != nil {
+		return cfg, fmt.Errorf(`%s: "serve": %w`, path, err)
 	}
 	for name, a := range cfg.Agents {
 		bad := func(format string, args ...any) error {
@@ -109,6 +152,33 @@ func Read(path string) (File, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// check checks the form of each value (nil is fine); what they mean
+// together is the CLI's to judge, with its flags.
+func (s *Serve) check() error {
+	if s == nil {
+		return nil
+	}
+	if s.Store != "" && s.Store != StoreBadger && s.Store != StoreEtcd {
+		return fmt.Errorf(`"store" must be %q (the default) or %q, got %q`, StoreBadger, StoreEtcd, s.Store)
+	}
+	for _, e := range s.EtcdEndpoints {
+		if strings.TrimSpace(e) == "" {
+			return fmt.Errorf(`"etcdEndpoints" entries must be URLs such as "https://10.0.0.1:2379", got %q`, e)
+		}
+	}
+	for _, f := range []struct{ key, path string }{{"etcdCA", s.EtcdCA}, {"etcdCert", s.EtcdCert}, {"etcdKey", s.EtcdKey}} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			return fmt.Errorf("%q must be an absolute path, got %q", f.key, f.path)
+		}
+	}
+	if s.LivenessTTL != "" {
+		if _, err := time.ParseDuration(s.LivenessTTL); err != nil {
+			return fmt.Errorf(`"livenessTTL" must be a duration such as "5s", got %q`, s.LivenessTTL)
+		}
+	}
+	return nil
 }
 
 func isHexDigest(s string) bool {

@@ -65,3 +65,38 @@ func TestRead(t *testing.T) {
 		}
 	}
 }
+
+// "serve" reads back as written, and a malformed value is an error naming
+// the file, "serve" and the key.
+func TestServeSettings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, Name)
+	want := &Serve{Store: StoreEtcd, EtcdEndpoints: []string{"https://10.0.0.1:2379"}, EtcdCA: "/etc/ah/ca.pem",
+		EtcdCert: "/etc/ah/host.pem", EtcdKey: "/etc/ah/host-key.pem", EtcdPrefix: "/agenthost/", LivenessTTL: "5s", HostID: "box-1"}
+	b, err := json.Marshal(File{Serve: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(path)
+	if err != nil || !reflect.DeepEqual(got.Serve, want) {
+		t.Errorf("read back %+v, %v; want %+v", got.Serve, err, want)
+	}
+	for _, tc := range []struct{ config, want string }{
+		{`{"serve": {"store": "sql"}}`, `"serve": "store" must be "badger" (the default) or "etcd", got "sql"`},
+		{`{"serve": {"livenessTTL": "5"}}`, `"serve": "livenessTTL" must be a duration such as "5s", got "5"`},
+		{`{"serve": {"etcdCA": "ca.pem"}}`, `"serve": "etcdCA" must be an absolute path, got "ca.pem"`},
+		{`{"serve": {"etcdEndpoints": [""]}}`, `"etcdEndpoints" entries must be URLs`},
+		{`{"serve": {"etcd-endpoints": ["http://a:1"]}}`, `unknown field "etcd-endpoints"`},
+	} {
+		if err := os.WriteFile(path, []byte(tc.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Read(path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("config %s: %v; want an error naming the file and %q", tc.config, err, tc.want)
+		}
+	}
+}

@@ -20,7 +20,6 @@ import (
 	"github.com/agenthost/agenthost/api"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/localapi"
-	"github.com/agenthost/agenthost/leasestore/badgerstore"
 )
 
 // maxSocketPath is the longest unix socket path every platform accepts
@@ -47,6 +46,17 @@ session not decided yet is answered CodeSessionHeld (-32007), "not decided yet".
 The socket is checked each second: deleted, it is made again (mode 0600);
 replaced by another file, serve exits saying so, for a supervisor to restart it.
 
+The sessions live in the state directory's Badger store, this machine's.
+With --store etcd they live in an etcd cluster that several machines' hosts
+share (--etcd-endpoints, TLS with --etcd-ca/--etcd-cert/--etcd-key): each
+host joins under --host-id (default: derived from /etc/machine-id) with a
+liveness lease of --liveness-ttl; a session runs on one host at a time, a
+client of another host is told which, and the sessions of a host that is
+lost are taken over by another after the TTL plus a drift margin. The same
+settings can go in <state-dir>/agenthost.json under "serve" ("store",
+"etcdEndpoints", "etcdCA", "etcdCert", "etcdKey", "etcdPrefix",
+"livenessTTL", "hostId"); a flag given wins.
+
 SIGINT or SIGTERM detaches: the host closes, while every session's plugin keeps
 running with its lease; the next serve readopts them and drains what they
 produced meanwhile. With --shutdown-sessions every session is stopped instead.
@@ -72,6 +82,7 @@ func (a *App) serveCommand() *cobra.Command {
 	var (
 		shutdown bool
 		idle     time.Duration
+		stores   storeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -80,15 +91,22 @@ func (a *App) serveCommand() *cobra.Command {
 		Example: `  agenthost serve
   agenthost serve --state-dir /tmp/ah --log-level info
   agenthost serve --shutdown-sessions     # stop every session on exit
-  agenthost serve --idle-timeout 0        # never stop an idle session's plugin`,
+  agenthost serve --idle-timeout 0        # never stop an idle session's plugin
+  agenthost serve --store etcd --etcd-endpoints https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379 \
+      --etcd-ca ca.pem --etcd-cert host.pem --etcd-key host-key.pem   # one of several machines' hosts`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if idle < 0 {
 				return usageErrorf("--idle-timeout %s is negative: give a duration such as 10m, or 0 to never stop idle sessions", idle)
 			}
-			return a.serve(cmd.Context(), shutdown, idle)
+			sc, err := a.resolveStore(cmd, &stores)
+			if err != nil {
+				return err
+			}
+			return a.serve(cmd.Context(), shutdown, idle, sc)
 		},
 	}
+	stores.register(cmd.Flags())
 	cmd.Flags().BoolVar(&shutdown, "shutdown-sessions", false, "on exit, stop every session instead of leaving its plugin running for the next host")
 	cmd.Flags().DurationVar(&idle, "idle-timeout", DefaultIdleTimeout,
 		"stop the plugin (and CLI) of a session with no turn, no pending permission and no client following it for this long; "+
@@ -110,7 +128,7 @@ type openedHost struct {
 
 // openHost loads the agents and opens the host on the state directory,
 // stopping the plugins of sessions idle for idle (0: never).
-func (a *App) openHost(ctx context.Context, idle time.Duration) (*openedHost, error) {
+func (a *App) openHost(ctx context.Context, idle time.Duration, sc storeConfig) (*openedHost, error) {
 	dir, err := a.resolveStateDir()
 	if err != nil {
 		return nil, err
@@ -143,17 +161,17 @@ func (a *App) openHost(ctx context.Context, idle time.Duration) (*openedHost, er
 			"credentials", credentialsChoice(e.Credentials), "credentialVariables", len(e.Credentials.Variables))
 	}
 	hostLog := log.Named("host")
-	store, err := badgerstore.Open(ctx, dir, badgerstore.Options{Logger: hostLog.Named("store")})
-	if err != nil {
-		return nil, err
-	}
 	reloader := newAgentsReloader(dir, agents, func() ([]agentEntry, error) { return a.loadAgents(dir, exe) }, log.Named("agents"))
 	// The API is served while the sessions are decided: a plugin that
 	// does not answer holds up its own session's decision only.
-	h, err := host.Open(ctx, host.Config{StateDir: dir, Store: store, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog,
-		ReconcileInBackground: true, OnUnknownAgent: reloader.onUnknownAgent, IdleTimeout: idle})
-	if err != nil {
+	hc := host.Config{StateDir: dir, HostID: sc.HostID, Agents: hostAgents(agents), Credentials: hostCredentials(agents), Logger: hostLog,
+		ReconcileInBackground: true, OnUnknownAgent: reloader.onUnknownAgent, IdleTimeout: idle}
+	if err := openStore(ctx, &hc, sc, hostLog.Named("store")); err != nil {
 		return nil, err
+	}
+	h, err := host.Open(ctx, hc)
+	if err != nil {
+		return nil, hostOpenError(err, sc)
 	}
 	reloader.attach(h)
 	return &openedHost{h: h, stateDir: dir, agents: agents, log: log, reloader: reloader, stopWatch: reloader.watch(context.WithoutCancel(ctx))}, nil
@@ -235,7 +253,7 @@ func (a *App) signals(ctx context.Context, onFirst func()) (context.Context, fun
 	}
 }
 
-func (a *App) serve(ctx context.Context, shutdown bool, idle time.Duration) (err error) {
+func (a *App) serve(ctx context.Context, shutdown bool, idle time.Duration, sc storeConfig) (err error) {
 	ctx, stop := a.signals(ctx, nil)
 	defer stop()
 	if dir, err := a.resolveStateDir(); err != nil {
@@ -243,7 +261,7 @@ func (a *App) serve(ctx context.Context, shutdown bool, idle time.Duration) (err
 	} else if err := checkSocketPath(dir); err != nil {
 		return err
 	}
-	o, err := a.openHost(ctx, idle)
+	o, err := a.openHost(ctx, idle, sc)
 	if err != nil {
 		return err
 	}
@@ -313,6 +331,7 @@ running for the next host) unless --shutdown-sessions is given.`
 func (a *App) acpCommand() *cobra.Command {
 	var agent string
 	var shutdown bool
+	var stores storeFlags
 	cmd := &cobra.Command{
 		Use:   "acp --agent NAME",
 		Short: "Be an Agent Client Protocol agent on stdin/stdout (for editors)",
@@ -321,9 +340,14 @@ func (a *App) acpCommand() *cobra.Command {
   # in an editor's agent settings: command "agenthost", args ["acp", "--agent", "codex"]`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.acp(cmd.Context(), agent, shutdown)
+			sc, err := a.resolveStore(cmd, &stores)
+			if err != nil {
+				return err
+			}
+			return a.acp(cmd.Context(), agent, shutdown, sc)
 		},
 	}
+	stores.register(cmd.Flags())
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent new sessions run (required)")
 	cmd.Flags().BoolVar(&shutdown, "shutdown-sessions", false, "when the client goes, stop every session instead of leaving its plugin running")
 	_ = cmd.MarkFlagRequired("agent")
@@ -331,10 +355,10 @@ func (a *App) acpCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *App) acp(ctx context.Context, agent string, shutdown bool) (err error) {
+func (a *App) acp(ctx context.Context, agent string, shutdown bool, sc storeConfig) (err error) {
 	ctx, stop := a.signals(ctx, nil)
 	defer stop()
-	o, err := a.openHost(ctx, 0) // its one client follows its sessions: never idle
+	o, err := a.openHost(ctx, 0, sc) // its one client follows its sessions: never idle
 	if err != nil {
 		return err
 	}
