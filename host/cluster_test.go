@@ -32,9 +32,9 @@ const (
 // clusterConfig is a host of the test cluster ec with its own state
 // directory and id, on its own client of the cluster (as on its own
 // machine).
-func clusterHostConfig(t *testing.T, ec *etcdtest.Cluster, hostID, dir string) Config {
+func clusterHostConfig(t *testing.T, endpoints []string, hostID, dir string) Config {
 	t.Helper()
-	st, err := etcdstore.Open(testCtx(t), etcdstore.Options{Endpoints: ec.Endpoints(), Logger: logtest.New(t).Named(hostID + ".store"),
+	st, err := etcdstore.Open(testCtx(t), etcdstore.Options{Endpoints: endpoints, Logger: logtest.New(t).Named(hostID + ".store"),
 		HostAddress: filepath.Join(dir, "api.sock")})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func clusterHostConfig(t *testing.T, ec *etcdtest.Cluster, hostID, dir string) C
 
 func openClusterHost(t *testing.T, ec *etcdtest.Cluster, hostID, dir string) *Host {
 	t.Helper()
-	h, err := Open(testCtx(t), clusterHostConfig(t, ec, hostID, dir))
+	h, err := Open(testCtx(t), clusterHostConfig(t, ec.Endpoints(), hostID, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +127,11 @@ func TestClusterTakeoverAfterTheBound(t *testing.T) {
 	ctx := testCtx(t)
 	ec := etcdtest.StartCluster(t, 1)
 	dirA, dirB := stateDir(t), stateDir(t)
-	a, err := Open(ctx, clusterHostConfig(t, ec, "host-a", dirA))
+	a, err := Open(ctx, clusterHostConfig(t, ec.Endpoints(), "host-a", dirA))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) }) // after the test's own Close, a no-op
 	s, err := a.StartSession(ctx, SessionRequest{ID: "c1", Agent: "scripted", Workspace: dirA})
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestClusterTakeoverAfterTheBound(t *testing.T) {
 func TestClusterRefusesADuplicateHostID(t *testing.T) {
 	ec := etcdtest.StartCluster(t, 1)
 	openClusterHost(t, ec, "host-a", stateDir(t))
-	_, err := Open(testCtx(t), clusterHostConfig(t, ec, "host-a", stateDir(t)))
+	_, err := Open(testCtx(t), clusterHostConfig(t, ec.Endpoints(), "host-a", stateDir(t)))
 	if !errors.Is(err, leasestore.ErrHostRegistered) || !strings.Contains(err.Error(), "another agenthost process") {
 		t.Fatalf("second host-a: %v", err)
 	}
@@ -282,7 +283,7 @@ func TestClusterRefusesADuplicateHostID(t *testing.T) {
 func TestClusterRefusesAPluginWithoutHeartbeat(t *testing.T) {
 	ec := etcdtest.StartCluster(t, 1)
 	dir := stateDir(t)
-	cfg := clusterHostConfig(t, ec, "host-a", dir)
+	cfg := clusterHostConfig(t, ec.Endpoints(), "host-a", dir)
 	cfg.Agents["old"] = AgentPlugin{Path: bins.scripted, Env: []string{wire.EnvProtocolVersions + "=1"}}
 	h, err := Open(testCtx(t), cfg)
 	if err != nil {
@@ -296,5 +297,73 @@ func TestClusterRefusesAPluginWithoutHeartbeat(t *testing.T) {
 	rec, err := h.store.Get(testCtx(t), "old")
 	if err != nil || rec.Lease.Held() {
 		t.Fatalf("lease after the refused start: %+v, %v", rec.Lease, err)
+	}
+}
+
+// A host cut off from the cluster past its TTL (its only etcd member
+// stopped) takes no turn while it is not live; the others take its
+// session over; when it is back, under a new epoch, it re-reads the lease,
+// finds the session taken and stops its plugin, writing nothing at its
+// old fence.
+func TestClusterHostCutOffComesBackDeposed(t *testing.T) {
+	ctx := testCtx(t)
+	ec := etcdtest.StartCluster(t, 3)
+	dirA, dirB := stateDir(t), stateDir(t)
+	// A reaches the cluster through member 0 only, B through the others.
+	a, err := Open(ctx, clusterHostConfig(t, []string{ec.Endpoint(0)}, "host-a", dirA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	b, err := Open(ctx, clusterHostConfig(t, []string{ec.Endpoint(1), ec.Endpoint(2)}, "host-b", dirB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+
+	s, err := a.StartSession(ctx, SessionRequest{ID: "c2", Agent: "scripted", Workspace: dirA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Prompt(ctx, "echo one"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("prompt on A: %+v, %v", r, err)
+	}
+	pidA, fenceA := s.PID(), s.Fence()
+	_, epoch := a.cl.m.Valid()
+
+	ec.Stop(0)
+	waitFor(t, "A to stop being live", func() bool { _, _, ok := a.cl.live(time.Now()); return !ok })
+	if _, err := s.Prompt(ctx, "echo cut off"); !errors.Is(err, ErrNotLive) || !errors.Is(err, leasestore.ErrReconciling) {
+		t.Fatalf("prompt on a host that is not live: %v", err)
+	}
+	waitFor(t, "B to take the session over", func() bool {
+		rec, err := b.store.Get(ctx, "c2")
+		return err == nil && rec.Lease.Fence > fenceA
+	})
+	lastSeq, err := b.store.LastSeq(ctx, "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ec.Restart(0)
+	waitFor(t, "A's plugin to be stopped", func() bool {
+		select {
+		case <-s.Done():
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(s.Err(), ErrDeposed) {
+		t.Errorf("A's session ended with %v", s.Err())
+	}
+	if _, now := a.cl.m.Valid(); now <= epoch {
+		t.Errorf("A came back under epoch %d, was %d", now, epoch)
+	}
+	waitFor(t, "A's plugin to exit", func() bool { return !alive(t, pidA) })
+	for _, e := range journalOf(t, b, "c2") {
+		if e.Seq > lastSeq && e.Fence <= fenceA {
+			t.Errorf("entry %d (%s) at fence %d after the takeover", e.Seq, e.Kind, e.Fence)
+		}
 	}
 }

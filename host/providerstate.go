@@ -10,8 +10,8 @@ import (
 )
 
 // Provider state makes a session portable: a plugin whose identity says
-// exports_state hands over its provider conversation (claude's transcript,
-// codex's rollout) after every turn, the host keeps the newest with the
+// exports_state hands over its provider conversation (a CLI's transcript
+// files, whatever its plugin keeps) after every turn, the host keeps the newest with the
 // session in the store (Store.PutProviderState, fenced like an append), and
 // a resume of that conversation's handle, on any machine, carries it back
 // for the plugin to import before it resumes. A session whose plugin does
