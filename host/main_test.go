@@ -10,7 +10,6 @@ import (
 	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/leasestore"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
-	"github.com/agenthost/agenthost/leasestore/etcdstore/etcdtest"
 )
 
 // bins are the plugin binaries the tests start, built once per test run.
@@ -29,7 +28,7 @@ func TestMain(m *testing.M) {
 	os.Exit(buildtest.Main(m, map[*string]string{
 		&bins.fixture:  "./testdata/fixture",
 		&bins.scripted: "../examples/scripted/cmd/agenthost-plugin-scripted",
-	}, etcdtest.IgnoreLeaks()...))
+	}))
 }
 
 func unixGetsid(pid int) (int, error) { return unix.Getsid(pid) }

@@ -36,14 +36,19 @@ func (s *Session) storeProviderState(ctx context.Context, turn string) {
 	if !s.proc.exports {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, exportTimeout)
+	ectx, cancel := context.WithTimeout(ctx, exportTimeout)
 	defer cancel()
 	start := time.Now()
-	handle, data, err := s.proc.att.ExportState(ctx)
+	handle, data, err := s.proc.att.ExportState(ectx)
 	if err == nil {
-		err = s.h.store.PutProviderState(ctx, s.id, s.fence, leasestore.ProviderState{Handle: handle, Data: data})
+		err = s.h.store.PutProviderState(ectx, s.id, s.fence, leasestore.ProviderState{Handle: handle, Data: data})
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			// The host is letting go of the session.
+			s.h.log.Debug("the provider state was not stored after a turn", "session", s.id, "turn", turn, "error", err)
+			return
+		}
 		s.h.log.Warn("the provider state was not stored after a turn: a host on another machine would continue the conversation from an earlier turn",
 			"session", s.id, "turn", turn, "error", err)
 		return

@@ -23,14 +23,13 @@ import (
 	"github.com/agenthost/agenthost/internal/buildtest"
 	"github.com/agenthost/agenthost/internal/logtest"
 	"github.com/agenthost/agenthost/leasestore/badgerstore"
-	"github.com/agenthost/agenthost/leasestore/etcdstore/etcdtest"
 )
 
 var scripted, surface string
 
 func TestMain(m *testing.M) {
 	os.Exit(buildtest.Main(m, map[*string]string{&scripted: "../../examples/scripted/cmd/agenthost-plugin-scripted",
-		&surface: "../internal/surfaceagent/cmd/agenthost-plugin-surface"}, etcdtest.IgnoreLeaks()...))
+		&surface: "../internal/surfaceagent/cmd/agenthost-plugin-surface"}))
 }
 
 // rpcClient is a minimal newline-delimited JSON-RPC client, as a desktop

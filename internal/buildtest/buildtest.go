@@ -27,7 +27,7 @@ import (
 // its package's last element, which tests may look for in process names,
 // so two packages of bins must not share one. A build that fails prints go
 // build's output and returns 1 without running a test.
-func Main(m *testing.M, bins map[*string]string, opts ...goleak.Option) int {
+func Main(m *testing.M, bins map[*string]string) int {
 	dir, err := os.MkdirTemp("", "agenthost-test-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -48,16 +48,15 @@ func Main(m *testing.M, bins map[*string]string, opts ...goleak.Option) int {
 			return 1
 		}
 	}
-	return LeakCheckedRun(m, opts...)
+	return LeakCheckedRun(m)
 }
 
 // LeakCheckedRun runs m and, when the tests passed, fails the run if a
-// goroutine outlived them; opts are goleak's (etcdtest.IgnoreLeaks for a
-// package whose tests embed etcd).
-func LeakCheckedRun(m *testing.M, opts ...goleak.Option) int {
+// goroutine outlived them.
+func LeakCheckedRun(m *testing.M) int {
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			return 1
 		}

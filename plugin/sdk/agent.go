@@ -56,6 +56,9 @@ type Describer interface {
 // bytes are opaque to the host and bounded (64 MiB: larger, the session
 // stays resumable only on its own machine). An agent that cannot export now
 // (the provider wrote nothing yet) returns an error, which the host logs.
+// It may be called after Closer.Close (the last turn's stop follows a
+// Close), and while the next turn starts: export what the provider has
+// written, consistently.
 type StateExporter interface {
 	ExportState(ctx context.Context, handle string) ([]byte, error)
 }
