@@ -127,8 +127,10 @@ func testContinuedOnAnotherMachine(t *testing.T, c cli) {
 		var aerr *apiclient.Error
 		switch {
 		case err == nil:
-			// Taken over between the list and the resume.
+			// Taken over between the list and the resume's answer.
 			taken, resumed = since, true
+			t.Logf("session/resume on host B, sent %.2fs after the kill while the session was host-a's, succeeded after %.2fs (the takeover came meanwhile, then its plugin and CLI started, the provider state imported)",
+				since.Seconds(), (time.Since(killed) - since).Seconds())
 			continue
 		case !errors.As(err, &aerr):
 			t.Fatalf("session/resume on host B %.2fs after host A died: %v", since.Seconds(), err)
