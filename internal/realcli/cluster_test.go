@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -234,7 +235,17 @@ func testContinuedOnAnotherMachine(t *testing.T, c cli) {
 	if got := ownerOf(t, ca, id); got.OwnerHost != "host-b" || got.State != api.StateElsewhere {
 		t.Errorf("host A, restarted, lists the session as %+v, want elsewhere on host-b", got)
 	}
-	_, err := ca.prompt(ctxFor(t, 30*time.Second), id, "are you there, A?")
+	// As a person on machine A sees it: agenthost sessions list.
+	cmd := exec.CommandContext(ctxFor(t, 30*time.Second), agenthostBin, "--state-dir", a.dir, "sessions", "list")
+	cmd.Env = a.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("agenthost sessions list on machine A: %v\n%s", err, out)
+	}
+	if row := listRow(string(out), id); len(row) < 4 || row[2] != api.StateElsewhere || row[3] != "host-b" {
+		t.Errorf("agenthost sessions list on machine A shows the session as %q; want elsewhere on host-b:\n%s", row, out)
+	}
+	_, err = ca.prompt(ctxFor(t, 30*time.Second), id, "are you there, A?")
 	var aerr *apiclient.Error
 	if !errors.As(err, &aerr) || aerr.Code != api.CodeSessionElsewhere {
 		t.Fatalf("a prompt through host A, restarted: %v; want -32011 (runs on host-b)", err)
@@ -323,4 +334,15 @@ func filesWith(t *testing.T, dir string, texts ...string) []string {
 		t.Fatalf("read the files under %s: %v", dir, err)
 	}
 	return out
+}
+
+// listRow is the fields of session id's row in agenthost sessions list's
+// output (SESSION AGENT STATE HOST PORTABLE …), nil when it has none.
+func listRow(out, id string) []string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == id {
+			return f
+		}
+	}
+	return nil
 }
