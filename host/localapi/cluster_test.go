@@ -89,6 +89,14 @@ func TestSessionOfAnotherHostIsElsewhere(t *testing.T) {
 		}
 	}
 
+	// A, which runs it with a plugin that exports its conversation, lists
+	// it as its own and portable.
+	var own api.ListSessionsResult
+	ca.mustCall("session/list", map[string]any{}, &own)
+	if len(own.Sessions) != 1 || own.Sessions[0].Meta.Agenthost.OwnerHost != "host-a" || own.Sessions[0].Meta.Agenthost.State != api.StateRunning ||
+		!own.Sessions[0].Meta.Agenthost.Portable {
+		t.Fatalf("A's session list: %+v", own)
+	}
 	var list api.ListSessionsResult
 	cb.mustCall("session/list", map[string]any{}, &list)
 	if len(list.Sessions) != 1 || list.Sessions[0].Meta.Agenthost.OwnerHost != "host-a" || list.Sessions[0].Meta.Agenthost.State != api.StateElsewhere {

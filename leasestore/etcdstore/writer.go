@@ -144,11 +144,16 @@ func (s *Store) drain(w *sessionWriter) {
 			}
 			continue
 		}
+		// A host marking thousands of sessions, or a batch of hundreds of
+		// moves, would otherwise send them all at once and make a loaded
+		// etcd time out requests it then applies anyway.
+		s.inflight <- struct{}{}
 		if first.kind == opAppend {
 			s.execAppends(w, batch)
 		} else {
 			s.execUpdate(w, first)
 		}
+		<-s.inflight
 	}
 }
 
@@ -245,6 +250,7 @@ func (s *Store) execAppends(w *sessionWriter, ops []*op) {
 		fresh = true
 	}
 	oi := 0 // ops[:oi] are finished
+	retries := 0
 	for oi < len(ops) {
 		if w.decodeErr != nil {
 			failAll(ops[oi:], w.decodeErr)
@@ -318,6 +324,17 @@ func (s *Store) execAppends(w *sessionWriter, ops []*op) {
 					kvs := r.Responses[0].GetResponseRange().Kvs
 					return len(kvs) == 1 && bytes.Equal(kvs[0].Value, first)
 				}, clientv3.OpGet(firstKey))
+			if errors.Is(err, errNotCommitted) && retries < maxRetries {
+				// Proven not landed, and fenced out for good: sending
+				// the entries again cannot journal them twice.
+				retries++
+				if err := s.load(w); err != nil {
+					failAll(ops[oi:], err)
+					return
+				}
+				fresh = true
+				continue
+			}
 			if err != nil {
 				failAll(ops[oi:], err)
 				return
@@ -409,6 +426,10 @@ func (s *Store) settle(w *sessionWriter, what string, err error, guard string, g
 	}
 }
 
+// maxRetries is how many times a write proven not landed (see settle) is
+// sent again before its caller gets the error.
+const maxRetries = 3
+
 // errNotCommitted: a commit that went unanswered was proven not to have
 // landed, and can no longer land. The write did not happen; a caller may
 // try again.
@@ -431,6 +452,7 @@ func (s *Store) execUpdate(w *sessionWriter, o *op) {
 		}
 		fresh = true
 	}
+	retries := 0
 	for {
 		if w.decodeErr != nil {
 			o.finish(w.decodeErr)
@@ -514,6 +536,16 @@ func (s *Store) execUpdate(w *sessionWriter, o *op) {
 					}
 					return len(kvs) == 1 && bytes.Equal(kvs[0].Value, newRec)
 				}, clientv3.OpGet(recKey))
+			if errors.Is(err, errNotCommitted) && retries < maxRetries {
+				// Proven not landed and fenced out: judge it again.
+				retries++
+				if err := s.load(w); err != nil {
+					o.finish(err)
+					return
+				}
+				fresh = true
+				continue
+			}
 			if err != nil {
 				o.finish(err)
 				return
