@@ -81,8 +81,8 @@ func testContinuedOnAnotherMachine(t *testing.T, c cli) {
 	ca := a.dial(sa)
 	id := ca.newSession(a, nil)
 	ca.mustPrompt(id, q1, acp.StopReasonEndTurn)
-	if got := ownerOf(t, ca, id); got.OwnerHost != "host-a" || got.State != api.StateRunning {
-		t.Fatalf("host A lists its session as %+v, want running on host-a", got)
+	if got := ownerOf(t, ca, id); got.OwnerHost != "host-a" || got.State != api.StateRunning || !got.Portable {
+		t.Fatalf("host A lists its session as %+v, want running on host-a, portable (the %s plugin exports its state)", got, c.name)
 	}
 	cb := b.dial(sb)
 	if got := ownerOf(t, cb, id); got.OwnerHost != "host-a" || got.State != api.StateElsewhere {
@@ -178,8 +178,8 @@ func testContinuedOnAnotherMachine(t *testing.T, c cli) {
 		t.Errorf("machine B's model request does not continue the conversation (want user %q, assistant %q, then %q); it carries:\n%s",
 			q1, a1, q2, requestHistory(reqs[0]))
 	}
-	if got := ownerOf(t, cb, id); got.OwnerHost != "host-b" || got.State != api.StateRunning {
-		t.Errorf("host B lists the session it continued as %+v, want running on host-b", got)
+	if got := ownerOf(t, cb, id); got.OwnerHost != "host-b" || got.State != api.StateRunning || !got.Portable {
+		t.Errorf("host B lists the session it continued as %+v, want running on host-b, portable", got)
 	}
 	if len(b.processes()) == 0 {
 		t.Error("no plugin runs on machine B after its turn")
