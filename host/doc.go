@@ -114,6 +114,87 @@
 // handle on its next request. Each session owns its timer (idle.go, which
 // also says how a request racing the stop is never lost).
 //
+// # Several machines
+//
+// With Config.Cluster set (a store shared by several machines,
+// leasestore/etcdstore) the host runs in cluster mode (cluster.go); with it
+// nil nothing here applies and one machine works as above. Every session
+// has exactly one owner host, the one its lease names
+// (leasestore.Lease.OwnerHost). At Open the host joins the cluster under
+// Config.HostID with a liveness lease of Config.LivenessTTL that the store
+// keeps alive (a second process with the same id is refused before it
+// touches a lease), marks unreconciled only its own leases
+// (MarkHostUnreconciled) and decides only those, as above. Another host's
+// session is judged from the cluster, never from this machine's process
+// table:
+//
+//   - remote-live while its owner host is registered: this host never
+//     touches it, and a start, resume, load or prompt of it here is refused
+//     with an *ElsewhereError naming the host and its Config.Address (the
+//     local API answers -32011 with both);
+//   - owner-lost once its owner host is not registered: this host notes
+//     when it observed that (the newest HostLost of its watch of the
+//     cluster's hosts, or, with none pending, a Hosts read that does not
+//     name the host: a loss it never saw happen), and once LivenessTTL +
+//     DriftMargin have passed since, with its watch running throughout
+//     (a watch that was down may have missed the host's return and next
+//     loss, so everything pending is timed afresh after it), it takes
+//     each of that host's held
+//     sessions over with Cluster.ApplyIfHostLost and an Evict carrying
+//     EvidenceHostLost, then ends the session's open turn in its journal.
+//     The session is released: the next request on any host resumes it.
+//     The transaction compares the fence and requires the host still
+//     unregistered, so of several hosts taking over one wins, and a host
+//     that registered again in time keeps its sessions (its HostJoined
+//     also cancels the pending takeover). Until then a request for the
+//     session is refused as held (ErrOwnerHostLost), never served.
+//
+// Plugins outlive their host on one machine; across machines a plugin
+// still running on a lost host while another host resumes its session
+// would be a second writer to the provider conversation (the store refuses
+// its journal writes by fence, but not what its CLI does). So in cluster
+// mode every plugin is started with EnvSelfFence=Config.SelfFence and
+// fences itself: it takes no new turn and cancels the running one once
+// now >= deadline, where the deadline starts at the plugin's start +
+// SelfFence and every heartbeat moves it to receipt + min(valid_for,
+// SelfFence). Each running session's heartbeat loop sends one every
+// SelfFence/5, only while Membership.Valid() is in the future, with
+// valid_for = min(SelfFence, until - now). A plugin without the Heartbeat
+// RPC cannot fence itself and is refused at start (ErrNoHeartbeat).
+//
+// The bound (the lease argument of Chubby, Burrows 2006, §2.8): let U be
+// the host's Valid() until, its last answered keepalive's send time + TTL.
+// The cluster expires the lease no earlier than U (the TTL counts from the
+// keepalive's arrival); a host that observes the loss does so at O >= the
+// expiry >= U, and takes over at O + TTL + drift. The lost host's last
+// heartbeat was sent at h < U with valid_for <= U - h, so its plugins
+// fence themselves by U + d, d the heartbeat's delivery delay on their own
+// machine, and by h + d + SelfFence; a plugin started and never
+// heartbeated, by its start (< U) + SelfFence. Every plugin of the lost
+// host is therefore fenced more than TTL + drift - d before the takeover:
+// the drift margin covers the machines' clocks running apart over that
+// interval (rate, not offset: each bound is measured on one machine's
+// clock), and TTL absorbs delivery delays, a paused plugin included, up to
+// TTL. With the defaults (TTL 5s, SelfFence TTL/2 = 2.5s, drift 1s,
+// heartbeat every 500ms) a plugin stops at most 2.5s after the last
+// heartbeat it received, and a takeover comes no sooner than 6s after the
+// loss was observed, itself no sooner than 5s after the lost host's last
+// answered keepalive. Every host of one cluster must use the same TTL.
+//
+// A host paused or cut off past its TTL comes back with Valid() zero: it
+// takes no turn (ErrNotLive, retryable) and starts nothing until the store
+// registered it again under a new epoch. Then, before it heartbeats a
+// running session again (and before that session's next prompt), it
+// re-reads the session's lease: a fence that moved or an owner host that
+// is not this one means the session was taken over, and its plugin,
+// fenced already, is stopped, never readopted (ErrDeposed), and nothing is
+// written at its old fence. Close detaches the plugins and then leaves the
+// cluster (the lease is revoked, so other hosts see the loss at once); the
+// plugins fence themselves within SelfFence. A host restarted after its
+// sessions were taken over finds them released (or another host's), not
+// its own: it does not decide them, and the orphan reaper stops its old
+// plugins, whose spawn tokens no lease owns any more.
+//
 // # Embedding
 //
 // A host is Linux-only (pidfds). Plugins inherit every descriptor of the

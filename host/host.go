@@ -147,6 +147,33 @@ type Config struct {
 	// Host.ResumeIdle starts it again on its next request. Default: 0,
 	// never idle.
 	IdleTimeout time.Duration
+	// Cluster, when set, runs the host in cluster mode: Store is a store
+	// shared by the hosts of several machines (leasestore/etcdstore, whose
+	// Store is also the Cluster), the host joins the cluster as HostID,
+	// decides at open only its own sessions, tells clients where another
+	// host's session runs, takes over the sessions of hosts that lost
+	// their liveness lease, and heartbeats its plugins, which fence
+	// themselves without (see "Several machines" in the package doc).
+	// HostID must then be unique in the cluster. Default: nil, a single
+	// machine, and the fields below are unused.
+	Cluster leasestore.Cluster
+	// LivenessTTL is the TTL of the host's liveness lease in the cluster.
+	// Every host of one cluster must use the same. Default:
+	// DefaultLivenessTTL (5s).
+	LivenessTTL time.Duration
+	// DriftMargin is what a host waits, beyond LivenessTTL, after it
+	// observed another host's loss before it takes that host's sessions
+	// over: the bound on how much the machines' clocks may run apart in
+	// that time. Default: DefaultDriftMargin (1s).
+	DriftMargin time.Duration
+	// SelfFence is the bound after which a plugin that has not heard a
+	// heartbeat fences itself (EnvSelfFence). Default: LivenessTTL/2; it
+	// must be shorter than LivenessTTL.
+	SelfFence time.Duration
+	// Address is where this host's clients reach it (its local API socket
+	// path), published in its cluster registration: a client of another
+	// host is told it for this host's sessions. Default: none.
+	Address string
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
 	// Now is the wall clock for the times in the death evidence the host
@@ -233,6 +260,9 @@ type Host struct {
 	identifying map[string]bool
 	closed      bool
 
+	// cl is cluster mode's state; nil on a single machine.
+	cl *cluster
+
 	// moves batches the lease moves of the reconcile pass under way; nil
 	// outside one (see reconcileAll). Guarded by mu.
 	moves *leaseBatcher
@@ -262,6 +292,11 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("%w: state directory must be absolute, got %q", leasestore.ErrInvalidArgument, cfg.StateDir)
 	}
 	cfg = cfg.withDefaults()
+	cfg, err := clusterConfig(cfg)
+	if err != nil {
+		_ = store.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	sockRoot, err := socketRootFor(cfg.StateDir, os.TempDir(), os.Getenv("XDG_RUNTIME_DIR"))
 	if err != nil {
 		_ = store.Close(context.WithoutCancel(ctx))
@@ -280,8 +315,19 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
+	if cfg.Cluster != nil {
+		// Joined before any lease is marked: a second process with this
+		// host id must not flag the first one's leases.
+		if err := h.join(ctx); err != nil {
+			_ = store.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
 	sessions, err := h.beginReconcile(ctx)
 	if err != nil {
+		if h.cl != nil {
+			_ = h.cl.m.Close(context.WithoutCancel(ctx))
+		}
 		_ = store.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
@@ -289,6 +335,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	// readopted for an orphan) and the re-probes of latched sessions.
 	bgCtx, cancel := context.WithCancel(context.Background())
 	h.stopBg = cancel
+	if h.cl != nil {
+		h.bg.Go(func() { h.takeoverLoop(bgCtx) })
+	}
 	h.bg.Add(1)
 	go func() {
 		defer h.bg.Done()
@@ -398,6 +447,15 @@ func (h *Host) close(ctx context.Context, stop bool) error {
 			}
 		} else {
 			s.detach()
+		}
+	}
+	if h.cl != nil {
+		// Left after the plugins: a detached plugin hears no more
+		// heartbeats and fences itself within SelfFence, well before
+		// another host, seeing this one lost at once, takes its session
+		// over (after LivenessTTL + DriftMargin).
+		if err := h.cl.m.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("leave the cluster: %w", err))
 		}
 	}
 	if err := h.store.Close(ctx); err != nil {
@@ -579,6 +637,11 @@ type Status struct {
 	// IdleTimeout is Config.IdleTimeout: 0 when sessions are never idle.
 	// Not in this JSON: the API carries it as text (api.Status).
 	IdleTimeout time.Duration `json:"-"`
+	// Owners names the owner host of each held session, by id (cluster
+	// mode only).
+	Owners map[string]string `json:"owners,omitempty"`
+	// Cluster is the host's view of its cluster; nil on a single machine.
+	Cluster *ClusterStatus `json:"-"`
 }
 
 // ActionUndecided is what Status shows for a session found at open whose
@@ -609,6 +672,17 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Sessions = len(sessions)
+	if h.cl != nil {
+		st.Cluster = h.clusterStatus(ctx)
+		for _, s := range sessions {
+			if o := s.Lease.OwnerHost(); s.Lease.Held() && o != "" {
+				if st.Owners == nil {
+					st.Owners = map[string]string{}
+				}
+				st.Owners[s.ID] = o
+			}
+		}
+	}
 	for _, s := range sessions {
 		if s.Lease.Stage.Latched() {
 			if st.Latched == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,8 +45,17 @@ const ReconcileScope = "reconcile"
 // beginReconcile marks every lease unreconciled and lists the sessions to
 // decide; each is undecided until reconcileAll decided it. Unreadable
 // records stay unreconciled, so they never get a writer.
+//
+// In cluster mode only the leases this host must decide are marked
+// (MarkHostUnreconciled) and listed: its own, and held ones naming no
+// host. Other hosts' sessions are theirs (remote-live) or, once their host
+// is lost, taken over (takeoverLoop); released ones need no decision.
 func (h *Host) beginReconcile(ctx context.Context) ([]leasestore.Session, error) {
-	if _, err := h.store.MarkAllUnreconciled(ctx); err != nil {
+	mark := h.store.MarkAllUnreconciled
+	if h.cl != nil {
+		mark = func(ctx context.Context) (int, error) { return h.store.MarkHostUnreconciled(ctx, h.cfg.HostID) }
+	}
+	if _, err := mark(ctx); err != nil {
 		return nil, err
 	}
 	sessions, err := h.store.List(ctx)
@@ -54,6 +64,9 @@ func (h *Host) beginReconcile(ctx context.Context) ([]leasestore.Session, error)
 			return nil, err
 		}
 		h.report(ReconcileScope, err)
+	}
+	if h.cl != nil {
+		sessions = slices.DeleteFunc(sessions, func(s leasestore.Session) bool { return !s.Lease.ReconciledBy(h.cfg.HostID) })
 	}
 	h.mu.Lock()
 	for _, s := range sessions {
@@ -283,6 +296,8 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if l.Owner == nil || l.Reattach == nil || l.Reattach.Address == "" {
 		return l.Fence, errors.New("the lease records no reattach address")
 	}
+	// The membership epoch under which the lease is read as this host's.
+	epoch := h.epoch()
 	// The plugin configured now, read before the reattach: what the
 	// readopted plugin declares is kept only if no SetAgents replaced it
 	// meanwhile (learnCapabilities).
@@ -306,10 +321,15 @@ func (h *Host) readopt(ctx context.Context, s leasestore.Session) (uint64, error
 	if configured {
 		h.learnCapabilities(s.Agent, plug, proc.caps)
 	}
-	a := &startAttempt{h: h, id: s.ID, agent: s.Agent, fence: l.Fence, proc: proc, adopted: true}
+	a := &startAttempt{h: h, id: s.ID, agent: s.Agent, fence: l.Fence, proc: proc, adopted: true, epoch: epoch}
 	rec, err := a.own(ctx, leasestore.Readopt{Fence: l.Fence, Owner: *l.Owner, Reattach: l.Reattach}, "")
 	if err != nil {
 		return a.fence, fmt.Errorf("move the lease: %w", err)
+	}
+	if err := a.checkHeartbeat(ctx); err != nil {
+		// It fenced itself while no host heartbeat it, and stays fenced.
+		a.abandon(ctx, "")
+		return a.fence, err
 	}
 	pluginLast := proc.lastSeq
 	if !v2 {
@@ -525,7 +545,7 @@ func (h *Host) reprobeLatched(ctx context.Context, id string) error {
 	}
 	var latched []leasestore.Session
 	for _, s := range sessions {
-		if s.Lease.Stage.Latched() {
+		if s.Lease.Stage.Latched() && h.mine(s.Lease) {
 			latched = append(latched, s)
 		}
 	}

@@ -69,6 +69,15 @@ type Session struct {
 	pumpDone    chan struct{}
 	done        chan struct{}
 	err         error
+
+	// Cluster mode (see cluster.go). epoch is the membership epoch under
+	// which the session's lease was last known to be this host's; deposed
+	// is set once it was found taken over (its plugin is being stopped,
+	// and nothing more is written at its fence). Both guarded by mu.
+	epoch   uint64
+	deposed bool
+	hbKick  chan struct{} // buffered 1: heartbeat (and check) now
+	hbDone  chan struct{} // closed when the heartbeat loop ended
 }
 
 // ErrDetached ends a session whose host let its plugin live on (Close):
@@ -79,12 +88,18 @@ func newSession(h *Host, id, agent string, fence uint64, handle string, proc *pl
 	return &Session{
 		h: h, id: id, agent: agent, fence: fence, handle: handle, proc: proc, journal: journal, fromSeq: max(fromSeq, 1),
 		waiters: map[string]chan TurnResult{}, perms: map[string]*pendingPermission{}, permWake: make(chan struct{}), pumpDone: make(chan struct{}), done: make(chan struct{}),
+		hbKick: make(chan struct{}, 1), hbDone: make(chan struct{}),
 	}
 }
 
 func (s *Session) run() {
 	go s.pump()
 	go s.watch()
+	if s.h.cl != nil {
+		go s.heartbeatLoop()
+	} else {
+		close(s.hbDone)
+	}
 }
 
 // register starts the session's goroutines and makes it the host's, unless
@@ -156,7 +171,11 @@ func (s *Session) watch() {
 	}
 	idleStop, idle := s.endIdle()
 	<-s.pumpDone
+	<-s.hbDone
 	s.stopPermissions()
+	s.mu.Lock()
+	deposed := s.deposed
+	s.mu.Unlock()
 	ctx := context.Background()
 	detail := "host detached"
 	if detached {
@@ -176,9 +195,23 @@ func (s *Session) watch() {
 			// prompt resumes it (IdleStopped), in this host or the next.
 			detail = IdleStopDetail
 		}
-		// The lease is still this host's: the turn the plugin took with
-		// it ends in the journal now, or never.
-		s.failTurn(ctx, "the plugin is gone: "+detail)
+		if deposed {
+			// The lease is another host's now: nothing is written at this
+			// fence (the store would refuse it); the turn's end is the
+			// taking host's to journal.
+			s.err = ErrDeposed
+			s.mu.Lock()
+			turn := s.turn
+			s.turn, s.lastTurn = "", turn
+			s.mu.Unlock()
+			if turn != "" {
+				s.finishTurn(TurnResult{TurnID: turn, StopReason: "failed", Error: ErrDeposed.Error()})
+			}
+		} else {
+			// The lease is still this host's: the turn the plugin took
+			// with it ends in the journal now, or never.
+			s.failTurn(ctx, "the plugin is gone: "+detail)
+		}
 	}
 	if err := s.journal.Close(ctx); err != nil {
 		s.h.report(JournalScope, fmt.Errorf("close the journal of session %q: %w", s.id, err))
@@ -188,6 +221,8 @@ func (s *Session) watch() {
 	s.h.log.Info("plugin gone", "session", s.id, "fence", s.fence, "pid", s.proc.PID(), "detached", detached)
 	if !detached {
 		s.proc.release()
+	}
+	if !detached && !deposed {
 		if _, err := s.h.store.Apply(ctx, s.id, leasestore.Release{Fence: s.fence, Detail: detail}); err != nil && !errors.Is(err, leasestore.ErrClosed) {
 			s.h.report(ReleaseScope, fmt.Errorf("release the lease of session %q: %w", s.id, err))
 		}

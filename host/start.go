@@ -85,6 +85,12 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if !ok {
 		return nil, fmt.Errorf("%w %q: configured agents are %q", ErrUnknownAgent, req.Agent, h.agentNames())
 	}
+	// A host whose liveness is not proven starts nothing: its plugin
+	// would fence itself, and its session may be another host's by now.
+	if err := h.checkLive(); err != nil {
+		return nil, fmt.Errorf("start session %q: %w", req.ID, err)
+	}
+	epoch := h.epoch()
 	// Starts of one session take turns: the second of two concurrent
 	// resumes finds the session the first started and joins it, rather
 	// than losing the race for its lease.
@@ -143,6 +149,13 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		resume = false
 	case err != nil:
 		return nil, err
+	}
+	if resume {
+		// Another host's session runs there, or is that host's until
+		// this one took it over: never started here meanwhile.
+		if err := h.checkOwnerHost(ctx, rec); err != nil {
+			return nil, err
+		}
 	}
 	if resume && rec.Lease.Stage.Latched() {
 		// Every attach attempt re-probes a latched session: it leaves the
@@ -215,7 +228,12 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	if err := a.spawn(ctx, set.plugin, env, workspace, req.Options, req.MCPServers); err != nil {
 		return nil, startError{err}
 	}
+	a.epoch = epoch
 	h.learnCapabilities(req.Agent, set.plugin, a.proc.caps)
+	if err := a.checkHeartbeat(ctx); err != nil {
+		a.abandon(ctx, err.Error())
+		return nil, startError{err}
+	}
 	if rec, err = a.prove(ctx, req.Options, req.MCPServers); err != nil {
 		return nil, err
 	}
@@ -305,6 +323,9 @@ type startAttempt struct {
 	// openTurn is the turn a readopted session's journal shows open (see
 	// resumeOpenTurn); "" when none, or for a spawned plugin.
 	openTurn string
+	// epoch is the cluster membership's epoch when the attempt began: the
+	// lease it holds is known to be this host's under it.
+	epoch uint64
 	// pending are the permission requests a readopted plugin asked
 	// before this host (see unansweredPermissions): registered before the
 	// session's pump starts, so a permission_resolved the pump journals
@@ -374,6 +395,8 @@ func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []strin
 	h := a.h
 	sessionDir := filepath.Join(h.cfg.StateDir, "sessions", dirName(a.id, a.fence))
 	env = append(env, wire.EnvSpawnTokenVar+"="+h.tokenVar, h.tokenVar+"="+a.token, wire.EnvSessionDir+"="+sessionDir)
+	// Last, so no configured or resolved variable overrides it.
+	env = append(env, h.clusterEnv()...)
 	spec := pluginSpec{
 		Agent: a.agent, Path: agent.Path, Args: agent.Args, SessionID: a.id, SessionDir: sessionDir,
 		SocketDir: filepath.Join(h.socketRoot(), a.token), SocketRoot: h.socketRoot(), Env: env, Fence: a.fence, SpawnToken: a.token,
@@ -510,6 +533,7 @@ func (a *startAttempt) openJournal(ctx context.Context) (leasestore.Journal, err
 func (a *startAttempt) launch(ctx context.Context, handle string, journal leasestore.Journal, fromSeq uint64, baseUnknown bool, st sessionState) (*Session, bool) {
 	s := newSession(a.h, a.id, a.agent, a.fence, handle, a.proc, journal, fromSeq)
 	s.state = st
+	s.epoch = a.epoch
 	s.baseUnknown = baseUnknown
 	// A readopted session runs its open turn from the moment it is
 	// registered: a prompt before resumeOpenTurn settled it is refused.

@@ -75,6 +75,11 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 	if err := checkContent(s.proc.caps, blocks); err != nil {
 		return TurnResult{}, fmt.Errorf("session %q: %w", s.id, err)
 	}
+	// In a cluster a turn is taken only while this host's liveness is
+	// proven and the lease is known to be its own (cluster.go).
+	if err := s.admitTurn(ctx); err != nil {
+		return TurnResult{}, err
+	}
 	turnID := "turn-" + rand.Text()[:16]
 	rec := promptEntry(turnID, blocks)
 	ch := make(chan TurnResult, 1)

@@ -340,10 +340,14 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 	}
 	page, next := pageSessions(sessions, p.Cwd, after, size)
 	out := acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}, NextCursor: next}
+	// In a cluster, one read of the registered hosts says which sessions
+	// run on another host; unreadable, none is said to.
+	hosts, _ := a.srv.Host.ClusterHosts(ctx)
 	for _, s := range page {
 		updated := s.UpdatedAt.Format(time.RFC3339Nano)
+		w := where{running: a.runs(s.ID), elsewhere: a.srv.Host.Elsewhere(s, hosts), portable: a.srv.Host.Portable(s)}
 		out.Sessions = append(out.Sessions, acp.SessionInfo{
-			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: optString(s.Title), UpdatedAt: &updated, Meta: listedMeta(s, a.runs(s.ID)),
+			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: optString(s.Title), UpdatedAt: &updated, Meta: listedMeta(s, w),
 		})
 	}
 	return out, nil
@@ -382,6 +386,10 @@ func (a *agent) running(ctx context.Context, id string) (*host.Session, error) {
 	}
 	if a.srv.Host.Undecided(id) {
 		return nil, apiError(fmt.Errorf("session %q: %w", id, host.ErrUndecided))
+	}
+	// In a cluster, a session another host runs is named with its host.
+	if err := a.srv.Host.CheckOwner(ctx, id); err != nil {
+		return nil, apiError(err)
 	}
 	return nil, &acp.RequestError{Code: api.CodeNotFound, Message: fmt.Sprintf("session %q is not running: load or resume it first", id)}
 }
@@ -488,7 +496,9 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 		}
 		last, _ := h.Store().LastSeq(ctx, p.SessionID)
 		s, running := h.Session(p.SessionID)
-		r := api.SessionResult{LastSeq: last, Session: apiSession(rec, running), Running: running}
+		hosts, _ := h.ClusterHosts(ctx)
+		r := api.SessionResult{LastSeq: last, Session: apiSession(rec, where{running: running, elsewhere: h.Elsewhere(rec, hosts), portable: h.Portable(rec)}),
+			Running: running}
 		if running {
 			r.Followers = s.Followers()
 		}

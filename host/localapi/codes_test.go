@@ -1,6 +1,8 @@
 package localapi
 
 import (
+	acp "github.com/coder/acp-go-sdk"
+
 	"fmt"
 	"strings"
 	"testing"
@@ -37,5 +39,29 @@ func TestARequestGivenUpOnAtTheIdleStopIsRetryable(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "retry") {
 		t.Errorf("%v: want it to say to retry", err)
+	}
+}
+
+// A session that runs on another host of the cluster is CodeSessionElsewhere
+// with the host and its address, whose message tells the user where to
+// connect; the cluster's other refusals (this host not live, the owner
+// host lost but not taken over yet, a session taken over) are retryable.
+func TestSessionElsewhereNamesTheHost(t *testing.T) {
+	err := fmt.Errorf("start: %w", &host.ElsewhereError{SessionID: "s", HostID: "host-b", Address: "/run/b/api.sock"})
+	re := apiError(err).(*acp.RequestError)
+	data, ok := re.Data.(api.ElsewhereData)
+	if re.Code != api.CodeSessionElsewhere || api.CodeSessionElsewhere != -32011 || !ok || data.HostID != "host-b" || data.Address != "/run/b/api.sock" {
+		t.Fatalf("answered %+v", re)
+	}
+	if !strings.Contains(re.Message, "host-b") || !strings.Contains(re.Message, "/run/b/api.sock") {
+		t.Errorf("message %q does not say where to connect", re.Message)
+	}
+	if code := errorCode(err); code != api.CodeSessionElsewhere {
+		t.Errorf("errorCode %d", code)
+	}
+	for _, err := range []error{host.ErrNotLive, host.ErrOwnerHostLost, host.ErrDeposed} {
+		if code := errorCode(fmt.Errorf("x: %w", err)); code != api.CodeSessionHeld {
+			t.Errorf("%v: code %d, want CodeSessionHeld", err, code)
+		}
 	}
 }

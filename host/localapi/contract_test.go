@@ -38,6 +38,7 @@ func goldenResults() map[string]any {
 				PluginPath: "/bin/plugin", LogPath: "/var/log/p.log"},
 			DeathEvidence: &leasestore.DeathEvidence{Kind: leasestore.EvidenceExitObserved, Detail: "exit 1", ObservedAt: at},
 			MinNextFence:  9, ClaimKeyID: "key-1", Unreconciled: true, LatchReason: "owner unverifiable",
+			ReservedBy: "host-a",
 		},
 		Incarnation: "inc-1", Deleting: true, CreatedAt: at, UpdatedAt: at.Add(time.Minute),
 	}
@@ -47,17 +48,21 @@ func goldenResults() map[string]any {
 		PID: 77, StateDir: "/state", HostID: "host-a", Agents: []string{"claude", "codex"}, Running: []string{"a", "b"},
 		Sessions: 5, Decided: map[host.Action]int{host.ActionReadopted: 1, host.ActionEvicted: 2, host.ActionFree: 0},
 		Recovery: &recovery, Latched: map[string]string{"x": "why", "a": "because"}, DiskBytes: 4096,
+		Owners: map[string]string{"a": "host-a", "x": "host-b"},
+		Cluster: &host.ClusterStatus{Live: true, ValidUntil: at, Epoch: 2, LivenessTTL: 5 * time.Second, SelfFence: 2500 * time.Millisecond,
+			DriftMargin: time.Second, Hosts: []leasestore.HostRecord{{HostID: "host-a", Incarnation: "i", PID: 9, Address: "/run/a.sock", Registered: at}},
+			Takeovers: map[string]time.Time{"host-c": at}},
 	}
 	bare := host.Status{PID: 1, StateDir: "/s", Decided: map[host.Action]int{}}
 	return map[string]any{
-		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Followers: 2, Session: apiSession(full, true)},
-		"session-minimal": api.SessionResult{Session: apiSession(minimal, false)},
+		"session-full":    api.SessionResult{LastSeq: 12, Running: true, Followers: 2, Session: apiSession(full, where{running: true})},
+		"session-minimal": api.SessionResult{Session: apiSession(minimal, where{})},
 		"status-full":     api.StatusResult{Host: apiStatus(status), Version: "1.2.3"},
 		"status-bare":     api.StatusResult{Host: apiStatus(bare)},
 		// The _meta.agenthost of a session/list entry and of a
 		// session/update notification.
-		"list-meta":         listedMeta(full, false),
-		"list-meta-minimal": listedMeta(minimal, false),
+		"list-meta":         listedMeta(full, where{}),
+		"list-meta-minimal": listedMeta(minimal, where{}),
 		"update-meta":       updateMeta(41, "turn-1"),
 	}
 }

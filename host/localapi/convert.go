@@ -36,15 +36,47 @@ func apiStatus(st host.Status) api.Status {
 		}
 	}
 	out.DiskBytes = st.DiskBytes
+	out.Owners = st.Owners
+	if c := st.Cluster; c != nil {
+		cs := &api.ClusterStatus{Live: c.Live, ValidUntil: c.ValidUntil, Epoch: c.Epoch, LivenessTTL: c.LivenessTTL.String(),
+			SelfFence: c.SelfFence.String(), DriftMargin: c.DriftMargin.String(), Hosts: []api.ClusterHost{}, Takeovers: c.Takeovers}
+		for _, r := range c.Hosts {
+			cs.Hosts = append(cs.Hosts, api.ClusterHost{HostID: r.HostID, Address: r.Address, PID: r.PID, Registered: r.Registered})
+		}
+		out.Cluster = cs
+	}
 	return out
 }
 
-// apiSession is s as the API shows it; running says whether it runs in
-// this host (host.Session), which its State says first.
-func apiSession(s leasestore.Session, running bool) api.Session {
+// where is what the host knows of a session beyond its record: whether it
+// runs in this host (host.Session), whether it runs on another live host
+// of the cluster (host.Elsewhere), whether it is portable.
+type where struct {
+	running, elsewhere, portable bool
+}
+
+// state is the session's api.Session.State.
+func (w where) state(s leasestore.Session) string {
+	if !w.running && w.elsewhere {
+		return api.StateElsewhere
+	}
+	return host.StateOf(s, w.running)
+}
+
+// ownerHost is the host holding the session's lease, "" when none does.
+func ownerHost(s leasestore.Session) string {
+	if !s.Lease.Held() {
+		return ""
+	}
+	return s.Lease.OwnerHost()
+}
+
+// apiSession is s as the API shows it; w says where it runs, which its
+// State says first.
+func apiSession(s leasestore.Session, w where) api.Session {
 	out := api.Session{ID: s.ID, Agent: s.Agent, Workspace: s.Workspace, Options: s.Options, Lease: apiLease(s.Lease),
-		Incarnation: s.Incarnation, Deleting: s.Deleting, State: host.StateOf(s, running), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
-		Title: s.Title, AllowedScopes: s.AllowedScopes}
+		Incarnation: s.Incarnation, Deleting: s.Deleting, State: w.state(s), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Title: s.Title, AllowedScopes: s.AllowedScopes, OwnerHost: ownerHost(s)}
 	for _, m := range s.MCPServers {
 		out.MCPServers = append(out.MCPServers, api.MCPServer{Name: m.Name, Transport: m.Transport, Command: m.Command, Args: m.Args, URL: m.URL})
 	}
@@ -60,7 +92,7 @@ func apiSession(s leasestore.Session, running bool) api.Session {
 func apiLease(l leasestore.Lease) api.Lease {
 	out := api.Lease{Fence: l.Fence, Claim: string(l.Claim), Stage: string(l.Stage), ReservedSpawnToken: l.ReservedSpawnToken,
 		ProcesslessAt: l.ProcesslessAt, MinNextFence: l.MinNextFence, ClaimKeyID: l.ClaimKeyID,
-		Unreconciled: l.Unreconciled, LatchReason: l.LatchReason}
+		Unreconciled: l.Unreconciled, LatchReason: l.LatchReason, ReservedBy: l.ReservedBy}
 	if o := l.Owner; o != nil {
 		out.Owner = &api.ProcessIdentity{HostID: o.HostID, PID: o.PID, StartTicks: o.StartTicks, BootID: o.BootID,
 			StartTime: o.StartTime, SpawnToken: o.SpawnToken, InstanceID: o.InstanceID}
@@ -76,11 +108,11 @@ func apiLease(l leasestore.Lease) api.Lease {
 }
 
 // listedMeta is _meta.agenthost of a session in a session/list result;
-// running says whether it runs in this host.
-func listedMeta(s leasestore.Session, running bool) map[string]any {
+// w says where it runs.
+func listedMeta(s leasestore.Session, w where) map[string]any {
 	return map[string]any{api.MetaKey: api.ListedSessionMeta{
 		Agent: s.Agent, Claim: string(s.Lease.Claim), Fence: s.Lease.Fence, Handle: s.Handle(), Stage: string(s.Lease.Stage),
-		State: host.StateOf(s, running),
+		State: w.state(s), OwnerHost: ownerHost(s), Portable: w.portable,
 	}}
 }
 

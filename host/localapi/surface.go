@@ -253,6 +253,13 @@ func apiError(err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
+	var elsewhere *host.ElsewhereError
+	if errors.As(err, &elsewhere) {
+		// The message is for the user: it names the host and where to
+		// connect; data is for a client that connects there itself.
+		return &acp.RequestError{Code: api.CodeSessionElsewhere, Message: err.Error(),
+			Data: api.ElsewhereData{HostID: elsewhere.HostID, Address: elsewhere.Address}}
+	}
 	var inv *pluginclient.InvalidOptionError
 	if errors.As(err, &inv) {
 		return &acp.RequestError{Code: api.CodeInvalidParams, Message: err.Error(),
@@ -289,6 +296,8 @@ func errorCode(err error) int {
 		return api.CodeTurnRunning
 	case is(host.ErrSessionRunning):
 		return api.CodeSessionRunning
+	case is(host.ErrSessionElsewhere):
+		return api.CodeSessionElsewhere
 	case is(host.ErrStartFailed):
 		return api.CodeAgentFailed
 	case is(host.ErrIdleStopped):
