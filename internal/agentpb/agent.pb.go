@@ -31,6 +31,208 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type HeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fence uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	// How long, from the plugin's receipt, this word keeps it live; the
+	// plugin caps it at its own bound (AGENTHOST_SELF_FENCE). 0 or less
+	// grants nothing: the deadline does not move.
+	ValidForMs    int64 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *HeartbeatRequest) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
+	}
+	return 0
+}
+
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plugin was self-fenced when the Heartbeat arrived (its deadline
+	// had passed); it is live again now unless valid_for_ms granted
+	// nothing.
+	SelfFenced    bool `protobuf:"varint,1,opt,name=self_fenced,json=selfFenced,proto3" json:"self_fenced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HeartbeatResponse) GetSelfFenced() bool {
+	if x != nil {
+		return x.SelfFenced
+	}
+	return false
+}
+
+type ExportStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportStateRequest) Reset() {
+	*x = ExportStateRequest{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportStateRequest) ProtoMessage() {}
+
+func (x *ExportStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportStateRequest.ProtoReflect.Descriptor instead.
+func (*ExportStateRequest) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExportStateRequest) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+type ExportStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider handle the state continues (the open session's, as
+	// Identify reports it).
+	Handle string `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	// The agent's export, opaque to the host; a resume passes it back as
+	// provider_state.
+	State         []byte `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportStateResponse) Reset() {
+	*x = ExportStateResponse{}
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportStateResponse) ProtoMessage() {}
+
+func (x *ExportStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportStateResponse.ProtoReflect.Descriptor instead.
+func (*ExportStateResponse) Descriptor() ([]byte, []int) {
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExportStateResponse) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *ExportStateResponse) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 type OpenRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Fence     uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
@@ -58,7 +260,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -70,7 +272,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -83,7 +285,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OpenRequest) GetFence() uint64 {
@@ -175,7 +377,7 @@ type OpenEvent struct {
 
 func (x *OpenEvent) Reset() {
 	*x = OpenEvent{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -187,7 +389,7 @@ func (x *OpenEvent) String() string {
 func (*OpenEvent) ProtoMessage() {}
 
 func (x *OpenEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -200,7 +402,7 @@ func (x *OpenEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenEvent.ProtoReflect.Descriptor instead.
 func (*OpenEvent) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OpenEvent) GetKind() isOpenEvent_Kind {
@@ -259,7 +461,7 @@ type Opened struct {
 
 func (x *Opened) Reset() {
 	*x = Opened{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +473,7 @@ func (x *Opened) String() string {
 func (*Opened) ProtoMessage() {}
 
 func (x *Opened) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +486,7 @@ func (x *Opened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Opened.ProtoReflect.Descriptor instead.
 func (*Opened) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Opened) GetIdentity() *IdentifyResponse {
@@ -309,7 +511,7 @@ type IdentifyRequest struct {
 
 func (x *IdentifyRequest) Reset() {
 	*x = IdentifyRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +523,7 @@ func (x *IdentifyRequest) String() string {
 func (*IdentifyRequest) ProtoMessage() {}
 
 func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +536,7 @@ func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyRequest.ProtoReflect.Descriptor instead.
 func (*IdentifyRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 type IdentifyResponse struct {
@@ -365,13 +567,19 @@ type IdentifyResponse struct {
 	// it reads). Absent from plugins built before it existed: the host then
 	// knows only what its journal holds.
 	PendingPermissions []*PermissionRequest `protobuf:"bytes,12,rep,name=pending_permissions,json=pendingPermissions,proto3" json:"pending_permissions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The agent can export its provider state (ExportState), so a host on
+	// another machine can continue the conversation. Known once the agent
+	// exists (a session opened); false before, and from plugins built
+	// before it existed: the session is then resumable only on its own
+	// machine.
+	ExportsState  bool `protobuf:"varint,13,opt,name=exports_state,json=exportsState,proto3" json:"exports_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IdentifyResponse) Reset() {
 	*x = IdentifyResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +591,7 @@ func (x *IdentifyResponse) String() string {
 func (*IdentifyResponse) ProtoMessage() {}
 
 func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +604,7 @@ func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyResponse.ProtoReflect.Descriptor instead.
 func (*IdentifyResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *IdentifyResponse) GetSessionId() string {
@@ -483,6 +691,13 @@ func (x *IdentifyResponse) GetPendingPermissions() []*PermissionRequest {
 	return nil
 }
 
+func (x *IdentifyResponse) GetExportsState() bool {
+	if x != nil {
+		return x.ExportsState
+	}
+	return false
+}
+
 // AgentCapabilities is what a plugin declares it supports. A host offers a
 // client exactly this, and refuses what it excludes rather than dropping it.
 type AgentCapabilities struct {
@@ -511,7 +726,7 @@ type AgentCapabilities struct {
 
 func (x *AgentCapabilities) Reset() {
 	*x = AgentCapabilities{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +738,7 @@ func (x *AgentCapabilities) String() string {
 func (*AgentCapabilities) ProtoMessage() {}
 
 func (x *AgentCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +751,7 @@ func (x *AgentCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCapabilities.ProtoReflect.Descriptor instead.
 func (*AgentCapabilities) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentCapabilities) GetPromptImage() bool {
@@ -632,7 +847,7 @@ type AuthMethod struct {
 
 func (x *AuthMethod) Reset() {
 	*x = AuthMethod{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +859,7 @@ func (x *AuthMethod) String() string {
 func (*AuthMethod) ProtoMessage() {}
 
 func (x *AuthMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +872,7 @@ func (x *AuthMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthMethod.ProtoReflect.Descriptor instead.
 func (*AuthMethod) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AuthMethod) GetId() string {
@@ -707,7 +922,7 @@ type OptionSpec struct {
 
 func (x *OptionSpec) Reset() {
 	*x = OptionSpec{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +934,7 @@ func (x *OptionSpec) String() string {
 func (*OptionSpec) ProtoMessage() {}
 
 func (x *OptionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +947,7 @@ func (x *OptionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OptionSpec.ProtoReflect.Descriptor instead.
 func (*OptionSpec) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OptionSpec) GetName() string {
@@ -766,7 +981,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +993,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1006,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *McpServer) GetName() string {
@@ -868,7 +1083,7 @@ type McpStdio struct {
 
 func (x *McpStdio) Reset() {
 	*x = McpStdio{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1095,7 @@ func (x *McpStdio) String() string {
 func (*McpStdio) ProtoMessage() {}
 
 func (x *McpStdio) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1108,7 @@ func (x *McpStdio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpStdio.ProtoReflect.Descriptor instead.
 func (*McpStdio) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *McpStdio) GetCommand() string {
@@ -927,7 +1142,7 @@ type McpRemote struct {
 
 func (x *McpRemote) Reset() {
 	*x = McpRemote{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1154,7 @@ func (x *McpRemote) String() string {
 func (*McpRemote) ProtoMessage() {}
 
 func (x *McpRemote) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1167,7 @@ func (x *McpRemote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpRemote.ProtoReflect.Descriptor instead.
 func (*McpRemote) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *McpRemote) GetUrl() string {
@@ -979,7 +1194,7 @@ type NameValue struct {
 
 func (x *NameValue) Reset() {
 	*x = NameValue{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1206,7 @@ func (x *NameValue) String() string {
 func (*NameValue) ProtoMessage() {}
 
 func (x *NameValue) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1219,7 @@ func (x *NameValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameValue.ProtoReflect.Descriptor instead.
 func (*NameValue) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NameValue) GetName() string {
@@ -1033,7 +1248,7 @@ type SessionMode struct {
 
 func (x *SessionMode) Reset() {
 	*x = SessionMode{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1260,7 @@ func (x *SessionMode) String() string {
 func (*SessionMode) ProtoMessage() {}
 
 func (x *SessionMode) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1273,7 @@ func (x *SessionMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionMode.ProtoReflect.Descriptor instead.
 func (*SessionMode) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionMode) GetId() string {
@@ -1092,7 +1307,7 @@ type ModeState struct {
 
 func (x *ModeState) Reset() {
 	*x = ModeState{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1319,7 @@ func (x *ModeState) String() string {
 func (*ModeState) ProtoMessage() {}
 
 func (x *ModeState) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1332,7 @@ func (x *ModeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeState.ProtoReflect.Descriptor instead.
 func (*ModeState) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModeState) GetCurrentModeId() string {
@@ -1153,7 +1368,7 @@ type ConfigOption struct {
 
 func (x *ConfigOption) Reset() {
 	*x = ConfigOption{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1380,7 @@ func (x *ConfigOption) String() string {
 func (*ConfigOption) ProtoMessage() {}
 
 func (x *ConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1393,7 @@ func (x *ConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
 func (*ConfigOption) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ConfigOption) GetId() string {
@@ -1234,7 +1449,7 @@ type ConfigValue struct {
 
 func (x *ConfigValue) Reset() {
 	*x = ConfigValue{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1461,7 @@ func (x *ConfigValue) String() string {
 func (*ConfigValue) ProtoMessage() {}
 
 func (x *ConfigValue) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1474,7 @@ func (x *ConfigValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigValue.ProtoReflect.Descriptor instead.
 func (*ConfigValue) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConfigValue) GetValue() string {
@@ -1293,7 +1508,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1520,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1533,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetModeRequest) GetFence() uint64 {
@@ -1343,7 +1558,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1570,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1583,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 type SetConfigOptionRequest struct {
@@ -1382,7 +1597,7 @@ type SetConfigOptionRequest struct {
 
 func (x *SetConfigOptionRequest) Reset() {
 	*x = SetConfigOptionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1609,7 @@ func (x *SetConfigOptionRequest) String() string {
 func (*SetConfigOptionRequest) ProtoMessage() {}
 
 func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1622,7 @@ func (x *SetConfigOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetConfigOptionRequest) GetFence() uint64 {
@@ -1440,7 +1655,7 @@ type SetConfigOptionResponse struct {
 
 func (x *SetConfigOptionResponse) Reset() {
 	*x = SetConfigOptionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1667,7 @@ func (x *SetConfigOptionResponse) String() string {
 func (*SetConfigOptionResponse) ProtoMessage() {}
 
 func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1680,7 @@ func (x *SetConfigOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigOptionResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigOptionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetConfigOptionResponse) GetConfigOptions() []*ConfigOption {
@@ -1485,7 +1700,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1712,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1725,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AttachRequest) GetFence() uint64 {
@@ -1537,7 +1752,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1764,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1777,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AttachResponse) GetFence() uint64 {
@@ -1591,7 +1806,7 @@ type NewSessionRequest struct {
 
 func (x *NewSessionRequest) Reset() {
 	*x = NewSessionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1818,7 @@ func (x *NewSessionRequest) String() string {
 func (*NewSessionRequest) ProtoMessage() {}
 
 func (x *NewSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1831,7 @@ func (x *NewSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewSessionRequest.ProtoReflect.Descriptor instead.
 func (*NewSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NewSessionRequest) GetFence() uint64 {
@@ -1648,19 +1863,25 @@ func (x *NewSessionRequest) GetMcpServers() []*McpServer {
 }
 
 type ResumeSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fence         uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
-	Workspace     string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Options       map[string]string      `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Handle        string                 `protobuf:"bytes,4,opt,name=handle,proto3" json:"handle,omitempty"`
-	McpServers    []*McpServer           `protobuf:"bytes,5,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Fence      uint64                 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	Workspace  string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Options    map[string]string      `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Handle     string                 `protobuf:"bytes,4,opt,name=handle,proto3" json:"handle,omitempty"`
+	McpServers []*McpServer           `protobuf:"bytes,5,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// What an ExportState of the conversation returned, on this machine or
+	// another: when non-empty the plugin imports it (sdk.StateImporter)
+	// before it resumes handle, and refuses the resume (FAILED_PRECONDITION,
+	// reason STATE_NOT_IMPORTABLE) when its agent cannot import. Empty: resume from
+	// what this machine holds, as before.
+	ProviderState []byte `protobuf:"bytes,6,opt,name=provider_state,json=providerState,proto3" json:"provider_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1893,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1906,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeSessionRequest) GetFence() uint64 {
@@ -1723,6 +1944,13 @@ func (x *ResumeSessionRequest) GetMcpServers() []*McpServer {
 	return nil
 }
 
+func (x *ResumeSessionRequest) GetProviderState() []byte {
+	if x != nil {
+		return x.ProviderState
+	}
+	return nil
+}
+
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The provider's handle for the conversation (Claude session id, Codex
@@ -1740,7 +1968,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1980,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1993,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionResponse) GetHandle() string {
@@ -1808,7 +2036,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2048,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2061,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -1877,7 +2105,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2117,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2130,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PromptRequest) GetFence() uint64 {
@@ -1935,7 +2163,7 @@ type PromptResponse struct {
 
 func (x *PromptResponse) Reset() {
 	*x = PromptResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2175,7 @@ func (x *PromptResponse) String() string {
 func (*PromptResponse) ProtoMessage() {}
 
 func (x *PromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2188,7 @@ func (x *PromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResponse.ProtoReflect.Descriptor instead.
 func (*PromptResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PromptResponse) GetTurnId() string {
@@ -1980,7 +2208,7 @@ type UpdatesRequest struct {
 
 func (x *UpdatesRequest) Reset() {
 	*x = UpdatesRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2220,7 @@ func (x *UpdatesRequest) String() string {
 func (*UpdatesRequest) ProtoMessage() {}
 
 func (x *UpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2233,7 @@ func (x *UpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatesRequest.ProtoReflect.Descriptor instead.
 func (*UpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdatesRequest) GetFence() uint64 {
@@ -2032,7 +2260,7 @@ type AcknowledgeRequest struct {
 
 func (x *AcknowledgeRequest) Reset() {
 	*x = AcknowledgeRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2272,7 @@ func (x *AcknowledgeRequest) String() string {
 func (*AcknowledgeRequest) ProtoMessage() {}
 
 func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2285,7 @@ func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AcknowledgeRequest) GetFence() uint64 {
@@ -2082,7 +2310,7 @@ type AcknowledgeResponse struct {
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2322,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2335,7 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 type PermissionOutcome struct {
@@ -2121,7 +2349,7 @@ type PermissionOutcome struct {
 
 func (x *PermissionOutcome) Reset() {
 	*x = PermissionOutcome{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2361,7 @@ func (x *PermissionOutcome) String() string {
 func (*PermissionOutcome) ProtoMessage() {}
 
 func (x *PermissionOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2374,7 @@ func (x *PermissionOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionOutcome.ProtoReflect.Descriptor instead.
 func (*PermissionOutcome) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PermissionOutcome) GetOutcome() string {
@@ -2174,7 +2402,7 @@ type AnswerPermissionRequest struct {
 
 func (x *AnswerPermissionRequest) Reset() {
 	*x = AnswerPermissionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2414,7 @@ func (x *AnswerPermissionRequest) String() string {
 func (*AnswerPermissionRequest) ProtoMessage() {}
 
 func (x *AnswerPermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2427,7 @@ func (x *AnswerPermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerPermissionRequest.ProtoReflect.Descriptor instead.
 func (*AnswerPermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AnswerPermissionRequest) GetFence() uint64 {
@@ -2231,7 +2459,7 @@ type AnswerPermissionResponse struct {
 
 func (x *AnswerPermissionResponse) Reset() {
 	*x = AnswerPermissionResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2471,7 @@ func (x *AnswerPermissionResponse) String() string {
 func (*AnswerPermissionResponse) ProtoMessage() {}
 
 func (x *AnswerPermissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2484,7 @@ func (x *AnswerPermissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerPermissionResponse.ProtoReflect.Descriptor instead.
 func (*AnswerPermissionResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 type CancelRequest struct {
@@ -2268,7 +2496,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2508,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2521,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelRequest) GetFence() uint64 {
@@ -2311,7 +2539,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2551,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2564,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 type CloseRequest struct {
@@ -2348,7 +2576,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2588,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2601,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CloseRequest) GetFence() uint64 {
@@ -2391,7 +2619,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2631,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2644,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 type Update struct {
@@ -2448,7 +2676,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2688,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2701,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Update) GetSeq() uint64 {
@@ -2744,7 +2972,7 @@ type CurrentMode struct {
 
 func (x *CurrentMode) Reset() {
 	*x = CurrentMode{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2984,7 @@ func (x *CurrentMode) String() string {
 func (*CurrentMode) ProtoMessage() {}
 
 func (x *CurrentMode) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2997,7 @@ func (x *CurrentMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CurrentMode.ProtoReflect.Descriptor instead.
 func (*CurrentMode) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CurrentMode) GetModeId() string {
@@ -2790,7 +3018,7 @@ type ConfigOptions struct {
 
 func (x *ConfigOptions) Reset() {
 	*x = ConfigOptions{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3030,7 @@ func (x *ConfigOptions) String() string {
 func (*ConfigOptions) ProtoMessage() {}
 
 func (x *ConfigOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3043,7 @@ func (x *ConfigOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOptions.ProtoReflect.Descriptor instead.
 func (*ConfigOptions) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ConfigOptions) GetConfigOptions() []*ConfigOption {
@@ -2836,7 +3064,7 @@ type AvailableCommands struct {
 
 func (x *AvailableCommands) Reset() {
 	*x = AvailableCommands{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3076,7 @@ func (x *AvailableCommands) String() string {
 func (*AvailableCommands) ProtoMessage() {}
 
 func (x *AvailableCommands) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3089,7 @@ func (x *AvailableCommands) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AvailableCommands.ProtoReflect.Descriptor instead.
 func (*AvailableCommands) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AvailableCommands) GetCommands() []*Command {
@@ -2884,7 +3112,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3124,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3137,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Command) GetName() string {
@@ -2943,7 +3171,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3183,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3196,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SessionInfo) GetTitle() string {
@@ -2987,7 +3215,7 @@ type ContentChunk struct {
 
 func (x *ContentChunk) Reset() {
 	*x = ContentChunk{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3227,7 @@ func (x *ContentChunk) String() string {
 func (*ContentChunk) ProtoMessage() {}
 
 func (x *ContentChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3240,7 @@ func (x *ContentChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentChunk.ProtoReflect.Descriptor instead.
 func (*ContentChunk) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ContentChunk) GetContent() *ContentBlock {
@@ -3039,7 +3267,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3279,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3292,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ToolCall) GetToolCallId() string {
@@ -3141,7 +3369,7 @@ type ToolCallUpdate struct {
 
 func (x *ToolCallUpdate) Reset() {
 	*x = ToolCallUpdate{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3381,7 @@ func (x *ToolCallUpdate) String() string {
 func (*ToolCallUpdate) ProtoMessage() {}
 
 func (x *ToolCallUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3394,7 @@ func (x *ToolCallUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallUpdate.ProtoReflect.Descriptor instead.
 func (*ToolCallUpdate) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ToolCallUpdate) GetToolCallId() string {
@@ -3247,7 +3475,7 @@ type ToolCallContent struct {
 
 func (x *ToolCallContent) Reset() {
 	*x = ToolCallContent{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3487,7 @@ func (x *ToolCallContent) String() string {
 func (*ToolCallContent) ProtoMessage() {}
 
 func (x *ToolCallContent) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3500,7 @@ func (x *ToolCallContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallContent.ProtoReflect.Descriptor instead.
 func (*ToolCallContent) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ToolCallContent) GetKind() isToolCallContent_Kind {
@@ -3329,7 +3557,7 @@ type Diff struct {
 
 func (x *Diff) Reset() {
 	*x = Diff{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3569,7 @@ func (x *Diff) String() string {
 func (*Diff) ProtoMessage() {}
 
 func (x *Diff) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3582,7 @@ func (x *Diff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diff.ProtoReflect.Descriptor instead.
 func (*Diff) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Diff) GetPath() string {
@@ -3390,7 +3618,7 @@ type Location struct {
 
 func (x *Location) Reset() {
 	*x = Location{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3630,7 @@ func (x *Location) String() string {
 func (*Location) ProtoMessage() {}
 
 func (x *Location) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3643,7 @@ func (x *Location) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Location.ProtoReflect.Descriptor instead.
 func (*Location) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Location) GetPath() string {
@@ -3445,7 +3673,7 @@ type PlanEntry struct {
 
 func (x *PlanEntry) Reset() {
 	*x = PlanEntry{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3457,7 +3685,7 @@ func (x *PlanEntry) String() string {
 func (*PlanEntry) ProtoMessage() {}
 
 func (x *PlanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3470,7 +3698,7 @@ func (x *PlanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEntry.ProtoReflect.Descriptor instead.
 func (*PlanEntry) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PlanEntry) GetContent() string {
@@ -3503,7 +3731,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3743,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3756,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Plan) GetEntries() []*PlanEntry {
@@ -3556,7 +3784,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3796,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3809,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -3644,7 +3872,7 @@ type HandleChanged struct {
 
 func (x *HandleChanged) Reset() {
 	*x = HandleChanged{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3884,7 @@ func (x *HandleChanged) String() string {
 func (*HandleChanged) ProtoMessage() {}
 
 func (x *HandleChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3897,7 @@ func (x *HandleChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleChanged.ProtoReflect.Descriptor instead.
 func (*HandleChanged) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HandleChanged) GetHandle() string {
@@ -3698,7 +3926,7 @@ type PermissionOption struct {
 
 func (x *PermissionOption) Reset() {
 	*x = PermissionOption{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3938,7 @@ func (x *PermissionOption) String() string {
 func (*PermissionOption) ProtoMessage() {}
 
 func (x *PermissionOption) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3951,7 @@ func (x *PermissionOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionOption.ProtoReflect.Descriptor instead.
 func (*PermissionOption) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PermissionOption) GetOptionId() string {
@@ -3763,7 +3991,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +4003,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +4016,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PermissionRequest) GetRequestId() string {
@@ -3829,7 +4057,7 @@ type PermissionResolved struct {
 
 func (x *PermissionResolved) Reset() {
 	*x = PermissionResolved{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4069,7 @@ func (x *PermissionResolved) String() string {
 func (*PermissionResolved) ProtoMessage() {}
 
 func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4082,7 @@ func (x *PermissionResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionResolved.ProtoReflect.Descriptor instead.
 func (*PermissionResolved) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PermissionResolved) GetRequestId() string {
@@ -3886,7 +4114,7 @@ type TurnStopped struct {
 
 func (x *TurnStopped) Reset() {
 	*x = TurnStopped{}
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4126,7 @@ func (x *TurnStopped) String() string {
 func (*TurnStopped) ProtoMessage() {}
 
 func (x *TurnStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_agenthost_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4139,7 @@ func (x *TurnStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStopped.ProtoReflect.Descriptor instead.
 func (*TurnStopped) Descriptor() ([]byte, []int) {
-	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_agenthost_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TurnStopped) GetStopReason() string {
@@ -3939,7 +4167,19 @@ var File_agenthost_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"\xc4\x02\n" +
+	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"J\n" +
+	"\x10HeartbeatRequest\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12 \n" +
+	"\fvalid_for_ms\x18\x02 \x01(\x03R\n" +
+	"validForMs\"4\n" +
+	"\x11HeartbeatResponse\x12\x1f\n" +
+	"\vself_fenced\x18\x01 \x01(\bR\n" +
+	"selfFenced\"*\n" +
+	"\x12ExportStateRequest\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\x04R\x05fence\"C\n" +
+	"\x13ExportStateResponse\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\"\xc4\x02\n" +
 	"\vOpenRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1d\n" +
 	"\n" +
@@ -3960,7 +4200,7 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Opened\x12@\n" +
 	"\bidentity\x18\x01 \x01(\v2$.agenthost.agent.v1.IdentifyResponseR\bidentity\x12=\n" +
 	"\asession\x18\x02 \x01(\v2#.agenthost.agent.v1.SessionResponseR\asession\"\x11\n" +
-	"\x0fIdentifyRequest\"\xe0\x03\n" +
+	"\x0fIdentifyRequest\"\x85\x04\n" +
 	"\x10IdentifyResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
@@ -3978,7 +4218,8 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\blast_seq\x18\n" +
 	" \x01(\x04R\alastSeq\x12I\n" +
 	"\fcapabilities\x18\v \x01(\v2%.agenthost.agent.v1.AgentCapabilitiesR\fcapabilities\x12V\n" +
-	"\x13pending_permissions\x18\f \x03(\v2%.agenthost.agent.v1.PermissionRequestR\x12pendingPermissions\"\xd8\x03\n" +
+	"\x13pending_permissions\x18\f \x03(\v2%.agenthost.agent.v1.PermissionRequestR\x12pendingPermissions\x12#\n" +
+	"\rexports_state\x18\r \x01(\bR\fexportsState\"\xd8\x03\n" +
 	"\x11AgentCapabilities\x12!\n" +
 	"\fprompt_image\x18\x01 \x01(\bR\vpromptImage\x12!\n" +
 	"\fprompt_audio\x18\x02 \x01(\bR\vpromptAudio\x126\n" +
@@ -4062,14 +4303,15 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"mcpServers\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x02\n" +
 	"\x14ResumeSessionRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12O\n" +
 	"\aoptions\x18\x03 \x03(\v25.agenthost.agent.v1.ResumeSessionRequest.OptionsEntryR\aoptions\x12\x16\n" +
 	"\x06handle\x18\x04 \x01(\tR\x06handle\x12>\n" +
 	"\vmcp_servers\x18\x05 \x03(\v2\x1d.agenthost.agent.v1.McpServerR\n" +
-	"mcpServers\x1a:\n" +
+	"mcpServers\x12%\n" +
+	"\x0eprovider_state\x18\x06 \x01(\fR\rproviderState\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x02\n" +
@@ -4230,9 +4472,11 @@ const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Cancel\x12!.agenthost.agent.v1.CancelRequest\x1a\".agenthost.agent.v1.CancelResponse\x12L\n" +
 	"\x05Close\x12 .agenthost.agent.v1.CloseRequest\x1a!.agenthost.agent.v1.CloseResponse\x12R\n" +
 	"\aSetMode\x12\".agenthost.agent.v1.SetModeRequest\x1a#.agenthost.agent.v1.SetModeResponse\x12j\n" +
-	"\x0fSetConfigOption\x12*.agenthost.agent.v1.SetConfigOptionRequest\x1a+.agenthost.agent.v1.SetConfigOptionResponse2S\n" +
+	"\x0fSetConfigOption\x12*.agenthost.agent.v1.SetConfigOptionRequest\x1a+.agenthost.agent.v1.SetConfigOptionResponse2\x8d\x02\n" +
 	"\aAgentV2\x12H\n" +
-	"\x04Open\x12\x1f.agenthost.agent.v1.OpenRequest\x1a\x1d.agenthost.agent.v1.OpenEvent0\x01B9Z7github.com/agenthost/agenthost/internal/agentpb;agentpbb\x06proto3"
+	"\x04Open\x12\x1f.agenthost.agent.v1.OpenRequest\x1a\x1d.agenthost.agent.v1.OpenEvent0\x01\x12X\n" +
+	"\tHeartbeat\x12$.agenthost.agent.v1.HeartbeatRequest\x1a%.agenthost.agent.v1.HeartbeatResponse\x12^\n" +
+	"\vExportState\x12&.agenthost.agent.v1.ExportStateRequest\x1a'.agenthost.agent.v1.ExportStateResponseB9Z7github.com/agenthost/agenthost/internal/agentpb;agentpbb\x06proto3"
 
 var (
 	file_agenthost_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -4246,155 +4490,163 @@ func file_agenthost_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agenthost_agent_v1_agent_proto_rawDescData
 }
 
-var file_agenthost_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_agenthost_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_agenthost_agent_v1_agent_proto_goTypes = []any{
-	(*OpenRequest)(nil),              // 0: agenthost.agent.v1.OpenRequest
-	(*OpenEvent)(nil),                // 1: agenthost.agent.v1.OpenEvent
-	(*Opened)(nil),                   // 2: agenthost.agent.v1.Opened
-	(*IdentifyRequest)(nil),          // 3: agenthost.agent.v1.IdentifyRequest
-	(*IdentifyResponse)(nil),         // 4: agenthost.agent.v1.IdentifyResponse
-	(*AgentCapabilities)(nil),        // 5: agenthost.agent.v1.AgentCapabilities
-	(*AuthMethod)(nil),               // 6: agenthost.agent.v1.AuthMethod
-	(*OptionSpec)(nil),               // 7: agenthost.agent.v1.OptionSpec
-	(*McpServer)(nil),                // 8: agenthost.agent.v1.McpServer
-	(*McpStdio)(nil),                 // 9: agenthost.agent.v1.McpStdio
-	(*McpRemote)(nil),                // 10: agenthost.agent.v1.McpRemote
-	(*NameValue)(nil),                // 11: agenthost.agent.v1.NameValue
-	(*SessionMode)(nil),              // 12: agenthost.agent.v1.SessionMode
-	(*ModeState)(nil),                // 13: agenthost.agent.v1.ModeState
-	(*ConfigOption)(nil),             // 14: agenthost.agent.v1.ConfigOption
-	(*ConfigValue)(nil),              // 15: agenthost.agent.v1.ConfigValue
-	(*SetModeRequest)(nil),           // 16: agenthost.agent.v1.SetModeRequest
-	(*SetModeResponse)(nil),          // 17: agenthost.agent.v1.SetModeResponse
-	(*SetConfigOptionRequest)(nil),   // 18: agenthost.agent.v1.SetConfigOptionRequest
-	(*SetConfigOptionResponse)(nil),  // 19: agenthost.agent.v1.SetConfigOptionResponse
-	(*AttachRequest)(nil),            // 20: agenthost.agent.v1.AttachRequest
-	(*AttachResponse)(nil),           // 21: agenthost.agent.v1.AttachResponse
-	(*NewSessionRequest)(nil),        // 22: agenthost.agent.v1.NewSessionRequest
-	(*ResumeSessionRequest)(nil),     // 23: agenthost.agent.v1.ResumeSessionRequest
-	(*SessionResponse)(nil),          // 24: agenthost.agent.v1.SessionResponse
-	(*ContentBlock)(nil),             // 25: agenthost.agent.v1.ContentBlock
-	(*PromptRequest)(nil),            // 26: agenthost.agent.v1.PromptRequest
-	(*PromptResponse)(nil),           // 27: agenthost.agent.v1.PromptResponse
-	(*UpdatesRequest)(nil),           // 28: agenthost.agent.v1.UpdatesRequest
-	(*AcknowledgeRequest)(nil),       // 29: agenthost.agent.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),      // 30: agenthost.agent.v1.AcknowledgeResponse
-	(*PermissionOutcome)(nil),        // 31: agenthost.agent.v1.PermissionOutcome
-	(*AnswerPermissionRequest)(nil),  // 32: agenthost.agent.v1.AnswerPermissionRequest
-	(*AnswerPermissionResponse)(nil), // 33: agenthost.agent.v1.AnswerPermissionResponse
-	(*CancelRequest)(nil),            // 34: agenthost.agent.v1.CancelRequest
-	(*CancelResponse)(nil),           // 35: agenthost.agent.v1.CancelResponse
-	(*CloseRequest)(nil),             // 36: agenthost.agent.v1.CloseRequest
-	(*CloseResponse)(nil),            // 37: agenthost.agent.v1.CloseResponse
-	(*Update)(nil),                   // 38: agenthost.agent.v1.Update
-	(*CurrentMode)(nil),              // 39: agenthost.agent.v1.CurrentMode
-	(*ConfigOptions)(nil),            // 40: agenthost.agent.v1.ConfigOptions
-	(*AvailableCommands)(nil),        // 41: agenthost.agent.v1.AvailableCommands
-	(*Command)(nil),                  // 42: agenthost.agent.v1.Command
-	(*SessionInfo)(nil),              // 43: agenthost.agent.v1.SessionInfo
-	(*ContentChunk)(nil),             // 44: agenthost.agent.v1.ContentChunk
-	(*ToolCall)(nil),                 // 45: agenthost.agent.v1.ToolCall
-	(*ToolCallUpdate)(nil),           // 46: agenthost.agent.v1.ToolCallUpdate
-	(*ToolCallContent)(nil),          // 47: agenthost.agent.v1.ToolCallContent
-	(*Diff)(nil),                     // 48: agenthost.agent.v1.Diff
-	(*Location)(nil),                 // 49: agenthost.agent.v1.Location
-	(*PlanEntry)(nil),                // 50: agenthost.agent.v1.PlanEntry
-	(*Plan)(nil),                     // 51: agenthost.agent.v1.Plan
-	(*Usage)(nil),                    // 52: agenthost.agent.v1.Usage
-	(*HandleChanged)(nil),            // 53: agenthost.agent.v1.HandleChanged
-	(*PermissionOption)(nil),         // 54: agenthost.agent.v1.PermissionOption
-	(*PermissionRequest)(nil),        // 55: agenthost.agent.v1.PermissionRequest
-	(*PermissionResolved)(nil),       // 56: agenthost.agent.v1.PermissionResolved
-	(*TurnStopped)(nil),              // 57: agenthost.agent.v1.TurnStopped
-	nil,                              // 58: agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	nil,                              // 59: agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	nil,                              // 60: agenthost.agent.v1.SessionResponse.OptionsEntry
+	(*HeartbeatRequest)(nil),         // 0: agenthost.agent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 1: agenthost.agent.v1.HeartbeatResponse
+	(*ExportStateRequest)(nil),       // 2: agenthost.agent.v1.ExportStateRequest
+	(*ExportStateResponse)(nil),      // 3: agenthost.agent.v1.ExportStateResponse
+	(*OpenRequest)(nil),              // 4: agenthost.agent.v1.OpenRequest
+	(*OpenEvent)(nil),                // 5: agenthost.agent.v1.OpenEvent
+	(*Opened)(nil),                   // 6: agenthost.agent.v1.Opened
+	(*IdentifyRequest)(nil),          // 7: agenthost.agent.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),         // 8: agenthost.agent.v1.IdentifyResponse
+	(*AgentCapabilities)(nil),        // 9: agenthost.agent.v1.AgentCapabilities
+	(*AuthMethod)(nil),               // 10: agenthost.agent.v1.AuthMethod
+	(*OptionSpec)(nil),               // 11: agenthost.agent.v1.OptionSpec
+	(*McpServer)(nil),                // 12: agenthost.agent.v1.McpServer
+	(*McpStdio)(nil),                 // 13: agenthost.agent.v1.McpStdio
+	(*McpRemote)(nil),                // 14: agenthost.agent.v1.McpRemote
+	(*NameValue)(nil),                // 15: agenthost.agent.v1.NameValue
+	(*SessionMode)(nil),              // 16: agenthost.agent.v1.SessionMode
+	(*ModeState)(nil),                // 17: agenthost.agent.v1.ModeState
+	(*ConfigOption)(nil),             // 18: agenthost.agent.v1.ConfigOption
+	(*ConfigValue)(nil),              // 19: agenthost.agent.v1.ConfigValue
+	(*SetModeRequest)(nil),           // 20: agenthost.agent.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 21: agenthost.agent.v1.SetModeResponse
+	(*SetConfigOptionRequest)(nil),   // 22: agenthost.agent.v1.SetConfigOptionRequest
+	(*SetConfigOptionResponse)(nil),  // 23: agenthost.agent.v1.SetConfigOptionResponse
+	(*AttachRequest)(nil),            // 24: agenthost.agent.v1.AttachRequest
+	(*AttachResponse)(nil),           // 25: agenthost.agent.v1.AttachResponse
+	(*NewSessionRequest)(nil),        // 26: agenthost.agent.v1.NewSessionRequest
+	(*ResumeSessionRequest)(nil),     // 27: agenthost.agent.v1.ResumeSessionRequest
+	(*SessionResponse)(nil),          // 28: agenthost.agent.v1.SessionResponse
+	(*ContentBlock)(nil),             // 29: agenthost.agent.v1.ContentBlock
+	(*PromptRequest)(nil),            // 30: agenthost.agent.v1.PromptRequest
+	(*PromptResponse)(nil),           // 31: agenthost.agent.v1.PromptResponse
+	(*UpdatesRequest)(nil),           // 32: agenthost.agent.v1.UpdatesRequest
+	(*AcknowledgeRequest)(nil),       // 33: agenthost.agent.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),      // 34: agenthost.agent.v1.AcknowledgeResponse
+	(*PermissionOutcome)(nil),        // 35: agenthost.agent.v1.PermissionOutcome
+	(*AnswerPermissionRequest)(nil),  // 36: agenthost.agent.v1.AnswerPermissionRequest
+	(*AnswerPermissionResponse)(nil), // 37: agenthost.agent.v1.AnswerPermissionResponse
+	(*CancelRequest)(nil),            // 38: agenthost.agent.v1.CancelRequest
+	(*CancelResponse)(nil),           // 39: agenthost.agent.v1.CancelResponse
+	(*CloseRequest)(nil),             // 40: agenthost.agent.v1.CloseRequest
+	(*CloseResponse)(nil),            // 41: agenthost.agent.v1.CloseResponse
+	(*Update)(nil),                   // 42: agenthost.agent.v1.Update
+	(*CurrentMode)(nil),              // 43: agenthost.agent.v1.CurrentMode
+	(*ConfigOptions)(nil),            // 44: agenthost.agent.v1.ConfigOptions
+	(*AvailableCommands)(nil),        // 45: agenthost.agent.v1.AvailableCommands
+	(*Command)(nil),                  // 46: agenthost.agent.v1.Command
+	(*SessionInfo)(nil),              // 47: agenthost.agent.v1.SessionInfo
+	(*ContentChunk)(nil),             // 48: agenthost.agent.v1.ContentChunk
+	(*ToolCall)(nil),                 // 49: agenthost.agent.v1.ToolCall
+	(*ToolCallUpdate)(nil),           // 50: agenthost.agent.v1.ToolCallUpdate
+	(*ToolCallContent)(nil),          // 51: agenthost.agent.v1.ToolCallContent
+	(*Diff)(nil),                     // 52: agenthost.agent.v1.Diff
+	(*Location)(nil),                 // 53: agenthost.agent.v1.Location
+	(*PlanEntry)(nil),                // 54: agenthost.agent.v1.PlanEntry
+	(*Plan)(nil),                     // 55: agenthost.agent.v1.Plan
+	(*Usage)(nil),                    // 56: agenthost.agent.v1.Usage
+	(*HandleChanged)(nil),            // 57: agenthost.agent.v1.HandleChanged
+	(*PermissionOption)(nil),         // 58: agenthost.agent.v1.PermissionOption
+	(*PermissionRequest)(nil),        // 59: agenthost.agent.v1.PermissionRequest
+	(*PermissionResolved)(nil),       // 60: agenthost.agent.v1.PermissionResolved
+	(*TurnStopped)(nil),              // 61: agenthost.agent.v1.TurnStopped
+	nil,                              // 62: agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	nil,                              // 63: agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	nil,                              // 64: agenthost.agent.v1.SessionResponse.OptionsEntry
 }
 var file_agenthost_agent_v1_agent_proto_depIdxs = []int32{
-	22, // 0: agenthost.agent.v1.OpenRequest.new_session:type_name -> agenthost.agent.v1.NewSessionRequest
-	23, // 1: agenthost.agent.v1.OpenRequest.resume_session:type_name -> agenthost.agent.v1.ResumeSessionRequest
-	2,  // 2: agenthost.agent.v1.OpenEvent.opened:type_name -> agenthost.agent.v1.Opened
-	38, // 3: agenthost.agent.v1.OpenEvent.update:type_name -> agenthost.agent.v1.Update
-	4,  // 4: agenthost.agent.v1.Opened.identity:type_name -> agenthost.agent.v1.IdentifyResponse
-	24, // 5: agenthost.agent.v1.Opened.session:type_name -> agenthost.agent.v1.SessionResponse
-	5,  // 6: agenthost.agent.v1.IdentifyResponse.capabilities:type_name -> agenthost.agent.v1.AgentCapabilities
-	55, // 7: agenthost.agent.v1.IdentifyResponse.pending_permissions:type_name -> agenthost.agent.v1.PermissionRequest
-	6,  // 8: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
-	7,  // 9: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
-	9,  // 10: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
-	10, // 11: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
-	10, // 12: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
-	11, // 13: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
-	11, // 14: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
-	12, // 15: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
-	15, // 16: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
-	14, // 17: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	58, // 18: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
-	8,  // 19: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
-	59, // 20: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
-	8,  // 21: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
-	60, // 22: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
-	13, // 23: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
-	14, // 24: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	25, // 25: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
-	31, // 26: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	44, // 27: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	44, // 28: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	44, // 29: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
-	45, // 30: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	46, // 31: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
-	51, // 32: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
-	52, // 33: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
-	53, // 34: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
-	55, // 35: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
-	57, // 36: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
-	56, // 37: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
-	39, // 38: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
-	40, // 39: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
-	41, // 40: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
-	43, // 41: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
-	14, // 42: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
-	42, // 43: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
-	25, // 44: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
-	47, // 45: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
-	49, // 46: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
-	25, // 47: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
-	47, // 48: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
-	49, // 49: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
-	25, // 50: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
-	48, // 51: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
-	50, // 52: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
-	45, // 53: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
-	54, // 54: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
-	31, // 55: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
-	3,  // 56: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
-	20, // 57: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
-	22, // 58: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
-	23, // 59: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
-	26, // 60: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
-	28, // 61: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
-	29, // 62: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
-	32, // 63: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
-	34, // 64: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
-	36, // 65: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
-	16, // 66: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
-	18, // 67: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
-	0,  // 68: agenthost.agent.v1.AgentV2.Open:input_type -> agenthost.agent.v1.OpenRequest
-	4,  // 69: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
-	21, // 70: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
-	24, // 71: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
-	24, // 72: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
-	27, // 73: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
-	38, // 74: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
-	30, // 75: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
-	33, // 76: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
-	35, // 77: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
-	37, // 78: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
-	17, // 79: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
-	19, // 80: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
-	1,  // 81: agenthost.agent.v1.AgentV2.Open:output_type -> agenthost.agent.v1.OpenEvent
-	69, // [69:82] is the sub-list for method output_type
-	56, // [56:69] is the sub-list for method input_type
+	26, // 0: agenthost.agent.v1.OpenRequest.new_session:type_name -> agenthost.agent.v1.NewSessionRequest
+	27, // 1: agenthost.agent.v1.OpenRequest.resume_session:type_name -> agenthost.agent.v1.ResumeSessionRequest
+	6,  // 2: agenthost.agent.v1.OpenEvent.opened:type_name -> agenthost.agent.v1.Opened
+	42, // 3: agenthost.agent.v1.OpenEvent.update:type_name -> agenthost.agent.v1.Update
+	8,  // 4: agenthost.agent.v1.Opened.identity:type_name -> agenthost.agent.v1.IdentifyResponse
+	28, // 5: agenthost.agent.v1.Opened.session:type_name -> agenthost.agent.v1.SessionResponse
+	9,  // 6: agenthost.agent.v1.IdentifyResponse.capabilities:type_name -> agenthost.agent.v1.AgentCapabilities
+	59, // 7: agenthost.agent.v1.IdentifyResponse.pending_permissions:type_name -> agenthost.agent.v1.PermissionRequest
+	10, // 8: agenthost.agent.v1.AgentCapabilities.auth_methods:type_name -> agenthost.agent.v1.AuthMethod
+	11, // 9: agenthost.agent.v1.AgentCapabilities.options:type_name -> agenthost.agent.v1.OptionSpec
+	13, // 10: agenthost.agent.v1.McpServer.stdio:type_name -> agenthost.agent.v1.McpStdio
+	14, // 11: agenthost.agent.v1.McpServer.http:type_name -> agenthost.agent.v1.McpRemote
+	14, // 12: agenthost.agent.v1.McpServer.sse:type_name -> agenthost.agent.v1.McpRemote
+	15, // 13: agenthost.agent.v1.McpStdio.env:type_name -> agenthost.agent.v1.NameValue
+	15, // 14: agenthost.agent.v1.McpRemote.headers:type_name -> agenthost.agent.v1.NameValue
+	16, // 15: agenthost.agent.v1.ModeState.available:type_name -> agenthost.agent.v1.SessionMode
+	19, // 16: agenthost.agent.v1.ConfigOption.values:type_name -> agenthost.agent.v1.ConfigValue
+	18, // 17: agenthost.agent.v1.SetConfigOptionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	62, // 18: agenthost.agent.v1.NewSessionRequest.options:type_name -> agenthost.agent.v1.NewSessionRequest.OptionsEntry
+	12, // 19: agenthost.agent.v1.NewSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	63, // 20: agenthost.agent.v1.ResumeSessionRequest.options:type_name -> agenthost.agent.v1.ResumeSessionRequest.OptionsEntry
+	12, // 21: agenthost.agent.v1.ResumeSessionRequest.mcp_servers:type_name -> agenthost.agent.v1.McpServer
+	64, // 22: agenthost.agent.v1.SessionResponse.options:type_name -> agenthost.agent.v1.SessionResponse.OptionsEntry
+	17, // 23: agenthost.agent.v1.SessionResponse.modes:type_name -> agenthost.agent.v1.ModeState
+	18, // 24: agenthost.agent.v1.SessionResponse.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	29, // 25: agenthost.agent.v1.PromptRequest.prompt:type_name -> agenthost.agent.v1.ContentBlock
+	35, // 26: agenthost.agent.v1.AnswerPermissionRequest.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	48, // 27: agenthost.agent.v1.Update.agent_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	48, // 28: agenthost.agent.v1.Update.agent_thought_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	48, // 29: agenthost.agent.v1.Update.user_message_chunk:type_name -> agenthost.agent.v1.ContentChunk
+	49, // 30: agenthost.agent.v1.Update.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	50, // 31: agenthost.agent.v1.Update.tool_call_update:type_name -> agenthost.agent.v1.ToolCallUpdate
+	55, // 32: agenthost.agent.v1.Update.plan:type_name -> agenthost.agent.v1.Plan
+	56, // 33: agenthost.agent.v1.Update.usage:type_name -> agenthost.agent.v1.Usage
+	57, // 34: agenthost.agent.v1.Update.handle_changed:type_name -> agenthost.agent.v1.HandleChanged
+	59, // 35: agenthost.agent.v1.Update.permission_request:type_name -> agenthost.agent.v1.PermissionRequest
+	61, // 36: agenthost.agent.v1.Update.turn_stopped:type_name -> agenthost.agent.v1.TurnStopped
+	60, // 37: agenthost.agent.v1.Update.permission_resolved:type_name -> agenthost.agent.v1.PermissionResolved
+	43, // 38: agenthost.agent.v1.Update.current_mode:type_name -> agenthost.agent.v1.CurrentMode
+	44, // 39: agenthost.agent.v1.Update.config_options:type_name -> agenthost.agent.v1.ConfigOptions
+	45, // 40: agenthost.agent.v1.Update.available_commands:type_name -> agenthost.agent.v1.AvailableCommands
+	47, // 41: agenthost.agent.v1.Update.session_info:type_name -> agenthost.agent.v1.SessionInfo
+	18, // 42: agenthost.agent.v1.ConfigOptions.config_options:type_name -> agenthost.agent.v1.ConfigOption
+	46, // 43: agenthost.agent.v1.AvailableCommands.commands:type_name -> agenthost.agent.v1.Command
+	29, // 44: agenthost.agent.v1.ContentChunk.content:type_name -> agenthost.agent.v1.ContentBlock
+	51, // 45: agenthost.agent.v1.ToolCall.content:type_name -> agenthost.agent.v1.ToolCallContent
+	53, // 46: agenthost.agent.v1.ToolCall.locations:type_name -> agenthost.agent.v1.Location
+	29, // 47: agenthost.agent.v1.ToolCallUpdate.content:type_name -> agenthost.agent.v1.ContentBlock
+	51, // 48: agenthost.agent.v1.ToolCallUpdate.tool_content:type_name -> agenthost.agent.v1.ToolCallContent
+	53, // 49: agenthost.agent.v1.ToolCallUpdate.locations:type_name -> agenthost.agent.v1.Location
+	29, // 50: agenthost.agent.v1.ToolCallContent.block:type_name -> agenthost.agent.v1.ContentBlock
+	52, // 51: agenthost.agent.v1.ToolCallContent.diff:type_name -> agenthost.agent.v1.Diff
+	54, // 52: agenthost.agent.v1.Plan.entries:type_name -> agenthost.agent.v1.PlanEntry
+	49, // 53: agenthost.agent.v1.PermissionRequest.tool_call:type_name -> agenthost.agent.v1.ToolCall
+	58, // 54: agenthost.agent.v1.PermissionRequest.options:type_name -> agenthost.agent.v1.PermissionOption
+	35, // 55: agenthost.agent.v1.PermissionResolved.outcome:type_name -> agenthost.agent.v1.PermissionOutcome
+	7,  // 56: agenthost.agent.v1.Agent.Identify:input_type -> agenthost.agent.v1.IdentifyRequest
+	24, // 57: agenthost.agent.v1.Agent.Attach:input_type -> agenthost.agent.v1.AttachRequest
+	26, // 58: agenthost.agent.v1.Agent.NewSession:input_type -> agenthost.agent.v1.NewSessionRequest
+	27, // 59: agenthost.agent.v1.Agent.ResumeSession:input_type -> agenthost.agent.v1.ResumeSessionRequest
+	30, // 60: agenthost.agent.v1.Agent.Prompt:input_type -> agenthost.agent.v1.PromptRequest
+	32, // 61: agenthost.agent.v1.Agent.Updates:input_type -> agenthost.agent.v1.UpdatesRequest
+	33, // 62: agenthost.agent.v1.Agent.Acknowledge:input_type -> agenthost.agent.v1.AcknowledgeRequest
+	36, // 63: agenthost.agent.v1.Agent.AnswerPermission:input_type -> agenthost.agent.v1.AnswerPermissionRequest
+	38, // 64: agenthost.agent.v1.Agent.Cancel:input_type -> agenthost.agent.v1.CancelRequest
+	40, // 65: agenthost.agent.v1.Agent.Close:input_type -> agenthost.agent.v1.CloseRequest
+	20, // 66: agenthost.agent.v1.Agent.SetMode:input_type -> agenthost.agent.v1.SetModeRequest
+	22, // 67: agenthost.agent.v1.Agent.SetConfigOption:input_type -> agenthost.agent.v1.SetConfigOptionRequest
+	4,  // 68: agenthost.agent.v1.AgentV2.Open:input_type -> agenthost.agent.v1.OpenRequest
+	0,  // 69: agenthost.agent.v1.AgentV2.Heartbeat:input_type -> agenthost.agent.v1.HeartbeatRequest
+	2,  // 70: agenthost.agent.v1.AgentV2.ExportState:input_type -> agenthost.agent.v1.ExportStateRequest
+	8,  // 71: agenthost.agent.v1.Agent.Identify:output_type -> agenthost.agent.v1.IdentifyResponse
+	25, // 72: agenthost.agent.v1.Agent.Attach:output_type -> agenthost.agent.v1.AttachResponse
+	28, // 73: agenthost.agent.v1.Agent.NewSession:output_type -> agenthost.agent.v1.SessionResponse
+	28, // 74: agenthost.agent.v1.Agent.ResumeSession:output_type -> agenthost.agent.v1.SessionResponse
+	31, // 75: agenthost.agent.v1.Agent.Prompt:output_type -> agenthost.agent.v1.PromptResponse
+	42, // 76: agenthost.agent.v1.Agent.Updates:output_type -> agenthost.agent.v1.Update
+	34, // 77: agenthost.agent.v1.Agent.Acknowledge:output_type -> agenthost.agent.v1.AcknowledgeResponse
+	37, // 78: agenthost.agent.v1.Agent.AnswerPermission:output_type -> agenthost.agent.v1.AnswerPermissionResponse
+	39, // 79: agenthost.agent.v1.Agent.Cancel:output_type -> agenthost.agent.v1.CancelResponse
+	41, // 80: agenthost.agent.v1.Agent.Close:output_type -> agenthost.agent.v1.CloseResponse
+	21, // 81: agenthost.agent.v1.Agent.SetMode:output_type -> agenthost.agent.v1.SetModeResponse
+	23, // 82: agenthost.agent.v1.Agent.SetConfigOption:output_type -> agenthost.agent.v1.SetConfigOptionResponse
+	5,  // 83: agenthost.agent.v1.AgentV2.Open:output_type -> agenthost.agent.v1.OpenEvent
+	1,  // 84: agenthost.agent.v1.AgentV2.Heartbeat:output_type -> agenthost.agent.v1.HeartbeatResponse
+	3,  // 85: agenthost.agent.v1.AgentV2.ExportState:output_type -> agenthost.agent.v1.ExportStateResponse
+	71, // [71:86] is the sub-list for method output_type
+	56, // [56:71] is the sub-list for method input_type
 	56, // [56:56] is the sub-list for extension type_name
 	56, // [56:56] is the sub-list for extension extendee
 	0,  // [0:56] is the sub-list for field type_name
@@ -4405,20 +4657,20 @@ func file_agenthost_agent_v1_agent_proto_init() {
 	if File_agenthost_agent_v1_agent_proto != nil {
 		return
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[0].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*OpenRequest_NewSession)(nil),
 		(*OpenRequest_ResumeSession)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
 		(*OpenEvent_Opened)(nil),
 		(*OpenEvent_Update)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
 		(*McpServer_Stdio)(nil),
 		(*McpServer_Http)(nil),
 		(*McpServer_Sse)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
 		(*Update_AgentMessageChunk)(nil),
 		(*Update_AgentThoughtChunk)(nil),
 		(*Update_UserMessageChunk)(nil),
@@ -4435,18 +4687,18 @@ func file_agenthost_agent_v1_agent_proto_init() {
 		(*Update_AvailableCommands)(nil),
 		(*Update_SessionInfo)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
+	file_agenthost_agent_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
 		(*ToolCallContent_Block)(nil),
 		(*ToolCallContent_Diff)(nil),
 	}
-	file_agenthost_agent_v1_agent_proto_msgTypes[48].OneofWrappers = []any{}
+	file_agenthost_agent_v1_agent_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agenthost_agent_v1_agent_proto_rawDesc), len(file_agenthost_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -601,7 +601,9 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	AgentV2_Open_FullMethodName = "/agenthost.agent.v1.AgentV2/Open"
+	AgentV2_Open_FullMethodName        = "/agenthost.agent.v1.AgentV2/Open"
+	AgentV2_Heartbeat_FullMethodName   = "/agenthost.agent.v1.AgentV2/Heartbeat"
+	AgentV2_ExportState_FullMethodName = "/agenthost.agent.v1.AgentV2/ExportState"
 )
 
 // AgentV2Client is the client API for AgentV2 service.
@@ -626,6 +628,27 @@ type AgentV2Client interface {
 	// ends it or a newer fence attaches. A refusal or a failed open ends the
 	// stream with that status before any Opened.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OpenEvent], error)
+	// Heartbeat tells the plugin that a host holding a valid liveness lease
+	// in a cluster drives it at fence, and for how long at most it may keep
+	// taking turns on that word: valid_for_ms, which the host bounds by its
+	// own lease's validity. A plugin spawned with AGENTHOST_SELF_FENCE=<d>
+	// (cluster mode) keeps a deadline, process start + d at first and
+	// receipt + min(valid_for, d) after each Heartbeat at its current fence;
+	// from the deadline on it fences itself: it cancels the running turn and
+	// refuses Prompt (FAILED_PRECONDITION, reason SELF_FENCED) until a
+	// Heartbeat lifts it. A Heartbeat at another fence is refused like any
+	// call (reason STALE_FENCE, NOT_ATTACHED, FENCE_NOT_ATTACHED) and moves
+	// nothing. Without AGENTHOST_SELF_FENCE (one machine) it is accepted and
+	// changes nothing. UNIMPLEMENTED from a plugin built before it: such a
+	// plugin cannot run in cluster mode. See plugin/sdk for the bound.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// ExportState hands the open conversation's provider state (claude's
+	// transcript, codex's rollout) to the host at fence, so that a host on
+	// another machine can continue it (ResumeSessionRequest.provider_state).
+	// UNIMPLEMENTED when the agent cannot export (Opened.identity's
+	// exports_state is false); NO_SESSION_OPEN before a session is open;
+	// refused at another fence like any call.
+	ExportState(ctx context.Context, in *ExportStateRequest, opts ...grpc.CallOption) (*ExportStateResponse, error)
 }
 
 type agentV2Client struct {
@@ -655,6 +678,26 @@ func (c *agentV2Client) Open(ctx context.Context, in *OpenRequest, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentV2_OpenClient = grpc.ServerStreamingClient[OpenEvent]
 
+func (c *agentV2Client) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, AgentV2_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentV2Client) ExportState(ctx context.Context, in *ExportStateRequest, opts ...grpc.CallOption) (*ExportStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportStateResponse)
+	err := c.cc.Invoke(ctx, AgentV2_ExportState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentV2Server is the server API for AgentV2 service.
 // All implementations must embed UnimplementedAgentV2Server
 // for forward compatibility.
@@ -677,6 +720,27 @@ type AgentV2Server interface {
 	// ends it or a newer fence attaches. A refusal or a failed open ends the
 	// stream with that status before any Opened.
 	Open(*OpenRequest, grpc.ServerStreamingServer[OpenEvent]) error
+	// Heartbeat tells the plugin that a host holding a valid liveness lease
+	// in a cluster drives it at fence, and for how long at most it may keep
+	// taking turns on that word: valid_for_ms, which the host bounds by its
+	// own lease's validity. A plugin spawned with AGENTHOST_SELF_FENCE=<d>
+	// (cluster mode) keeps a deadline, process start + d at first and
+	// receipt + min(valid_for, d) after each Heartbeat at its current fence;
+	// from the deadline on it fences itself: it cancels the running turn and
+	// refuses Prompt (FAILED_PRECONDITION, reason SELF_FENCED) until a
+	// Heartbeat lifts it. A Heartbeat at another fence is refused like any
+	// call (reason STALE_FENCE, NOT_ATTACHED, FENCE_NOT_ATTACHED) and moves
+	// nothing. Without AGENTHOST_SELF_FENCE (one machine) it is accepted and
+	// changes nothing. UNIMPLEMENTED from a plugin built before it: such a
+	// plugin cannot run in cluster mode. See plugin/sdk for the bound.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// ExportState hands the open conversation's provider state (claude's
+	// transcript, codex's rollout) to the host at fence, so that a host on
+	// another machine can continue it (ResumeSessionRequest.provider_state).
+	// UNIMPLEMENTED when the agent cannot export (Opened.identity's
+	// exports_state is false); NO_SESSION_OPEN before a session is open;
+	// refused at another fence like any call.
+	ExportState(context.Context, *ExportStateRequest) (*ExportStateResponse, error)
 	mustEmbedUnimplementedAgentV2Server()
 }
 
@@ -689,6 +753,12 @@ type UnimplementedAgentV2Server struct{}
 
 func (UnimplementedAgentV2Server) Open(*OpenRequest, grpc.ServerStreamingServer[OpenEvent]) error {
 	return status.Error(codes.Unimplemented, "method Open not implemented")
+}
+func (UnimplementedAgentV2Server) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedAgentV2Server) ExportState(context.Context, *ExportStateRequest) (*ExportStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportState not implemented")
 }
 func (UnimplementedAgentV2Server) mustEmbedUnimplementedAgentV2Server() {}
 func (UnimplementedAgentV2Server) testEmbeddedByValue()                 {}
@@ -722,13 +792,58 @@ func _AgentV2_Open_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentV2_OpenServer = grpc.ServerStreamingServer[OpenEvent]
 
+func _AgentV2_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentV2Server).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentV2_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentV2Server).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentV2_ExportState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentV2Server).ExportState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentV2_ExportState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentV2Server).ExportState(ctx, req.(*ExportStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentV2_ServiceDesc is the grpc.ServiceDesc for AgentV2 service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var AgentV2_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "agenthost.agent.v1.AgentV2",
 	HandlerType: (*AgentV2Server)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Heartbeat",
+			Handler:    _AgentV2_Heartbeat_Handler,
+		},
+		{
+			MethodName: "ExportState",
+			Handler:    _AgentV2_ExportState_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Open",

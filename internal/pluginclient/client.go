@@ -75,6 +75,10 @@ type Identity struct {
 	// PendingPermissions are the permission requests the agent waits on,
 	// oldest first; none from a plugin built before it reported them.
 	PendingPermissions []*journal.PermissionRequest
+	// ExportsState: the agent exports its provider state (ExportState),
+	// so the session can continue on another machine. Known once a
+	// session is open; false from plugins built before it existed.
+	ExportsState bool
 }
 
 // Identify asks the process who it is. It changes nothing and carries no
@@ -96,7 +100,7 @@ func identityFromProto(r *agentpb.IdentifyResponse) Identity {
 		SessionID: r.SessionId, SpawnToken: r.SpawnToken, PID: int(r.Pid), InstanceID: r.InstanceId,
 		ProtocolVersion: int(r.ProtocolVersion), AgentName: r.AgentName, AgentVersion: r.AgentVersion,
 		Fence: r.Fence, Handle: r.Handle, LastSeq: r.LastSeq, Capabilities: capabilitiesFromProto(r.Capabilities),
-		PendingPermissions: pending,
+		PendingPermissions: pending, ExportsState: r.ExportsState,
 	}
 }
 
@@ -117,14 +121,15 @@ func (c *Client) Attach(ctx context.Context, sessionID string, fence uint64) (*A
 	if err != nil {
 		return nil, AttachResult{}, classify(ctx, err)
 	}
-	return &Attachment{rpc: c.rpc, fence: fence}, AttachResult{Fence: r.Fence, LastSeq: r.LastSeq}, nil
+	return &Attachment{rpc: c.rpc, client: c, fence: fence}, AttachResult{Fence: r.Fence, LastSeq: r.LastSeq}, nil
 }
 
 // Attachment drives a plugin at the fence one Attach (or Open) bound. It
 // is safe for concurrent use.
 type Attachment struct {
-	rpc   agentpb.AgentClient
-	fence uint64
+	rpc    agentpb.AgentClient
+	client *Client
+	fence  uint64
 
 	mu sync.Mutex
 	// opened is the update stream Open started, until Updates takes it
@@ -162,6 +167,11 @@ type ResumeSessionRequest struct {
 	Options    map[string]string
 	MCPServers []MCPServer
 	Handle     string
+	// ProviderState, when not empty, is what an ExportState of the
+	// conversation returned (on this machine or another): the plugin
+	// imports it before it resumes Handle, and refuses the resume with
+	// ErrStateNotImportable when its agent cannot.
+	ProviderState []byte
 }
 
 // SessionInfo describes the conversation a plugin opened.
@@ -189,7 +199,7 @@ func (a *Attachment) NewSession(ctx context.Context, req NewSessionRequest) (Ses
 // ResumeSession reopens a conversation from its provider handle.
 func (a *Attachment) ResumeSession(ctx context.Context, req ResumeSessionRequest) (SessionInfo, error) {
 	r, err := a.rpc.ResumeSession(ctx, &agentpb.ResumeSessionRequest{Fence: a.fence, Workspace: req.Workspace, Options: req.Options,
-		Handle: req.Handle, McpServers: mcpServersToProto(req.MCPServers)})
+		Handle: req.Handle, McpServers: mcpServersToProto(req.MCPServers), ProviderState: req.ProviderState})
 	if err != nil {
 		return SessionInfo{}, classify(ctx, err)
 	}
@@ -373,7 +383,8 @@ func (c *Client) Open(ctx context.Context, req OpenRequest) (Opened, error) {
 			McpServers: mcpServersToProto(req.New.MCPServers)}}
 	case req.Resume != nil:
 		pr.Open = &agentpb.OpenRequest_ResumeSession{ResumeSession: &agentpb.ResumeSessionRequest{Workspace: req.Resume.Workspace,
-			Options: req.Resume.Options, Handle: req.Resume.Handle, McpServers: mcpServersToProto(req.Resume.MCPServers)}}
+			Options: req.Resume.Options, Handle: req.Resume.Handle, McpServers: mcpServersToProto(req.Resume.MCPServers),
+			ProviderState: req.Resume.ProviderState}}
 	}
 	// The stream's own context: ctx ending while the answer is awaited
 	// ends it (the AfterFunc below), but once answered it lives on.
@@ -411,7 +422,7 @@ func (c *Client) Open(ctx context.Context, req OpenRequest) (Opened, error) {
 		}
 		return u, nil
 	}
-	out.Attachment = &Attachment{rpc: c.rpc, fence: req.Fence, opened: &UpdateStream{ctx: sctx, recv: recv},
+	out.Attachment = &Attachment{rpc: c.rpc, client: c, fence: req.Fence, opened: &UpdateStream{ctx: sctx, recv: recv},
 		openedFrom: req.FromSeq, openedCancel: cancel}
 	return out, nil
 }

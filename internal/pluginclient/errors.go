@@ -40,6 +40,13 @@ var (
 	// in this process (running or ended); it did not run it again. Matched
 	// by a *TurnStartedError, which says which.
 	ErrTurnStarted = errors.New("the plugin already started this turn")
+	// ErrSelfFenced: the plugin fenced itself (cluster mode: no Heartbeat
+	// from a live host within its bound) and takes no turn until a
+	// Heartbeat lifts it.
+	ErrSelfFenced = errors.New("the plugin fenced itself: no live host was heard from in time")
+	// ErrStateNotImportable: a resume carried provider state the agent
+	// cannot import.
+	ErrStateNotImportable = errors.New("the agent cannot import provider state")
 	// ErrAgent: the agent itself refused or failed; the message is its own.
 	ErrAgent = errors.New("the agent failed")
 	// ErrRefused: the plugin refused the call (FAILED_PRECONDITION) without
@@ -86,6 +93,10 @@ func refusal(r wire.Reason) error {
 		return ErrBusy
 	case wire.ReasonAgent:
 		return ErrAgent
+	case wire.ReasonSelfFenced:
+		return ErrSelfFenced
+	case wire.ReasonStateNotImportable:
+		return ErrStateNotImportable
 	case wire.ReasonAuthRequired:
 		return ErrAuthRequired
 	}

@@ -60,6 +60,12 @@ const (
 	// test makes it behave as a plugin built before a newer version.
 	// Unset: every version the SDK speaks.
 	EnvProtocolVersions = "AGENTHOST_PLUGIN_PROTOCOL_VERSIONS"
+	// EnvSelfFence, set by a host in cluster mode to a Go duration (the
+	// host's self-fence bound, below its liveness TTL), makes a plugin
+	// built on the SDK fence itself when no Heartbeat from a live host
+	// arrived for that long (see the Heartbeat RPC and package
+	// plugin/sdk). Unset: one machine, no self-fencing.
+	EnvSelfFence = "AGENTHOST_SELF_FENCE"
 )
 
 // MaxMessageSize bounds one message a host accepts from a plugin. go-plugin
@@ -67,6 +73,18 @@ const (
 // plugin in charge of the host's memory; the largest update a journal
 // accepts is 1 MiB, so 4 MiB leaves room for every legitimate message.
 const MaxMessageSize = 4 << 20
+
+// MaxProviderStateSize bounds one provider state a plugin exports (the
+// ExportState answer) or a host passes back on resume (provider_state):
+// leasestore.MaxProviderStateBytes, which the store enforces (a host test
+// checks that they agree). The two calls that carry one raise the message
+// limit to MaxStateMessageSize: ExportState on the host's side, and a
+// plugin built on the SDK for every call it receives.
+const MaxProviderStateSize = 64 << 20
+
+// MaxStateMessageSize is the largest message carrying a provider state:
+// the state and room for the rest of the message.
+const MaxStateMessageSize = MaxProviderStateSize + MaxMessageSize
 
 // HostDialOptions are the gRPC options a host adds to go-plugin's when it
 // dials a plugin (they override go-plugin's 2 GiB receive limit).
@@ -218,6 +236,13 @@ const (
 	// credentials (the agent's error wraps sdk.ErrAuthRequired); the
 	// message is the agent's.
 	ReasonAuthRequired Reason = "AUTH_REQUIRED"
+	// ReasonSelfFenced: the plugin fenced itself (cluster mode: no
+	// Heartbeat from a live host within its bound) and takes no turn
+	// until a Heartbeat at its fence lifts it.
+	ReasonSelfFenced Reason = "SELF_FENCED"
+	// ReasonStateNotImportable: a resume carried provider state and the
+	// agent cannot import one (it is no sdk.StateImporter).
+	ReasonStateNotImportable Reason = "STATE_NOT_IMPORTABLE"
 	// ReasonInvalidSetting, with code INVALID_ARGUMENT: the agent refused
 	// a session option, mode or config option (an sdk.InvalidOptionError).
 	// The ErrorInfo metadata names it under MetaOption and says why under

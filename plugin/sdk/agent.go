@@ -12,7 +12,8 @@ import (
 // Serve when the host first opens or resumes the session.
 //
 // Three methods are required. Everything else is an optional interface
-// (Closer, Describer, ModeSetter, ConfigOptionSetter); embed UnimplementedAgent to start from an agent that
+// (Closer, Describer, ModeSetter, ConfigOptionSetter, StateExporter,
+// StateImporter); embed UnimplementedAgent to start from an agent that
 // answers ErrNotImplemented and add methods one by one.
 type Agent interface {
 	// NewSession starts a new provider conversation in req.Workspace and
@@ -43,6 +44,32 @@ type Closer interface {
 // version is empty in identities reported before that.
 type Describer interface {
 	AgentVersion() string
+}
+
+// StateExporter is implemented by an Agent that can hand its provider conversation to a host on another machine.
+//
+// ExportState returns the open conversation's provider state (claude's
+// session transcript, codex's rollout), named by handle, the session's
+// current provider handle. The host calls it after every turn's stop is
+// journaled, never during a turn, and stores the result with the session;
+// a resume of that handle on any machine passes it to StateImporter. The
+// bytes are opaque to the host and bounded (64 MiB: larger, the session
+// stays resumable only on its own machine). An agent that cannot export now
+// (the provider wrote nothing yet) returns an error, which the host logs.
+type StateExporter interface {
+	ExportState(ctx context.Context, handle string) ([]byte, error)
+}
+
+// StateImporter puts an exported state in place before ResumeSession continues it.
+//
+// The SDK calls ImportState before ResumeSession when the host's resume
+// carries provider state (what a StateExporter returned for handle, on this
+// machine or another), with the same handle; it must leave the provider
+// able to resume handle from it, replacing what this machine held of that
+// conversation. An error fails the resume with its message. A resume that
+// carries state to an agent that is no StateImporter is refused.
+type StateImporter interface {
+	ImportState(ctx context.Context, handle string, state []byte) error
 }
 
 // UnimplementedAgent answers ErrNotImplemented to every required method.

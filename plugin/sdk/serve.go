@@ -84,6 +84,9 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 	if factory == nil {
 		return errors.New("sdk.Serve: factory is nil")
 	}
+	// The self-fence deadline counts from here, as near the process's
+	// start as the SDK gets (see the package doc's bound).
+	start := time.Now()
 	cfg := serveConfig{stopTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -114,8 +117,19 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 	if err != nil {
 		return fmt.Errorf("sdk.Serve: %w", err)
 	}
+	bound, err := selfFenceBound(os.Getenv(wire.EnvSelfFence))
+	if err != nil {
+		log.Error("refusing to serve: the host's self-fence bound is invalid", "error", err)
+		return fmt.Errorf("sdk.Serve: %w", err)
+	}
 	srv := newServer(name, cfg.capabilities, factory, Environment{SessionDir: sessionDir, Logger: log}, os.Getpid(), token, cfg.outboxMemory)
 	defer srv.box.close()
+	if bound > 0 {
+		srv.startSelfFence(bound, start)
+		log.Info("self-fencing on: without a heartbeat from a live host for the bound, no turn runs", "bound", bound)
+	} else {
+		log.Info("self-fencing off: " + wire.EnvSelfFence + " is not set (one machine: the plugin keeps its turn while no host is attached)")
+	}
 
 	// SIGPIPE: Notify (not Ignore, which exec'd children would inherit).
 	sigs := make(chan os.Signal, 4)
@@ -175,7 +189,9 @@ func Serve(name string, factory Factory, opts ...ServeOption) error {
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			mu.Lock()
 			defer mu.Unlock()
-			opts = append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			// A resume may carry a provider state larger than gRPC's
+			// default 4 MiB.
+			opts = append(opts, grpc.MaxRecvMsgSize(wire.MaxStateMessageSize), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 				restoreStdio()
 				return h(ctx, req)
 			}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -246,7 +262,7 @@ func ServeListener(ctx context.Context, lis net.Listener, name string, factory F
 	}
 	srv := newServer(name, cfg.capabilities, factory, env, os.Getpid(), "", cfg.outboxMemory)
 	defer srv.box.close()
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(wire.MaxStateMessageSize))
 	agentpb.RegisterAgentServer(g, srv)
 	agentpb.RegisterAgentV2Server(g, srv)
 	served := make(chan error, 1)

@@ -61,6 +61,14 @@ type server struct {
 	// fenceRaised is closed and replaced whenever the fence rises, so
 	// streams of an older host end.
 	fenceRaised chan struct{}
+	// Self-fencing (cluster mode, see selffence.go): fenceBound is the
+	// bound (0: off), deadline the moment the plugin fences itself unless
+	// a Heartbeat moves it, fenceTimer cancels the turn then (stopped by
+	// shutdown), fenced says the lapse was logged.
+	fenceBound time.Duration
+	deadline   time.Time
+	fenceTimer *time.Timer
+	fenced     bool
 }
 
 type pendingPermission struct {
@@ -73,6 +81,8 @@ type runningTurn struct {
 	id     string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// selfFenced: the plugin cancelled the turn fencing itself (s.mu).
+	selfFenced bool
 }
 
 func newServer(name string, caps Capabilities, factory Factory, env Environment, pid int, token string, memLimit int) *server {
@@ -155,12 +165,13 @@ func (s *server) identity() *agentpb.IdentifyResponse {
 	// is known only then; before, the declared capabilities answer.
 	_, setMode := s.agent.(ModeSetter)
 	_, setConfig := s.agent.(ConfigOptionSetter)
+	_, exports := s.agent.(StateExporter)
 	return &agentpb.IdentifyResponse{
 		SessionId: s.sessionID, SpawnToken: s.token, Pid: int64(s.pid), InstanceId: s.instance,
 		ProtocolVersion: int32(s.version), AgentName: s.name, AgentVersion: version,
 		Fence: s.fence, Handle: s.handle, LastSeq: s.box.lastSeq(),
 		Capabilities:       capabilitiesToProto(s.caps, s.caps.Modes || setMode, s.caps.ConfigOptions || setConfig),
-		PendingPermissions: s.pendingPermissions(),
+		PendingPermissions: s.pendingPermissions(), ExportsState: exports,
 	}
 }
 
@@ -278,6 +289,9 @@ func (s *server) resume(ctx context.Context, fence uint64, req *agentpb.ResumeSe
 		return nil, status.Error(codes.InvalidArgument, "resume needs the provider handle")
 	}
 	return s.open(ctx, fence, func(a Agent) (SessionInfo, error) {
+		if err := importState(ctx, a, req.Handle, req.ProviderState); err != nil {
+			return SessionInfo{}, err
+		}
 		return a.ResumeSession(ctx, ResumeSessionRequest{Workspace: req.Workspace, Options: req.Options, Handle: req.Handle,
 			MCPServers: mcpServersFromProto(req.McpServers)})
 	})
@@ -420,6 +434,12 @@ func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agent
 			fmt.Sprintf("turn %s was already started in this plugin (%s): it is not run again", id, state),
 			map[string]string{wire.MetaTurnState: state})
 	}
+	// A prompt for a turn this process started is answered as such
+	// above, fenced or not: it is no new turn.
+	if s.pastDeadline(time.Now()) {
+		s.fenceSelf()
+		return nil, refuse(wire.ReasonSelfFenced, "%s", s.selfFencedMessage())
+	}
 	if s.turn != nil {
 		return nil, refuse(wire.ReasonBusy, "turn %s is still running", s.turn.id)
 	}
@@ -497,6 +517,9 @@ func (s *server) runTurn(ctx context.Context, a Agent, req PromptRequest, rt *ru
 	s.mu.Lock()
 	if s.turn == rt {
 		s.turn = nil
+	}
+	if rt.selfFenced && stop.StopReason == StopCancelled {
+		stop.Error = s.selfFencedMessage()
 	}
 	s.mu.Unlock()
 	s.emit(Update{turnID: req.TurnID, turnStopped: stop})
@@ -691,6 +714,9 @@ func (s *server) shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	if s.fenceTimer != nil {
+		s.fenceTimer.Stop()
+	}
 	rt, a := s.turn, s.agent
 	s.mu.Unlock()
 	if rt != nil {

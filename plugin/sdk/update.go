@@ -187,7 +187,8 @@ type permissionResolved struct {
 // turnStopped ends a turn.
 type turnStopped struct {
 	StopReason StopReason
-	// Error is set when StopReason is StopFailed.
+	// Error is set when StopReason is StopFailed, and says why when the
+	// plugin cancelled the turn fencing itself (StopCancelled).
 	Error string
 	// AuthRequired: the failure was the provider refusing credentials.
 	AuthRequired bool
