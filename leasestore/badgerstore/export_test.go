@@ -39,3 +39,30 @@ func CorruptRecord(ctx context.Context, s *Store, id string) error {
 func PutRecord(ctx context.Context, s *Store, sess leasestore.Session) error {
 	return s.submit(ctx, "put", sess.ID, func(b *batch) error { return b.putSession(sess) })
 }
+
+// StateKeys counts the provider state keys of a session: its description
+// and every chunk, named or not.
+func StateKeys(s *Store, id string) (int, error) {
+	n := 0
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: statePrefix(id)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// PutStrayChunk writes a provider state chunk no description names, as a
+// put cut short by a crash leaves one.
+func PutStrayChunk(ctx context.Context, s *Store, id string) error {
+	return s.submit(ctx, "stray chunk", id, func(b *batch) error {
+		b.set(stateChunkKey(id, newStateGen(), 0), []byte("stray"))
+		return nil
+	})
+}
+
+// StateChunkSize is the size of one stored chunk of provider state.
+const StateChunkSize = stateChunkSize

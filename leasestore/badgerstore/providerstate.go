@@ -23,7 +23,9 @@ import (
 // store's profile one Badger value is at most 1 MiB and one transaction
 // about 1.2 MiB (see badgerOptions). So a put writes the data as chunks of
 // stateChunkSize under a fresh random generation, in as many transactions
-// as they need, and the state changes only in the put's last transaction:
+// as they need (handed to the writer one transaction's worth at a time, so
+// other sessions' appends share those commits rather than wait for the
+// whole put), and the state changes only in the put's last transaction:
 // it checks the writer's fence (leasestore.CheckAppend) on the record as
 // that transaction reads it, checks that every chunk of the generation is
 // there, points the description (stateMeta) at the new generation and
@@ -156,26 +158,47 @@ func (s *Store) PutProviderState(ctx context.Context, id string, fence uint64, s
 	})
 	final.journal = true
 	ops = append(ops, final)
-	if err := s.send(ctx, ops...); err != nil {
-		return fmt.Errorf("%s session %q: %w", what, id, err)
-	}
-	for _, o := range ops {
-		<-o.done
-	}
-	err := final.err
+	err := s.sendStateOps(ctx, ops)
 	if err != nil {
-		// The first refusal is the cause; the later ones repeat it.
-		for _, o := range ops {
-			if o.err != nil {
-				err = o.err
-				break
-			}
-		}
+		err = fmt.Errorf("%s session %q: %w", what, id, err)
 	}
-	if sweepErr := s.sweepStateChunks(ctx, id); sweepErr != nil {
+	// Bounded work, and it only deletes: it runs even when ctx ended.
+	if sweepErr := s.sweepStateChunks(context.WithoutCancel(ctx), id); sweepErr != nil {
 		s.log.Debug("provider state chunks no state names stay until the next put or the Delete", "session", id, "error", sweepErr)
 	}
 	return err
+}
+
+// stateChunksPerSend is how many chunk writes a put hands the writer at a
+// time: one transaction's worth. The writer commits a send's ops before it
+// takes anything queued after them, so a put sent whole would hold every
+// other session's appends back for all of its transactions; sent a
+// transaction at a time, the appends queued meanwhile share the put's
+// commits instead (group commit) and wait for one of them at most.
+const stateChunksPerSend = 2
+
+// sendStateOps runs a put's ops in order, a few at a time, stopping at the
+// first that fails (its error is the put's).
+func (s *Store) sendStateOps(ctx context.Context, ops []*op) error {
+	for len(ops) > 0 {
+		n := min(len(ops), stateChunksPerSend)
+		group := ops[:n]
+		ops = ops[n:]
+		if err := s.send(ctx, group...); err != nil {
+			return err
+		}
+		var first error
+		for _, o := range group {
+			<-o.done
+			if first == nil {
+				first = o.err
+			}
+		}
+		if first != nil {
+			return first
+		}
+	}
+	return nil
 }
 
 // batchStateMeta reads the session's state description as the batch sees
