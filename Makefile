@@ -22,7 +22,7 @@ PROTOS := agenthost/agent/v1/agent.proto
 PB_DIR := internal/agentpb
 protogen = (cd tools && go run ./protogen -I ../proto -out $(1) $(addprefix ../proto/,$(PROTOS)))
 
-.PHONY: help build test test-loaded test-faults lint generate check-generate fuzz bench bench-go demo demo-real tidy check-tidy clean clis test-real-clis acp-sdk acpx test-acp-sdk
+.PHONY: help build test test-loaded test-faults lint generate check-generate fuzz bench bench-go demo demo-real cluster-demo tidy check-tidy clean clis test-real-clis acp-sdk acpx test-acp-sdk
 
 help: ## Show this help.
 	@echo "usage: make <target> [FUZZTIME=$(FUZZTIME)]"
@@ -121,6 +121,14 @@ demo: ## Build bin/agenthost, kill its host mid-turn, restart it, and check the 
 demo-real: clis ## Watch the real claude CLI do a turn with a tool call and a permission through agenthost, offline (examples/demoreal; needs npm).
 	@[[ -e "$(CLI_STAMP)" ]] || { echo "make demo-real needs the pinned claude CLI, which make clis installs with npm: install Node.js and npm, then run it again"; exit 1; }
 	AGENTHOST_REAL_CLAUDE=$(CLI_CACHE)/node_modules/.bin/claude go run ./examples/demoreal
+
+# The member binary embeds an etcd server; agenthost itself links only the
+# etcd client. The script keeps everything in a private temporary
+# directory and kills every process it started however it ends.
+cluster-demo: ## Build bin/agenthost and bin/etcdmember, run a 3-member etcd on loopback and two hosts on it, kill one host and watch the other take its session over (scripts/cluster-demo.sh).
+	go build -o bin/agenthost ./cmd/agenthost
+	go build -o bin/etcdmember ./internal/etcdmember
+	scripts/cluster-demo.sh bin
 
 tidy: ## Tidy go.mod and go.sum (also those of the tools module).
 	go mod tidy

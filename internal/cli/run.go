@@ -279,6 +279,9 @@ func openSession(ctx context.Context, c *apiclient.Client, o runOptions) (id, ag
 			}
 			cwd := firstNonEmpty(o.cwd, info.Session.Workspace, wd)
 			if err := c.Call(ctx, api.MethodSessionResume, acp.ResumeSessionRequest{SessionId: acp.SessionId(o.session), Cwd: cwd}, nil); err != nil {
+				if apiclient.ErrorCode(err) == api.CodeSessionElsewhere {
+					return "", "", "", elsewhereError(o.session, err)
+				}
 				return "", "", "", fmt.Errorf("resume session %s: %w", o.session, err)
 			}
 			return o.session, info.Session.Agent, "resumed", nil

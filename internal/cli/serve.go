@@ -46,6 +46,17 @@ session not decided yet is answered CodeSessionHeld (-32007), "not decided yet".
 The socket is checked each second: deleted, it is made again (mode 0600);
 replaced by another file, serve exits saying so, for a supervisor to restart it.
 
+The sessions live in the state directory's Badger store, this machine's.
+With --store etcd they live in an etcd cluster that several machines' hosts
+share (--etcd-endpoints, TLS with --etcd-ca/--etcd-cert/--etcd-key): each
+host joins under --host-id (default: derived from /etc/machine-id) with a
+liveness lease of --liveness-ttl; a session runs on one host at a time, a
+client of another host is told which, and the sessions of a host that is
+lost are taken over by another after the TTL plus a drift margin. The same
+settings can go in <state-dir>/agenthost.json under "serve" ("store",
+"etcdEndpoints", "etcdCA", "etcdCert", "etcdKey", "etcdPrefix",
+"livenessTTL", "hostId"); a flag given wins.
+
 SIGINT or SIGTERM detaches: the host closes, while every session's plugin keeps
 running with its lease; the next serve readopts them and drains what they
 produced meanwhile. With --shutdown-sessions every session is stopped instead.

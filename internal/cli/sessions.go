@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,9 +86,14 @@ func (a *App) sessionsListCommand() *cobra.Command {
 its state (running in this host; idle: stopped after the idle timeout,
 resumed by its next prompt; stopped; failed: its first start failed;
 latched: nobody can say whether its last plugin is gone; held: another
-process holds its lease), its fence, when it last
-changed, its workspace and its title (the agent's, or the first line of its
-first prompt). --json prints the first page of the session/list result.`,
+process holds its lease; elsewhere: it runs on another host of the
+cluster), its fence, when it last changed, its workspace and its title (the
+agent's, or the first line of its first prompt). A host on a cluster
+(serve --store etcd) shows two columns more: HOST, the host holding the
+session's lease (- when none does), and PORTABLE, whether any host of the
+cluster can resume it (yes: its provider state is stored with it) or only
+the machine it ran on. --json prints the first page of the session/list
+result.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -109,37 +116,72 @@ first prompt). --json prints the first page of the session/list result.`,
 				fmt.Fprintln(a.Stdout, "no sessions yet: start one with agenthost run --agent NAME PROMPT")
 				return nil
 			}
-			slices.SortStableFunc(list.Sessions, func(x, y api.ListedSession) int {
-				return strings.Compare(deref(y.UpdatedAt), deref(x.UpdatedAt))
-			})
-			tw := tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tFENCE\tUPDATED\tWORKSPACE\tTITLE")
-			for _, s := range list.Sessions {
-				ah := s.Meta.Agenthost
-				state := ah.State
-				if state == "" {
-					// A host from before session states: its lease.
-					state = ah.Claim
-					if ah.Stage != "" {
-						state += "/" + ah.Stage
-					}
-				}
-				if slices.Contains(st.Host.Running, s.SessionID) {
-					state = api.StateRunning
-				}
-				updated := "-"
-				if s.UpdatedAt != nil {
-					if t, err := time.Parse(time.RFC3339Nano, *s.UpdatedAt); err == nil {
-						updated = ago(t)
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", displayID(s.SessionID), ah.Agent, state, ah.Fence, updated, s.Cwd, deref(s.Title))
-			}
-			return tw.Flush()
+			return printSessions(a.Stdout, list.Sessions, st)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session/list result as JSON")
 	return cmd
+}
+
+// printSessions prints the sessions table, newest first; st is the
+// host's status (which sessions run in it, and whether it is on a
+// cluster).
+func printSessions(w io.Writer, sessions []api.ListedSession, st api.StatusResult) error {
+	slices.SortStableFunc(sessions, func(x, y api.ListedSession) int {
+		return strings.Compare(deref(y.UpdatedAt), deref(x.UpdatedAt))
+	})
+	// On a cluster two columns more, after STATE: the host holding
+	// each session's lease and whether any host can resume it.
+	// One machine's host owns every session it runs: the table
+	// stays as it always was.
+	cluster := st.Host.Cluster != nil
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if cluster {
+		fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tHOST\tPORTABLE\tFENCE\tUPDATED\tWORKSPACE\tTITLE")
+	} else {
+		fmt.Fprintln(tw, "SESSION\tAGENT\tSTATE\tFENCE\tUPDATED\tWORKSPACE\tTITLE")
+	}
+	for _, s := range sessions {
+		ah := s.Meta.Agenthost
+		state := ah.State
+		if state == "" {
+			// A host from before session states: its lease.
+			state = ah.Claim
+			if ah.Stage != "" {
+				state += "/" + ah.Stage
+			}
+		}
+		if slices.Contains(st.Host.Running, s.SessionID) {
+			state = api.StateRunning
+		}
+		updated := "-"
+		if s.UpdatedAt != nil {
+			if t, err := time.Parse(time.RFC3339Nano, *s.UpdatedAt); err == nil {
+				updated = ago(t)
+			}
+		}
+		if cluster {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", displayID(s.SessionID), ah.Agent, state, orDash(ah.OwnerHost),
+				yesNo(ah.Portable), ah.Fence, updated, s.Cwd, deref(s.Title))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", displayID(s.SessionID), ah.Agent, state, ah.Fence, updated, s.Cwd, deref(s.Title))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func deref(s *string) string {
@@ -196,13 +238,35 @@ func (a *App) query(ctx context.Context, method string, params any, asJSON bool,
 	return c, false, nil
 }
 
-// sessionError words a not-found error for a session id; other errors
-// (nil included) pass through.
+// sessionError words a not-found error for a session id, and one that says
+// the session runs on another host of the cluster; other errors (nil
+// included) pass through.
 func sessionError(id string, err error) error {
-	if err != nil && apiclient.ErrorCode(err) == api.CodeNotFound {
+	switch apiclient.ErrorCode(err) {
+	case api.CodeNotFound:
 		return fmt.Errorf("no session %s in this state directory (agenthost sessions list shows them): %w", displayID(id), err)
+	case api.CodeSessionElsewhere:
+		return elsewhereError(id, err)
 	}
 	return err
+}
+
+// elsewhereError words CodeSessionElsewhere: the session runs on another
+// host of the cluster, which this host leaves alone; the user is told
+// which host, and where its clients reach it.
+func elsewhereError(id string, err error) error {
+	var ae *apiclient.Error
+	var data api.ElsewhereData
+	if !errors.As(err, &ae) || json.Unmarshal(ae.Data, &data) != nil || data.HostID == "" {
+		return fmt.Errorf("session %s runs on another host of the cluster: %w", displayID(id), err)
+	}
+	where := "ask that host (it published no address)"
+	if data.Address != "" {
+		where = fmt.Sprintf("use it there: its socket is %s on that host's machine (agenthost%s … there)",
+			data.Address, stateDirFlag(filepath.Dir(data.Address)))
+	}
+	return &exitError{code: 1, err: fmt.Errorf("session %s runs on host %s, not this one: %s; this host takes it over only once %s is lost from the cluster",
+		displayID(id), data.HostID, where, data.HostID)}
 }
 
 func printSession(w io.Writer, info api.SessionResult) {
@@ -229,6 +293,12 @@ func printSession(w io.Writer, info api.SessionResult) {
 	row("fence", "%d", l.Fence)
 	if l.Owner != nil {
 		row("owner", "pid %d on %s", l.Owner.PID, l.Owner.HostID)
+	}
+	if l.Owner == nil && l.ReservedBy != "" {
+		row("reserved by", "%s", l.ReservedBy)
+	}
+	if s.OwnerHost != "" && (l.Owner == nil || l.Owner.HostID != s.OwnerHost) {
+		row("owner host", "%s", s.OwnerHost)
 	}
 	if l.LatchReason != "" {
 		row("latched", "%s", l.LatchReason)
@@ -293,6 +363,11 @@ each session it found when it opened (readopted: the plugin survived the last
 host and was taken over; evicted: its plugin was gone, the session is
 resumable; latched: the evidence was incomplete, the session waits).
 
+A host on a cluster (serve --store etcd) adds its membership (live or not,
+its epoch, the liveness TTL, self-fence and drift margin it runs with), the
+hosts registered, each session another host holds ("elsewhere": ID on
+HOST), and the lost hosts whose sessions it is about to take over.
+
 Exits with status 1 when no host serves the state directory.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -352,7 +427,74 @@ func printStatus(w io.Writer, st api.StatusResult) {
 	if h.Recovery != nil {
 		row("recovery", "%s", *h.Recovery)
 	}
+	if c := h.Cluster; c != nil {
+		printCluster(row, h, c)
+	}
 	_ = tw.Flush()
+}
+
+// printCluster adds the rows of a host on a cluster: its membership, the
+// hosts registered, the sessions held by other hosts, and the takeovers
+// it waits for.
+func printCluster(row func(k, format string, args ...any), h api.Status, c *api.ClusterStatus) {
+	live := "live"
+	if !c.Live {
+		live = "NOT live (registering again: takes no turn)"
+	}
+	row("cluster", "%s, epoch %d; liveness TTL %s, self-fence %s, drift margin %s", live, c.Epoch, c.LivenessTTL, c.SelfFence, c.DriftMargin)
+	for i, m := range c.Hosts {
+		k := ""
+		if i == 0 {
+			k = "hosts"
+		}
+		desc := m.HostID
+		if m.HostID == h.HostID {
+			desc += " (this host)"
+		}
+		if m.PID != 0 {
+			desc += fmt.Sprintf(", pid %d", m.PID)
+		}
+		if m.Address != "" {
+			desc += ", " + m.Address
+		}
+		row(k, "%s", desc)
+	}
+	ids := make([]string, 0, len(h.Owners))
+	for id, owner := range h.Owners {
+		if owner != h.HostID {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		k := ""
+		if i == 0 {
+			k = "elsewhere"
+		}
+		row(k, "%s on %s", displayID(id), h.Owners[id])
+	}
+	lost := make([]string, 0, len(c.Takeovers))
+	for id := range c.Takeovers {
+		lost = append(lost, id)
+	}
+	slices.Sort(lost)
+	for i, id := range lost {
+		k := ""
+		if i == 0 {
+			k = "taking over"
+		}
+		at := c.Takeovers[id]
+		row(k, "the sessions of lost host %s at %s (%s)", id, at.Local().Format(time.TimeOnly), until(at))
+	}
+}
+
+// until says roughly how long until t.
+func until(t time.Time) string {
+	d := time.Until(t)
+	if d <= 0 {
+		return "due"
+	}
+	return fmt.Sprintf("in %.1fs", d.Seconds())
 }
 
 // completeSessionArg completes a command's one SESSION argument.
