@@ -5,8 +5,7 @@
 //
 // An Agent has three required methods — NewSession, ResumeSession and
 // Prompt — and optional interfaces (Closer, Describer, ModeSetter,
-// ConfigOptionSetter); embed
-// UnimplementedAgent to grow one step by step. Prompt reports a turn's
+// ConfigOptionSetter, StateExporter, StateImporter); embed UnimplementedAgent to grow one step by step. Prompt reports a turn's
 // progress through a Turn: message and thought chunks, tool calls and their
 // updates, plans, usage, provider handle changes, and permission requests
 // that wait for the user's answer. Returning StopCancelled when the turn's
@@ -70,6 +69,58 @@
 // lost the session can never drive the plugin again. The protocol's whole
 // contract, which this package meets for an Agent, is docs/protocol.md in the
 // repository.
+//
+// # Across machines: provider state and self-fencing
+//
+// A session whose host is lost can be continued by a host on another
+// machine, which does not have the provider's files (claude's transcript,
+// codex's rollout). An agent that implements StateExporter hands them over:
+// after every turn the host calls ExportState and keeps the bytes with the
+// session, and a resume of that handle anywhere carries them back, which
+// the SDK puts in place with the agent's StateImporter before its
+// ResumeSession runs (a resume carrying state to an agent that is no
+// StateImporter is refused, reason STATE_NOT_IMPORTABLE). Identify's
+// exports_state tells the host; an agent that exports nothing is resumed
+// only on its own machine.
+//
+// On one machine a plugin outlives its host and keeps its turn running
+// until the host comes back: nothing else can drive the session. In a
+// cluster that plugin would be a second writer once another host takes the
+// session over, so the host (cluster mode) spawns it with EnvSelfFence, a
+// bound d shorter than its liveness TTL, and the plugin fences itself:
+//
+//   - It keeps a deadline, process start + d at first (when Serve began),
+//     then, at each Heartbeat at its current fence, receipt + min(valid_for,
+//     d). A heartbeat at another fence is refused like any call and moves
+//     nothing.
+//   - From the deadline on it is self-fenced: Prompt is refused
+//     (FAILED_PRECONDITION, reason SELF_FENCED) and the running turn is
+//     cancelled; it ends with stop reason cancelled and an error saying the
+//     plugin fenced itself because no live host was heard from, and the
+//     plugin's log says so too. The next heartbeat lifts it.
+//   - The deadline is on the monotonic clock: stepping the wall clock
+//     moves nothing.
+//
+// The bound (the Chubby lease argument). A host sends a heartbeat only
+// while its membership is valid, until some time U that is no later than
+// the expiry E of its liveness lease in the cluster, and with valid_for at
+// most U - send time. So every deadline a plugin ever holds is at most a
+// send time before E, plus d, plus the message's transit (receipt is later
+// than send): no later than E + d + transit; and the first deadline, for a
+// plugin the host spawned while valid, no later than E + d + the time the
+// process took to start. Another host takes the session over only after
+// observing the loss (at E or later) and waiting TTL + drift margin on its
+// own clock, at E + TTL + drift or later. Since d < TTL, the plugin has
+// stopped taking turns, and has been told to cancel its running one, with
+// TTL - d + drift to spare for transit, a late timer, clock rate error and
+// the turn's cancellation. Nothing in this relies on the plugin reaching
+// any host: it decides alone, from its own clock.
+//
+// Without EnvSelfFence (one machine) nothing changes, and a Heartbeat is
+// accepted and changes nothing. A value that is not a positive Go duration
+// makes Serve log the reason and refuse to serve: a plugin that cannot keep
+// the bound must not run in a cluster. The timer belongs to the plugin's
+// server and stops when it shuts down.
 //
 // Rules for plugin code: never write to stdout (it carries the go-plugin
 // handshake); log through Environment.Logger, which writes hclog JSON to the

@@ -743,7 +743,10 @@ func (s *server) shutdown(ctx context.Context) error {
 // AGENT_ERROR, which the host reports as the plugin's failure.
 func agentError(err error) error {
 	var invalid *InvalidOptionError
+	var own *sdkRefusal
 	switch {
+	case errors.As(err, &own):
+		return own.status
 	case errors.As(err, &invalid):
 		return wire.RefusalWith(codes.InvalidArgument, wire.ReasonInvalidSetting, err.Error(),
 			map[string]string{wire.MetaOption: invalid.Option, wire.MetaReason: invalid.Reason})

@@ -48,10 +48,18 @@ func importState(ctx context.Context, a Agent, handle string, state []byte) erro
 	}
 	im, ok := a.(StateImporter)
 	if !ok {
-		return refuse(wire.ReasonStateNotImportable, "the resume carries provider state, and this agent (%T) cannot import one: it is no sdk.StateImporter", a)
+		return &sdkRefusal{refuse(wire.ReasonStateNotImportable, "the resume carries provider state, and this agent (%T) cannot import one: it is no sdk.StateImporter", a)}
 	}
 	if err := im.ImportState(ctx, handle, state); err != nil {
-		return agentError(fmt.Errorf("import provider state of %s: %w", handle, err))
+		// open reports it as the agent's failure (agentError).
+		return fmt.Errorf("import provider state of %s: %w", handle, err)
 	}
 	return nil
 }
+
+// sdkRefusal is the SDK's own refusal (a gRPC status error) returned from
+// inside an open, which agentError passes on as it is instead of as the
+// agent's failure.
+type sdkRefusal struct{ status error }
+
+func (r *sdkRefusal) Error() string { return r.status.Error() }

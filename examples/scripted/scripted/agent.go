@@ -61,6 +61,10 @@ type agent struct {
 	mcp []sdk.MCPServer
 	// rejectEdits: the user answered reject_always to an edit.
 	rejectEdits bool
+	// handle is the open conversation's; history its prompts, oldest
+	// first (see state.go).
+	handle  string
+	history []string
 }
 
 var (
@@ -100,10 +104,21 @@ func (a *agent) NewSession(ctx context.Context, req sdk.NewSessionRequest) (sdk.
 // with the options and MCP servers the host stored for it.
 func (a *agent) ResumeSession(ctx context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
 	info, err := a.open(req.Handle, req.Workspace, req.Options, req.MCPServers)
-	if err == nil {
-		a.log.Info("resumed session", "handle", req.Handle, "workspace", req.Workspace)
+	if err != nil {
+		return info, err
 	}
-	return info, err
+	// What ImportState put in place, or what this machine holds.
+	history, err := a.loadHistory(req.Handle)
+	if err != nil {
+		return sdk.SessionInfo{}, err
+	}
+	a.mu.Lock()
+	if history != nil {
+		a.history = history
+	}
+	a.mu.Unlock()
+	a.log.Info("resumed session", "handle", req.Handle, "workspace", req.Workspace, "earlier_prompts", len(history))
+	return info, nil
 }
 
 // open applies a session's options and servers, for a new session and a
@@ -122,7 +137,7 @@ func (a *agent) open(handle, workspace string, opts map[string]string, servers [
 		}
 	}
 	a.mu.Lock()
-	a.s, a.workspace, a.mcp = s, workspace, servers
+	a.s, a.workspace, a.mcp, a.handle = s, workspace, servers, handle
 	a.rejectEdits = a.rejectEdits || a.rejectedForGood()
 	info := sdk.SessionInfo{Handle: handle, Options: maps.Clone(opts), Modes: s.modeState(), ConfigOptions: s.configOptions()}
 	a.mu.Unlock()
@@ -151,7 +166,14 @@ func (a *agent) Prompt(ctx context.Context, req sdk.PromptRequest, turn *sdk.Tur
 		return "", err
 	}
 	a.log.Debug("turn", "turn", turn.ID(), "op", cmd.op.String())
+	a.mu.Lock()
+	handle, earlier := a.handle, append([]string{}, a.history...)
+	a.mu.Unlock()
+	a.remember(handle, req.Text())
 	switch cmd.op {
+	case opHistory:
+		turn.Message(historyMessage(earlier))
+		return sdk.StopEndTurn, nil
 	case opCount:
 		return count(ctx, turn, cmd.n, cmd.d), nil
 	case opSleep:

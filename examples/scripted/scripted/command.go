@@ -26,10 +26,12 @@ const (
 	opTitle
 	opExitPlan
 	opWait
+	opHistory
 )
 
 var opNames = [...]string{opEcho: "echo", opCount: "count", opSleep: "sleep", opFail: "fail", opTool: "tool", opAsk: "ask",
-	opUsage: "usage", opAuth: "auth", opEdit: "edit", opMCP: "mcp", opSettings: "settings", opTitle: "title", opExitPlan: "exitplan", opWait: "wait"}
+	opUsage: "usage", opAuth: "auth", opEdit: "edit", opMCP: "mcp", opSettings: "settings", opTitle: "title", opExitPlan: "exitplan", opWait: "wait",
+	opHistory: "history"}
 
 func (o op) String() string { return opNames[o] }
 
@@ -62,7 +64,8 @@ const (
 )
 
 // bare are the commands that take no arguments.
-var bare = map[string]op{"tool": opTool, "ask": opAsk, "auth": opAuth, "mcp": opMCP, "settings": opSettings, "exitplan": opExitPlan, "wait": opWait}
+var bare = map[string]op{"tool": opTool, "ask": opAsk, "auth": opAuth, "mcp": opMCP, "settings": opSettings, "exitplan": opExitPlan, "wait": opWait,
+	"history": opHistory}
 
 // parse reads the command in a prompt's text. Text whose first word is not
 // a keyword is an echo; a keyword with malformed arguments is an error that

@@ -38,6 +38,9 @@
 //	exitplan            leave plan mode for mode default, the agent's own
 //	                    decision (as claude's ExitPlanMode): it reports the
 //	                    new mode and config options itself
+//	history             one chunk with the conversation's earlier prompts,
+//	                    "history: 2 earlier prompts: count 3 | hello", or
+//	                    "history: no earlier prompts"
 //
 // Any other text is echoed back as one message chunk. A command with
 // malformed arguments ("count x") fails the turn with a message that gives
@@ -86,4 +89,14 @@
 // restarts (a file in the session directory); allow_always is the host's
 // to remember, and the agent keeps no memory of it, so a test of a second
 // edit not being asked shows the host's grant at work.
+//
+// # Provider state
+//
+// The conversation is the text of the session's prompts, every prompt
+// (history included), oldest first. It is kept in the session directory
+// per handle, so a plugin started again on the same machine resumes it,
+// and the agent is an sdk.StateExporter and sdk.StateImporter: its export
+// (versioned JSON naming the handle) resumed on another machine, in
+// another session directory, continues the same conversation, which the
+// history command shows.
 package scripted

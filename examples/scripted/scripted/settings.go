@@ -258,5 +258,6 @@ func commands() []sdk.Command {
 		{Name: "settings", Description: "Show the mode, model and effort"},
 		{Name: "title", Description: "Set the session's title", InputHint: "TEXT"},
 		{Name: "exitplan", Description: "Leave plan mode"},
+		{Name: "history", Description: "Show the conversation's earlier prompts"},
 	}
 }

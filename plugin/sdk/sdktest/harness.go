@@ -34,6 +34,12 @@ var (
 	ErrClosed = pluginclient.ErrClosed
 	// ErrNotImplemented: the agent does not implement the call.
 	ErrNotImplemented = pluginclient.ErrNotImplemented
+	// ErrSelfFenced: Prompt while the plugin has fenced itself (it was
+	// spawned with sdk.EnvSelfFence and no Heartbeat came in time).
+	ErrSelfFenced = pluginclient.ErrSelfFenced
+	// ErrStateNotImportable: a resume carried provider state to an agent
+	// that is no sdk.StateImporter.
+	ErrStateNotImportable = pluginclient.ErrStateNotImportable
 )
 
 // Update is one update the agent emitted, as the host receives it: its
@@ -277,6 +283,38 @@ func (h *Harness) ResumeSession(ctx context.Context, req sdk.ResumeSessionReques
 		Options: req.Options, Handle: req.Handle, MCPServers: mcpServers(req.MCPServers)})
 	return sessionInfo(info), err
 }
+
+// ResumeSessionWithState is ResumeSession carrying a provider state, as a
+// host on another machine resumes a session whose state an ExportState
+// returned: the SDK hands it to the agent's sdk.StateImporter first.
+func (h *Harness) ResumeSessionWithState(ctx context.Context, req sdk.ResumeSessionRequest, state []byte) (sdk.SessionInfo, error) {
+	info, err := h.attachment().ResumeSession(ctx, pluginclient.ResumeSessionRequest{Workspace: req.Workspace,
+		Options: req.Options, Handle: req.Handle, MCPServers: mcpServers(req.MCPServers), ProviderState: state})
+	return sessionInfo(info), err
+}
+
+// ExportState asks the agent for its provider state (sdk.StateExporter)
+// as a host does after a turn: the handle it continues and the bytes. An
+// agent that exports nothing matches ErrNotImplemented.
+func (h *Harness) ExportState(ctx context.Context) (handle string, state []byte, err error) {
+	return h.attachment().ExportState(ctx)
+}
+
+// Heartbeat sends a host's heartbeat at the harness's fence, granting
+// validFor (see sdk.EnvSelfFence); selfFenced reports that the plugin had
+// fenced itself when it arrived.
+func (h *Harness) Heartbeat(ctx context.Context, validFor time.Duration) (selfFenced bool, err error) {
+	return h.attachment().Heartbeat(ctx, validFor)
+}
+
+// HeartbeatAt sends a heartbeat at fence, which need not be the
+// harness's: a test of the refusal of a stale one.
+func (h *Harness) HeartbeatAt(ctx context.Context, fence uint64, validFor time.Duration) (selfFenced bool, err error) {
+	return h.client.Heartbeat(ctx, fence, validFor)
+}
+
+// Fence is the fence the harness is attached at now.
+func (h *Harness) Fence() uint64 { return h.attachment().Fence() }
 
 // SetMode switches the session's mode. An agent without modes matches
 // ErrNotImplemented; a mode it refuses is an *InvalidOptionError.
