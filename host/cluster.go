@@ -28,7 +28,7 @@ const (
 // no new turn, and cancels the running one, once that long has passed
 // since its start or since the host's last heartbeat said it may go on
 // (whichever is later, each heartbeat bounded by the host's own liveness).
-const EnvSelfFence = "AGENTHOST_SELF_FENCE"
+const EnvSelfFence = wire.EnvSelfFence
 
 var (
 	// ErrSessionElsewhere matches an *ElsewhereError: the session runs on
@@ -710,13 +710,7 @@ func (p *pluginProc) heartbeat(ctx context.Context, validFor time.Duration) (sel
 	if p.att == nil {
 		return false, errors.New("the plugin is not attached")
 	}
-	hb, ok := any(p.att).(interface {
-		Heartbeat(context.Context, time.Duration) (bool, error)
-	})
-	if !ok {
-		return false, pluginclient.ErrNotImplemented
-	}
-	return hb.Heartbeat(ctx, validFor)
+	return p.att.Heartbeat(ctx, validFor)
 }
 
 // Portable reports whether rec can be resumed on another machine: its

@@ -300,6 +300,10 @@ func errorCode(err error) int {
 		return api.CodeSessionElsewhere
 	case is(host.ErrStartFailed):
 		return api.CodeAgentFailed
+	case is(pluginclient.ErrSelfFenced):
+		// The plugin heard no heartbeat in time (cluster mode): the host
+		// heartbeats it again once live, and the next attempt runs.
+		return api.CodeSessionHeld
 	case is(host.ErrIdleStopped):
 		// Only timing: the next attempt resumes the session.
 		return api.CodeSessionHeld
