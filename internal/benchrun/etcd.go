@@ -142,7 +142,7 @@ func bareTxns(ctx context.Context, cli *clientv3.Client, n, conc int) (time.Dura
 		wg.Go(func() {
 			key := fmt.Sprintf("/benchrun/bare/%d", g)
 			for i := range count {
-				_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), ">=", 0)).
+				_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), ">", int64(-1))).
 					Then(clientv3.OpPut(key, value), clientv3.OpPut(fmt.Sprintf("%s/%d", key, i), value)).Commit()
 				if err != nil {
 					errs <- err
