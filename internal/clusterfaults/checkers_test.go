@@ -30,7 +30,9 @@ func TestParseFenceEventsReadsTheHostsLines(t *testing.T) {
 	}
 }
 
-func at(s float64) time.Time { return time.Unix(1_800_000_000, 0).Add(time.Duration(s * float64(time.Second))) }
+func at(s float64) time.Time {
+	return time.Unix(1_800_000_000, 0).Add(time.Duration(s * float64(time.Second)))
+}
 
 func TestIntervalsCatchASecondWriter(t *testing.T) {
 	const bound = time.Second
