@@ -27,13 +27,15 @@ AH=$tmp/bin/agenthost
 MEMBER=$tmp/bin/etcdmember
 
 # ours lists the pids of every process running one of the copies in
-# $tmp/bin: only this run's processes can.
+# $tmp/bin: only this run's processes can. (-ef compares the files
+# /proc/PID/exe leads to, without a fork per process.)
 ours() {
-	local p exe
+	local p
 	for p in /proc/[0-9]*; do
-		exe=$(readlink "$p/exe" 2>/dev/null) || continue
-		case $exe in "$tmp"/bin/*) echo "${p#/proc/}" ;; esac
-	done
+		if [[ $p/exe -ef $AH || $p/exe -ef $MEMBER ]]; then
+			echo "${p#/proc/}"
+		fi
+	done 2>/dev/null
 }
 cleanup() {
 	local rc=$? pids
@@ -53,8 +55,10 @@ cleanup() {
 	wait 2>/dev/null || true
 	if ((rc != 0)); then
 		echo "cluster-demo: FAILED (exit $rc); logs:" >&2
-		for f in "$tmp"/*.log; do
-			[[ -s $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
+		# The hosts' logs say what failed; the members' end with etcd's
+		# own noise about the listeners closed at the stop.
+		for f in "$tmp"/host-*.log "$tmp"/m*.log; do
+			[[ -s $f ]] && { echo "--- ${f##*/}" >&2; tail -n 10 "$f" >&2; }
 		done
 	fi
 	rm -rf "$tmp"
@@ -77,15 +81,20 @@ show() {
 	return "$rc"
 }
 
-# wait_ready FILE WHAT: wait up to 60s for a ready line in FILE.
+# wait_ready FILE PID WHAT: wait up to 60s for a ready line in FILE from
+# process PID; its exit first is a failure at once.
 wait_ready() {
 	for _ in $(seq 600); do
 		if grep -q '"ready":true' "$1" 2>/dev/null; then
 			return 0
 		fi
+		if ! kill -0 "$2" 2>/dev/null; then
+			echo "cluster-demo: $3 exited before it was ready" >&2
+			return 1
+		fi
 		sleep 0.1
 	done
-	echo "cluster-demo: $2 did not get ready in 60s" >&2
+	echo "cluster-demo: $3 did not get ready in 60s" >&2
 	return 1
 }
 
@@ -93,13 +102,15 @@ say "a 3-member etcd cluster on loopback (bin/etcdmember, embedded etcd)"
 mapfile -t ports < <("$MEMBER" --free-ports 6)
 cluster=m1=http://127.0.0.1:${ports[3]},m2=http://127.0.0.1:${ports[4]},m3=http://127.0.0.1:${ports[5]}
 endpoints=http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]},http://127.0.0.1:${ports[2]}
-for i in 0 1 2; do
-	"$MEMBER" --name "m$((i + 1))" --data-dir "$tmp/etcd-m$((i + 1))" \
-		--listen-client "http://127.0.0.1:${ports[i]}" --listen-peer "http://127.0.0.1:${ports[i + 3]}" \
-		--initial-cluster "$cluster" >"$tmp/m$((i + 1)).out" 2>"$tmp/m$((i + 1)).log" &
+declare -A pid
+for i in 1 2 3; do
+	"$MEMBER" --name "m$i" --data-dir "$tmp/etcd-m$i" \
+		--listen-client "http://127.0.0.1:${ports[i - 1]}" --listen-peer "http://127.0.0.1:${ports[i + 2]}" \
+		--initial-cluster "$cluster" >"$tmp/m$i.out" 2>"$tmp/m$i.log" &
+	pid[m$i]=$!
 done
 for i in 1 2 3; do
-	wait_ready "$tmp/m$i.out" "etcd member m$i"
+	wait_ready "$tmp/m$i.out" "${pid[m$i]}" "etcd member m$i"
 	cat "$tmp/m$i.out"
 done
 
@@ -108,10 +119,13 @@ for h in a b; do
 	args=(--state-dir "$tmp/$h" serve --store etcd --etcd-endpoints "$endpoints" --host-id "host-$h" --liveness-ttl "$ttl")
 	printf '$ agenthost %s &\n' "${args[*]}" | sed "s|$tmp|\$DEMO|g"
 	"$AH" "${args[@]}" >"$tmp/host-$h.out" 2>"$tmp/host-$h.log" &
-	wait_ready "$tmp/host-$h.out" "host-$h"
+	pid[$h]=$!
+	wait_ready "$tmp/host-$h.out" "${pid[$h]}" "host-$h"
 	sed "s|$tmp|\$DEMO|g" "$tmp/host-$h.out"
 done
-host_a_pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$tmp/host-a.out" | head -n 1)
+# The sessions' workspace.
+mkdir -p "$tmp/work"
+cd "$tmp/work"
 A=(--state-dir "$tmp/a")
 B=(--state-dir "$tmp/b")
 
@@ -128,9 +142,10 @@ show "$AH" "${B[@]}" status
 say "a client of host B asking for host A's session is told where it runs"
 show "$AH" "${B[@]}" run --session "$session" "count 2" || true
 
-say "SIGKILL host A (pid $host_a_pid); its plugin fences itself, host B waits the TTL ($ttl) plus the drift margin"
-kill -KILL "$host_a_pid"
-killed=$SECONDS
+say "SIGKILL host A (pid ${pid[a]}); its plugin fences itself, host B waits the TTL ($ttl) plus the drift margin"
+kill -KILL "${pid[a]}"
+wait "${pid[a]}" 2>/dev/null || true
+killed=$(date +%s.%N)
 for _ in $(seq 600); do
 	# Taken over: host B no longer says it is owned by host-a.
 	if ! "$AH" "${B[@]}" sessions list 2>/dev/null | grep -F "$session" | grep -q 'host-a'; then
@@ -138,7 +153,7 @@ for _ in $(seq 600); do
 	fi
 	sleep 0.1
 done
-echo "host B took the session over $((SECONDS - killed))s after host A was killed"
+echo "host B took the session over $(awk -v a="$killed" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')s after host A was killed"
 show "$AH" "${B[@]}" sessions list
 
 say "host B continues the conversation"
