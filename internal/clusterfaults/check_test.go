@@ -2,6 +2,7 @@ package clusterfaults
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -66,6 +67,45 @@ func parseFenceEvents(hostID string, logs []string) ([]fenceEvent, error) {
 				return nil, fmt.Errorf("host %s: fence line without session or fence: %q", hostID, sc.Text())
 			}
 			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// takeover is a host's "took over a lost host's session" line: the
+// fenced transaction that released a lost host's session for any host to
+// resume.
+type takeover struct {
+	host, session, lost string
+	at                  time.Time
+}
+
+var takeoverLine = regexp.MustCompile(`^(\S+) \[INFO\]\s+(?:[\w.-]+: )*took over a lost host's session: (.*)$`)
+
+// parseTakeovers reads the takeover lines of one host's logs.
+func parseTakeovers(hostID string, logs []string) ([]takeover, error) {
+	var out []takeover
+	for _, log := range logs {
+		for _, line := range strings.Split(log, "\n") {
+			m := takeoverLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			at, err := time.Parse(hclogTime, m[1])
+			if err != nil {
+				return nil, fmt.Errorf("host %s: time of %q: %w", hostID, line, err)
+			}
+			tk := takeover{host: hostID, at: at}
+			for _, kv := range strings.Fields(m[2]) {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "session":
+					tk.session = v
+				case "host":
+					tk.lost = v
+				}
+			}
+			out = append(out, tk)
 		}
 	}
 	return out, nil
@@ -252,6 +292,28 @@ func fenceOrder(events []fenceEvent) []string {
 // the prompt and in the agent's echo.
 var echo = regexp.MustCompile(`jepsen s\d+ n\d+`)
 
+// echoOf returns the text of an agent message chunk the entry journals,
+// if it is a worker's echo (a session's title, also taken from its first
+// prompt, is an update too, and not an echo).
+func echoOf(e leasestore.Entry) (string, bool) {
+	if e.Kind != leasestore.KindUpdate {
+		return "", false
+	}
+	var rec struct {
+		Update struct {
+			SessionUpdate string `json:"sessionUpdate"`
+			Content       struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"update"`
+	}
+	if json.Unmarshal(e.Payload, &rec) != nil || rec.Update.SessionUpdate != "agent_message_chunk" || rec.Update.Content.Type != "text" {
+		return "", false
+	}
+	return rec.Update.Content.Text, echo.MatchString(rec.Update.Content.Text)
+}
+
 // checkJournal checks one session's journal: seqs 1, 2, 3… each once,
 // fences never going back, no echo journaled twice, and every acked echo
 // journaled exactly once. It returns the problems found.
@@ -268,10 +330,8 @@ func checkJournal(id string, es []leasestore.Entry, acked map[string]bool) []str
 			out = append(out, fmt.Sprintf("session %s: seq %d written at fence %d after fence %d (a deposed writer's append)", id, e.Seq, e.Fence, fence))
 		}
 		fence = max(fence, e.Fence)
-		if e.Kind == leasestore.KindUpdate {
-			for _, m := range echo.FindAllString(string(e.Payload), -1) {
-				updates[m]++
-			}
+		if text, ok := echoOf(e); ok {
+			updates[text]++
 		}
 	}
 	for text, n := range updates {

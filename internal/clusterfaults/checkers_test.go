@@ -117,3 +117,11 @@ func TestCheckJournalCatchesDuplicatesLossAndOldFences(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTakeoversReadsTheHostsLines(t *testing.T) {
+	log := "2026-12-02T12:00:03.500Z [INFO]  agenthost: took over a lost host's session: session=s2 host=h0 fence=4 observed=2026-12-02T12:00:02Z\n"
+	got, err := parseTakeovers("h1", []string{log})
+	if err != nil || len(got) != 1 || got[0].session != "s2" || got[0].lost != "h0" || got[0].host != "h1" {
+		t.Fatalf("parseTakeovers = %+v, %v", got, err)
+	}
+}

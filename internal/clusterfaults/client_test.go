@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -35,6 +36,10 @@ type worker struct {
 	lastAck time.Time
 	lastErr error
 	n       int
+
+	// ranOn is the host that last acknowledged a prompt, for the fault
+	// schedule to aim at (owner is the worker goroutine's own).
+	ranOn atomic.Int32
 
 	owner int // believed owner host index, -1 when unknown
 	next  int // the host tried next when the owner is unknown
@@ -131,6 +136,7 @@ func (w *worker) create(ctx context.Context, i int) error {
 		return fmt.Errorf("session/new on host %s: %w", w.hosts[i].id, err)
 	}
 	c.open, w.owner = true, i
+	w.ranOn.Store(int32(i))
 	return nil
 }
 
@@ -154,6 +160,7 @@ func (w *worker) step(ctx context.Context, live func(int) bool) bool {
 		w.acks++
 		w.lastAck = time.Now()
 		w.owner = i
+		w.ranOn.Store(int32(i))
 		return true
 	}
 	w.lastErr = fmt.Errorf("host %s: %w", w.hosts[i].id, err)

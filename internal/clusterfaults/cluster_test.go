@@ -168,7 +168,9 @@ func (r *run) round(ctx context.Context, n int) {
 	kill := r.rng.IntN(2) == 0
 	var what string
 	if r.rng.IntN(2) == 0 {
-		i := r.rng.IntN(len(r.hosts))
+		// The host a random session last ran on: a fault of a host that
+		// runs nothing tests little.
+		i := int(r.workers[r.rng.IntN(len(r.workers))].ranOn.Load())
 		h := r.hosts[i]
 		s := h.current()
 		if kill {
@@ -296,18 +298,44 @@ func admissions(evs []fenceEvent) int {
 	return n
 }
 
-// figures logs what the run did: rounds, kills, stops, takeovers and the
-// longest takeover, from the fault that lost a session's host to the
-// admission of the session on another host.
+// figures logs what the run did: rounds, kills, stops, takeovers (a
+// host's fenced transaction releasing a lost host's session) and the
+// longest, from the fault of the lost host to that transaction; and the
+// longest a session went from its host's fault to running on another
+// host (its admission there, which waits for the client's next try too).
 func (r *run) figures() {
 	events := r.fenceEvents()
 	slices.SortStableFunc(events, func(a, b fenceEvent) int { return a.at.Compare(b.at) })
 	r.mu.Lock()
 	faults := slices.Clone(r.faults)
 	r.mu.Unlock()
+	// faultBefore is the last kill or stop of host before t.
+	faultBefore := func(host string, t time.Time) (time.Time, bool) {
+		for i := len(faults) - 1; i >= 0; i-- {
+			f := faults[i]
+			if f.host == host && (f.kind == faultKill || f.kind == faultStop) && f.at.Before(t) {
+				return f.at, true
+			}
+		}
+		return time.Time{}, false
+	}
+	var tks []takeover
+	for _, h := range r.hosts {
+		got, err := parseTakeovers(h.id, h.logs())
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		tks = append(tks, got...)
+	}
+	var longestTakeover time.Duration
+	for _, tk := range tks {
+		if at, ok := faultBefore(tk.lost, tk.at); ok {
+			longestTakeover = max(longestTakeover, tk.at.Sub(at))
+		}
+	}
 	last := map[string]fenceEvent{}
-	takeovers := 0
-	var longest time.Duration
+	var longestMove time.Duration
+	moves := 0
 	for _, e := range events {
 		if !e.admitted {
 			continue
@@ -317,15 +345,9 @@ func (r *run) figures() {
 		if !ok || p.host == e.host {
 			continue
 		}
-		takeovers++
-		// The fault of the previous host that lost the session: its last
-		// kill or stop before this admission.
-		for i := len(faults) - 1; i >= 0; i-- {
-			f := faults[i]
-			if f.host == p.host && (f.kind == faultKill || f.kind == faultStop) && f.at.Before(e.at) && f.at.After(p.at) {
-				longest = max(longest, e.at.Sub(f.at))
-				break
-			}
+		moves++
+		if at, ok := faultBefore(p.host, e.at); ok && at.After(p.at) {
+			longestMove = max(longestMove, e.at.Sub(at))
 		}
 	}
 	acks := 0
@@ -333,8 +355,9 @@ func (r *run) figures() {
 		_, n, _, _ := w.snapshot()
 		acks += n
 	}
-	r.t.Logf("figures: %d rounds; host SIGKILLs %d, host SIGSTOPs %d, etcd member SIGKILLs %d, etcd member SIGSTOPs %d; %d prompts acknowledged; %d takeovers, the longest %s after its host's fault (liveness TTL %s, drift margin %s)",
-		r.rounds, r.kills, r.stops, r.memberKills, r.memberStops, acks, takeovers, longest.Round(time.Millisecond), ttl, drift)
+	r.t.Logf("figures: %d rounds; host SIGKILLs %d, host SIGSTOPs %d, etcd member SIGKILLs %d, etcd member SIGSTOPs %d; %d prompts acknowledged; "+
+		"%d takeovers, the longest %s after the lost host's fault (liveness TTL %s, drift margin %s); %d sessions moved to another host, the longest %s from the fault to running there",
+		r.rounds, r.kills, r.stops, r.memberKills, r.memberStops, acks, len(tks), longestTakeover.Round(time.Millisecond), ttl, drift, moves, longestMove.Round(time.Millisecond))
 }
 
 func sleep(ctx context.Context, d time.Duration) {
