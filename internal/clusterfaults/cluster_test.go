@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -202,6 +203,7 @@ func (r *run) round(ctx context.Context, n int) {
 		m := r.etcd.members[r.rng.IntN(len(r.etcd.members))]
 		pid := m.pid()
 		if kill {
+			r.record(memberTarget(m.name), faultKill)
 			m.kill()
 			r.memberKills++
 			what = fmt.Sprintf("SIGKILL etcd member %s (pid %d), restarted after %s", m.name, pid, hold.Round(time.Millisecond))
@@ -209,6 +211,7 @@ func (r *run) round(ctx context.Context, n int) {
 			if err := signal(pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			r.record(memberTarget(m.name), faultStop)
 			r.memberStops++
 			what = fmt.Sprintf("SIGSTOP etcd member %s (pid %d) for %s", m.name, pid, hold.Round(time.Millisecond))
 		}
@@ -217,8 +220,12 @@ func (r *run) round(ctx context.Context, n int) {
 			if err := m.start("existing"); err != nil {
 				t.Fatalf("round %d: %v", n, err)
 			}
-		} else if err := signal(pid, syscall.SIGCONT); err != nil {
-			t.Fatal(err)
+			r.record(memberTarget(m.name), faultUp)
+		} else {
+			if err := signal(pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			r.record(memberTarget(m.name), faultCont)
 		}
 	}
 	t.Logf("round %d injected: %s", n, what)
@@ -319,6 +326,18 @@ func (r *run) figures() {
 		}
 		return time.Time{}, false
 	}
+	// cause is the last kill or stop before t of host or of an etcd
+	// member: a host loses its liveness lease when its keepalives go to
+	// a member that stopped, too.
+	cause := func(host string, t time.Time) (fault, bool) {
+		for i := len(faults) - 1; i >= 0; i-- {
+			f := faults[i]
+			if (f.host == host || strings.HasPrefix(f.host, memberPrefix)) && (f.kind == faultKill || f.kind == faultStop) && f.at.Before(t) {
+				return f, true
+			}
+		}
+		return fault{}, false
+	}
 	var tks []takeover
 	for _, h := range r.hosts {
 		got, err := parseTakeovers(h.id, h.logs())
@@ -328,10 +347,19 @@ func (r *run) figures() {
 		tks = append(tks, got...)
 	}
 	var longestTakeover time.Duration
+	afterMember := 0
+	slices.SortFunc(tks, func(a, b takeover) int { return a.at.Compare(b.at) })
 	for _, tk := range tks {
-		if at, ok := faultBefore(tk.lost, tk.at); ok {
-			longestTakeover = max(longestTakeover, tk.at.Sub(at))
+		f, ok := cause(tk.lost, tk.at)
+		if !ok {
+			r.t.Logf("takeover: host %s took session %s of host %s over at %s, after no fault of that host or of etcd", tk.host, tk.session, tk.lost, tk.at.Format(time.StampMilli))
+			continue
 		}
+		if strings.HasPrefix(f.host, memberPrefix) {
+			afterMember++
+		}
+		longestTakeover = max(longestTakeover, tk.at.Sub(f.at))
+		r.t.Logf("takeover: host %s took session %s of host %s over %s after the %s of %s", tk.host, tk.session, tk.lost, tk.at.Sub(f.at).Round(time.Millisecond), f.kind, f.host)
 	}
 	last := map[string]fenceEvent{}
 	var longestMove time.Duration
@@ -356,9 +384,14 @@ func (r *run) figures() {
 		acks += n
 	}
 	r.t.Logf("figures: %d rounds; host SIGKILLs %d, host SIGSTOPs %d, etcd member SIGKILLs %d, etcd member SIGSTOPs %d; %d prompts acknowledged; "+
-		"%d takeovers, the longest %s after the lost host's fault (liveness TTL %s, drift margin %s); %d sessions moved to another host, the longest %s from the fault to running there",
-		r.rounds, r.kills, r.stops, r.memberKills, r.memberStops, acks, len(tks), longestTakeover.Round(time.Millisecond), ttl, drift, moves, longestMove.Round(time.Millisecond))
+		"%d takeovers (%d of them after an etcd member's fault, not the lost host's own), the longest %s after the fault (liveness TTL %s, drift margin %s); %d sessions moved to another host, the longest %s from the fault to running there",
+		r.rounds, r.kills, r.stops, r.memberKills, r.memberStops, acks, len(tks), afterMember, longestTakeover.Round(time.Millisecond), ttl, drift, moves, longestMove.Round(time.Millisecond))
 }
+
+// memberPrefix marks an etcd member's faults in the record.
+const memberPrefix = "etcd/"
+
+func memberTarget(name string) string { return memberPrefix + name }
 
 func sleep(ctx context.Context, d time.Duration) {
 	select {
