@@ -130,19 +130,34 @@ type fault struct {
 
 // interval is a span in which a host ran a plugin of a session at a fence.
 type interval struct {
-	host       string
-	session    string
-	fence      uint64
-	from, to   time.Time
-	open       bool // no end known yet (the host runs it now)
-	suspended  bool // the host is stopped: [from, to] is over, and it may run on at SIGCONT
-	suspendEnd time.Time
+	host      string
+	session   string
+	fence     uint64
+	from, to  time.Time
+	open      bool // no end known yet (the host runs it now)
+	suspended bool // the host is stopped: [from, to] is over, and it may run on at SIGCONT
 }
 
-// intervals builds every host's writer intervals from its fence lines and
-// the faults sent to it, with the self-fence bound for plugins whose host
-// was killed, stopped or let go of them. now closes what still runs.
-func intervals(events []fenceEvent, faults []fault, bound time.Duration, now time.Time) []interval {
+// intervals builds every host's writer intervals from its fence lines, the
+// takeovers the hosts logged and the faults sent to them:
+//
+//   - "plugin admitted" opens an interval, "plugin gone" closes it (plus
+//     bound when the host only let go of the plugin: it runs on until it
+//     fences itself);
+//   - a SIGKILL of the host closes its intervals at the kill plus bound,
+//     the self-fence bound of a plugin that hears no heartbeat;
+//   - a SIGSTOP suspends them the same way, and the SIGCONT resumes them
+//     (the host heartbeats its plugins again if it is still live);
+//   - a takeover of a session from a host closes that host's interval of
+//     it at the takeover less wait (the liveness TTL plus the drift
+//     margin): the taker waited that long since it saw the host's lease
+//     expire, and a host whose lease expired sent its plugins no
+//     heartbeat since (its membership was not valid), so they had fenced
+//     themselves by then. A host must then stop that plugin and log its
+//     end; stale lists those that never did.
+//
+// now closes what still runs.
+func intervals(events []fenceEvent, tks []takeover, faults []fault, bound, wait time.Duration, now time.Time) (done []interval, stale []string) {
 	type key struct {
 		host, session string
 		fence         uint64
@@ -150,38 +165,34 @@ func intervals(events []fenceEvent, faults []fault, bound time.Duration, now tim
 	type item struct {
 		at    time.Time
 		ev    *fenceEvent
+		tk    *takeover
 		fault *fault
 	}
 	var items []item
 	for i := range events {
 		items = append(items, item{at: events[i].at, ev: &events[i]})
 	}
+	for i := range tks {
+		items = append(items, item{at: tks[i].at, tk: &tks[i]})
+	}
 	for i := range faults {
 		items = append(items, item{at: faults[i].at, fault: &faults[i]})
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].at.Before(items[j].at) })
-	open := map[key]*interval{}
-	var done []interval
-	// higher reports whether another host admitted session at a fence
-	// above fence (an admission already seen, in time order).
-	admittedAbove := map[string]map[string]uint64{} // session → host → highest fence admitted
-	higher := func(host, session string, fence uint64) bool {
-		for h, f := range admittedAbove[session] {
-			if h != host && f > fence {
-				return true
-			}
+	open := map[key]*interval{}      // running now (or suspended: host stopped)
+	takenOver := map[key]*interval{} // taken over, the host's end not logged yet
+	closeAt := func(k key, iv *interval, to time.Time) {
+		if !iv.suspended && to.After(iv.from) {
+			iv.to, iv.open = to, false
+			done = append(done, *iv)
 		}
-		return false
+		delete(open, k)
 	}
 	for _, it := range items {
 		switch {
 		case it.ev != nil && it.ev.admitted:
 			e := it.ev
 			k := key{e.host, e.session, e.fence}
-			if admittedAbove[e.session] == nil {
-				admittedAbove[e.session] = map[string]uint64{}
-			}
-			admittedAbove[e.session][e.host] = max(admittedAbove[e.session][e.host], e.fence)
 			if iv, ok := open[k]; ok && !iv.suspended {
 				continue
 			}
@@ -189,19 +200,22 @@ func intervals(events []fenceEvent, faults []fault, bound time.Duration, now tim
 		case it.ev != nil:
 			e := it.ev
 			k := key{e.host, e.session, e.fence}
-			iv, ok := open[k]
-			if !ok {
-				continue
+			delete(takenOver, k)
+			if iv, ok := open[k]; ok {
+				to := e.at
+				if e.detached {
+					to = e.at.Add(bound)
+				}
+				closeAt(k, iv, to)
 			}
-			delete(open, k)
-			if iv.suspended {
-				continue // ended at the stop plus the bound already
+		case it.tk != nil:
+			tk := it.tk
+			for k, iv := range open {
+				if k.host == tk.lost && k.session == tk.session {
+					closeAt(k, iv, tk.at.Add(-wait))
+					takenOver[k] = iv
+				}
 			}
-			iv.to, iv.open = e.at, false
-			if e.detached {
-				iv.to = e.at.Add(bound)
-			}
-			done = append(done, *iv)
 		default:
 			f := it.fault
 			for k, iv := range open {
@@ -210,11 +224,7 @@ func intervals(events []fenceEvent, faults []fault, bound time.Duration, now tim
 				}
 				switch f.kind {
 				case faultKill:
-					iv.to, iv.open = f.at.Add(bound), false
-					if !iv.suspended {
-						done = append(done, *iv)
-					}
-					delete(open, k)
+					closeAt(k, iv, f.at.Add(bound))
 				case faultStop:
 					if !iv.suspended {
 						iv.to, iv.open = f.at.Add(bound), false
@@ -222,9 +232,17 @@ func intervals(events []fenceEvent, faults []fault, bound time.Duration, now tim
 						iv.suspended = true
 					}
 				case faultCont:
-					if iv.suspended && !higher(k.host, k.session, k.fence) {
-						// Nobody took it over: the host runs it on.
+					if iv.suspended {
 						open[k] = &interval{host: k.host, session: k.session, fence: k.fence, from: f.at, open: true}
+					}
+				}
+			}
+			if f.kind == faultKill {
+				for k := range takenOver {
+					if k.host == f.host {
+						// A killed host logs nothing more; its plugin
+						// stays fenced (no host heartbeats it).
+						delete(takenOver, k)
 					}
 				}
 			}
@@ -236,7 +254,11 @@ func intervals(events []fenceEvent, faults []fault, bound time.Duration, now tim
 			done = append(done, *iv)
 		}
 	}
-	return done
+	for k := range takenOver {
+		stale = append(stale, fmt.Sprintf("session %s: host %s never stopped its plugin at fence %d after the session was taken over", k.session, k.host, k.fence))
+	}
+	slices.Sort(stale)
+	return done, stale
 }
 
 // overlaps returns a description of every pair of intervals of one

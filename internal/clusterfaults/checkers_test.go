@@ -35,46 +35,72 @@ func at(s float64) time.Time {
 }
 
 func TestIntervalsCatchASecondWriter(t *testing.T) {
-	const bound = time.Second
+	const bound, wait = time.Second, 3 * time.Second
 	// h0 runs s0 at fence 1; h1 admits it at fence 2 while h0 still
-	// runs it (no fault of h0): an overlap.
+	// runs it (no fault of h0, no takeover): an overlap.
 	evs := []fenceEvent{
 		{host: "h0", at: at(0), admitted: true, session: "s0", fence: 1},
 		{host: "h1", at: at(5), admitted: true, session: "s0", fence: 2},
 	}
-	if got := overlaps(intervals(evs, nil, bound, at(10))); len(got) != 1 {
+	if got := overlaps(first(intervals(evs, nil, nil, bound, wait, at(10)))); len(got) != 1 {
 		t.Fatalf("overlaps = %q, want one", got)
 	}
 	// h0 killed at 3: its plugin fences itself by 4; h1 admits at 5.
 	kill := []fault{{host: "h0", kind: faultKill, at: at(3)}}
-	if got := overlaps(intervals(evs, kill, bound, at(10))); len(got) != 0 {
+	if got := overlaps(first(intervals(evs, nil, kill, bound, wait, at(10)))); len(got) != 0 {
 		t.Fatalf("a takeover after the self-fence bound: overlaps = %q", got)
 	}
 	// h0 killed at 4.5: its plugin may run until 5.5, past h1's admission.
 	late := []fault{{host: "h0", kind: faultKill, at: at(4.5)}}
-	if got := overlaps(intervals(evs, late, bound, at(10))); len(got) != 1 {
+	if got := overlaps(first(intervals(evs, nil, late, bound, wait, at(10)))); len(got) != 1 {
 		t.Fatalf("a takeover within the self-fence bound: overlaps = %q, want one", got)
+	}
+	// No fault of h0 (it lost its lease through its etcd member), taken
+	// over at 4.5: its plugin fenced by 1.5, and h0 logs its end at 6.
+	tks := []takeover{{host: "h1", session: "s0", lost: "h0", at: at(4.5)}}
+	gone := append(evs, fenceEvent{host: "h0", at: at(6), session: "s0", fence: 1})
+	ivs, stale := intervals(gone, tks, nil, bound, wait, at(10))
+	if got := overlaps(ivs); len(got) != 0 || len(stale) != 0 {
+		t.Fatalf("overlaps = %q, stale = %q", got, stale)
+	}
+	// Without its end logged, h0 left a stale plugin.
+	if _, stale := intervals(evs, tks, nil, bound, wait, at(10)); len(stale) != 1 {
+		t.Fatalf("stale = %q, want h0's plugin at fence 1", stale)
 	}
 }
 
 func TestIntervalsOfAStoppedHost(t *testing.T) {
-	const bound = time.Second
-	// h0 stopped at 1, continued at 8; h1 took s0 over at 5. h0's plugin
-	// was fenced from 2 and never runs again (the fence moved): no
-	// overlap, although h0 logs its end only at 9.
+	const bound, wait = time.Second, 3 * time.Second
+	// h0 stopped at 1, continued at 8; h1 took s0 over at 4.5 and
+	// admitted it at 8.5. h0's plugin was fenced from 2 and never runs
+	// again: no overlap, h0 logging its end at 9.
 	evs := []fenceEvent{
 		{host: "h0", at: at(0), admitted: true, session: "s0", fence: 1},
-		{host: "h1", at: at(5), admitted: true, session: "s0", fence: 2},
+		{host: "h1", at: at(8.5), admitted: true, session: "s0", fence: 3},
 		{host: "h0", at: at(9), session: "s0", fence: 1},
 	}
+	tks := []takeover{{host: "h1", session: "s0", lost: "h0", at: at(4.5)}}
 	fs := []fault{{host: "h0", kind: faultStop, at: at(1)}, {host: "h0", kind: faultCont, at: at(8)}}
-	if got := overlaps(intervals(evs, fs, bound, at(10))); len(got) != 0 {
-		t.Fatalf("overlaps = %q", got)
+	ivs, stale := intervals(evs, tks, fs, bound, wait, at(10))
+	if got := overlaps(ivs); len(got) != 0 || len(stale) != 0 {
+		t.Fatalf("overlaps = %q, stale = %q", got, stale)
+	}
+	// The takeover in the moment between h0's SIGCONT and its new
+	// registration: the same.
+	late := []takeover{{host: "h1", session: "s0", lost: "h0", at: at(8.1)}}
+	ivs, stale = intervals(evs, late, fs, bound, wait, at(10))
+	if got := overlaps(ivs); len(got) != 0 || len(stale) != 0 {
+		t.Fatalf("overlaps = %q, stale = %q", got, stale)
+	}
+	// Had h0 never logged the end of its plugin, it would have left a
+	// stale plugin.
+	if _, stale := intervals(evs[:2], tks, fs, bound, wait, at(10)); len(stale) != 1 {
+		t.Fatalf("stale = %q, want h0's plugin at fence 1", stale)
 	}
 	// h0 stopped 1–2 (shorter than the TTL): nobody took over, and h0
-	// runs s0 on; h1 admitting it at 5 would be a second writer.
-	fs = []fault{{host: "h0", kind: faultStop, at: at(1)}, {host: "h0", kind: faultCont, at: at(2)}}
-	if got := overlaps(intervals(evs[:2], fs, bound, at(10))); len(got) != 1 {
+	// runs s0 on; h1 admitting it at 8.5 is a second writer.
+	short := []fault{{host: "h0", kind: faultStop, at: at(1)}, {host: "h0", kind: faultCont, at: at(2)}}
+	if got := overlaps(first(intervals(evs[:2], nil, short, bound, wait, at(10)))); len(got) != 1 {
 		t.Fatalf("overlaps = %q, want one", got)
 	}
 }
@@ -125,3 +151,5 @@ func TestParseTakeoversReadsTheHostsLines(t *testing.T) {
 		t.Fatalf("parseTakeovers = %+v, %v", got, err)
 	}
 }
+
+func first(ivs []interval, _ []string) []interval { return ivs }

@@ -274,7 +274,9 @@ func (r *run) check(ctx context.Context, n int) {
 	faults := slices.Clone(r.faults)
 	r.mu.Unlock()
 	problems = append(problems, fenceOrder(events)...)
-	problems = append(problems, overlaps(intervals(events, faults, selfFence, time.Now()))...)
+	ivs, stale := intervals(events, r.takeovers(), faults, selfFence, ttl+drift, time.Now())
+	problems = append(problems, overlaps(ivs)...)
+	problems = append(problems, stale...)
 	for _, p := range problems {
 		t.Errorf("round %d: %s", n, p)
 	}
@@ -293,6 +295,18 @@ func (r *run) fenceEvents() []fenceEvent {
 		all = append(all, evs...)
 	}
 	return all
+}
+
+func (r *run) takeovers() []takeover {
+	var tks []takeover
+	for _, h := range r.hosts {
+		got, err := parseTakeovers(h.id, h.logs())
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		tks = append(tks, got...)
+	}
+	return tks
 }
 
 func admissions(evs []fenceEvent) int {
@@ -338,14 +352,7 @@ func (r *run) figures() {
 		}
 		return fault{}, false
 	}
-	var tks []takeover
-	for _, h := range r.hosts {
-		got, err := parseTakeovers(h.id, h.logs())
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		tks = append(tks, got...)
-	}
+	tks := r.takeovers()
 	var longestTakeover time.Duration
 	afterMember := 0
 	slices.SortFunc(tks, func(a, b takeover) int { return a.at.Compare(b.at) })

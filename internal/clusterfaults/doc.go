@@ -19,12 +19,13 @@
 //     host's interval and "plugin gone" closes it. A host SIGKILLed or
 //     SIGSTOPped leaves its plugins running without heartbeats; they fence
 //     themselves within the self-fence bound (host.Config.SelfFence,
-//     LivenessTTL/2), so such an interval ends at the fault plus that bound.
-//     A stopped host continued later is trusted to run its plugins again
-//     only if no other host admitted the session at a higher fence
-//     meanwhile (it cannot have: the takeover's transaction requires its
-//     absence from the cluster); otherwise its plugin stays fenced and the
-//     host must log its end. Admissions of one session must also carry
+//     LivenessTTL/2), so such an interval ends at the fault plus that bound
+//     (a stopped host continued runs them on, if it is still live). A
+//     host's "took over a lost host's session" line ends the lost host's
+//     interval of that session at the takeover less the TTL and the drift
+//     margin, the wait since the lost host's lease expired, by when its
+//     plugins had fenced themselves; the lost host must later stop that
+//     plugin and log its end. Admissions of one session must also carry
 //     growing fences, never one fence on two hosts;
 //   - every session is running somewhere or resumable: its client gets a
 //     prompt acknowledged again after the round's faults healed.
