@@ -126,7 +126,9 @@ func clusterConfig(cfg Config) (Config, error) {
 // have passed; a registration that outlives that is another live process.
 func (h *Host) join(ctx context.Context) error {
 	cfg := h.cfg
-	jctx := leasestore.WithJoinAddress(ctx, cfg.Address)
+	// The membership lives until Close, not as long as Open's ctx: Join
+	// keeps it alive only while its ctx lasts.
+	jctx := leasestore.WithJoinAddress(context.WithoutCancel(ctx), cfg.Address)
 	deadline := time.Now().Add(cfg.LivenessTTL + cfg.DriftMargin)
 	var (
 		m   leasestore.Membership
@@ -154,6 +156,10 @@ func (h *Host) join(ctx context.Context) error {
 	if granted := m.TTL(); granted > 0 && cfg.SelfFence >= granted {
 		_ = m.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("%w: the cluster granted a liveness TTL of %s, not longer than Config.SelfFence (%s)", leasestore.ErrInvalidArgument, granted, cfg.SelfFence)
+	}
+	if got := m.Record().Address; cfg.Address != "" && got != cfg.Address {
+		h.log.Warn("the cluster store publishes another address for this host than Config.Address; clients of other hosts are told the store's",
+			"published", got, "address", cfg.Address)
 	}
 	h.cl = &cluster{c: cfg.Cluster, m: m, ttl: cfg.LivenessTTL, drift: cfg.DriftMargin, selfFence: cfg.SelfFence,
 		pending: map[string]*takeover{}, wake: make(chan struct{}, 1)}
@@ -395,6 +401,14 @@ func (h *Host) scanAbsent(ctx context.Context) {
 	}
 }
 
+// stillPending reports whether t is still the pending takeover of host.
+func (cl *cluster) stillPending(host string, t takeover) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	p := cl.pending[host]
+	return cl.watching && p != nil && p.observed.Equal(t.observed)
+}
+
 // applyDue takes over the sessions of every lost host whose time has come.
 func (h *Host) applyDue(ctx context.Context) {
 	cl := h.cl
@@ -443,6 +457,13 @@ func (h *Host) takeOver(ctx context.Context, lost string, t takeover) (done bool
 	for _, s := range sessions {
 		if !s.Lease.Held() || s.Lease.OwnerHost() != lost {
 			continue
+		}
+		// The loss this takeover is timed from must still be the newest
+		// one: a HostJoined meanwhile cancelled it (and a later HostLost
+		// timed a new one), so acting on it would take over a host that
+		// may have heartbeated its plugins since.
+		if !h.cl.stillPending(lost, t) {
+			return false
 		}
 		detail := fmt.Sprintf("host %q lost its liveness lease (observed by host %q at %s); taken over after the liveness TTL %s and drift margin %s",
 			lost, h.cfg.HostID, t.observed.Format(time.RFC3339Nano), h.cl.ttl, h.cl.drift)
@@ -714,7 +735,12 @@ func (p *pluginProc) heartbeat(ctx context.Context, validFor time.Duration) (sel
 }
 
 // Portable reports whether rec can be resumed on another machine: its
-// agent's plugin exports its provider state (see providerstate.go).
+// agent's plugin exports its provider state (providerstate.go), as the
+// plugin of the agent's newest session in this host declared it. An agent
+// no session of this host has run yet is reported not portable: this host
+// does not know.
 func (h *Host) Portable(rec leasestore.Session) bool {
-	return false
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.exporting[rec.Agent]
 }

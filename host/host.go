@@ -171,8 +171,11 @@ type Config struct {
 	// must be shorter than LivenessTTL.
 	SelfFence time.Duration
 	// Address is where this host's clients reach it (its local API socket
-	// path), published in its cluster registration: a client of another
-	// host is told it for this host's sessions. Default: none.
+	// path), for its cluster registration: a client of another host is
+	// told it for this host's sessions. Join gets it in its context
+	// (leasestore.WithJoinAddress); a store that publishes an address of
+	// its own (etcdstore.Options.HostAddress, which the wiring sets to the
+	// same) wins, and the host warns when the two differ. Default: none.
 	Address string
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger
@@ -262,6 +265,9 @@ type Host struct {
 
 	// cl is cluster mode's state; nil on a single machine.
 	cl *cluster
+	// exporting says, by agent, whether the plugin of its newest session
+	// exports its provider state (see Portable). Guarded by mu.
+	exporting map[string]bool
 
 	// moves batches the lease moves of the reconcile pass under way; nil
 	// outside one (see reconcileAll). Guarded by mu.
@@ -312,7 +318,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, exporting: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
 	if cfg.Cluster != nil {

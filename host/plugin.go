@@ -86,6 +86,7 @@ type pluginProc struct {
 	handle   string
 	info     pluginclient.SessionInfo // what Open answered
 	caps     pluginclient.Capabilities
+	exports  bool // the identity says exports_state (providerstate.go)
 	instance string
 	version  int
 	// lastSeq is the newest update seq a reattached plugin reported.
@@ -228,7 +229,7 @@ func startPlugin(ctx context.Context, spec pluginSpec) (*pluginProc, error) {
 			return fail(p.classifyStartError(ctx, err))
 		}
 	}
-	p.caps = id.Capabilities
+	p.caps, p.exports = id.Capabilities, id.ExportsState
 	if id.SessionID != spec.SessionID || id.SpawnToken != spec.SpawnToken || id.PID != r.pid {
 		return fail(fmt.Errorf("%w: expected session %q, token %q…, pid %d; it reported session %q, token %q…, pid %d",
 			ErrInvalidIdentity, spec.SessionID, short(spec.SpawnToken), r.pid, id.SessionID, short(id.SpawnToken), id.PID))

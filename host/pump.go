@@ -243,6 +243,7 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 			continue
 		}
 		if ts := u.Stop(); ts != nil {
+			s.storeProviderState(ctx, ts.TurnID)
 			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error, AuthRequired: ts.AuthRequired})
 		} else {
 			s.noteTurn(u.TurnID)

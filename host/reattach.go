@@ -175,6 +175,7 @@ func reattachPlugin(ctx context.Context, spec reattachSpec) (*pluginProc, error)
 			id.SessionID, id.PID, id.InstanceID, id.ProtocolVersion))
 	}
 	p.instance, p.handle, p.caps, p.waiting, p.lastSeq = id.InstanceID, id.Handle, id.Capabilities, id.PendingPermissions, id.LastSeq
+	p.exports = id.ExportsState
 	go p.watchExit()
 	return p, nil
 }

@@ -406,6 +406,7 @@ func (a *startAttempt) spawn(ctx context.Context, agent AgentPlugin, env []strin
 	}
 	if a.handle != "" {
 		spec.ResumeSession = &pluginclient.ResumeSessionRequest{Workspace: workspace, Options: options, MCPServers: servers, Handle: a.handle}
+		h.withProviderState(ctx, a.id, spec.ResumeSession)
 	} else {
 		spec.NewSession = &pluginclient.NewSessionRequest{Workspace: workspace, Options: options, MCPServers: servers}
 	}

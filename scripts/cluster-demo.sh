@@ -21,37 +21,45 @@ bin=${1:?usage: cluster-demo.sh BIN_DIR}
 ttl=${LIVENESS_TTL:-5s}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/agenthost-cluster-demo.XXXXXX")
 chmod 0700 "$tmp"
-mkdir -p "$tmp/bin"
-cp "$bin/agenthost" "$bin/etcdmember" "$tmp/bin/"
 AH=$tmp/bin/agenthost
 MEMBER=$tmp/bin/etcdmember
 
-# ours lists the pids of every process running one of the copies in
-# $tmp/bin: only this run's processes can. (-ef compares the files
-# /proc/PID/exe leads to, without a fork per process.)
-ours() {
-	local p
+# running BIN... lists the pids of every process running one of the
+# copies BIN in $tmp/bin (all of them without arguments): only this run's
+# processes can. (-ef compares the files /proc/PID/exe leads to, without
+# a fork per process.)
+running() {
+	local p b
+	(($#)) || set -- "$AH" "$MEMBER"
 	for p in /proc/[0-9]*; do
-		if [[ $p/exe -ef $AH || $p/exe -ef $MEMBER ]]; then
-			echo "${p#/proc/}"
-		fi
+		for b; do
+			if [[ $p/exe -ef $b ]]; then
+				echo "${p#/proc/}"
+			fi
+		done
 	done 2>/dev/null
 }
+# stop BIN: SIGTERM the processes of BIN, and SIGKILL what is left of them
+# after 5 s.
+stop() {
+	local pids
+	pids=$(running "$1")
+	[[ -n $pids ]] || return 0
+	kill -TERM $pids 2>/dev/null || true
+	for _ in $(seq 50); do
+		[[ -z $(running "$1") ]] && return 0
+		sleep 0.1
+	done
+	pids=$(running "$1")
+	[[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+}
 cleanup() {
-	local rc=$? pids
+	local rc=$? left
 	trap - EXIT INT TERM HUP
-	pids=$(ours)
-	if [[ -n $pids ]]; then
-		# SIGTERM first: the hosts detach and the members close their
-		# WALs; what is left after a few seconds is killed.
-		kill -TERM $pids 2>/dev/null || true
-		for _ in $(seq 50); do
-			[[ -z $(ours) ]] && break
-			sleep 0.1
-		done
-		pids=$(ours)
-		[[ -n $pids ]] && kill -KILL $pids 2>/dev/null || true
-	fi
+	# The hosts (and their plugins) first, while etcd still answers
+	# their leaving; then the members, which close their WALs.
+	stop "$AH"
+	stop "$MEMBER"
 	wait 2>/dev/null || true
 	if ((rc != 0)); then
 		echo "cluster-demo: FAILED (exit $rc); logs:" >&2
@@ -61,14 +69,17 @@ cleanup() {
 			[[ -s $f ]] && { echo "--- ${f##*/}" >&2; tail -n 10 "$f" >&2; }
 		done
 	fi
+	left=$(running)
+	[[ -z $left ]] || echo "cluster-demo: processes left: $left" >&2
 	rm -rf "$tmp"
-	[[ -z $(ours) ]] || echo "cluster-demo: processes left: $(ours)" >&2
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
+mkdir -p "$tmp/bin"
+cp "$bin/agenthost" "$bin/etcdmember" "$tmp/bin/"
 
 say() { printf '\n\033[1m## %s\033[0m\n' "$*"; }
 # show prints a command (as agenthost …, $DEMO for the directory) and

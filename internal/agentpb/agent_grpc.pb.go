@@ -647,7 +647,8 @@ type AgentV2Client interface {
 	// another machine can continue it (ResumeSessionRequest.provider_state).
 	// UNIMPLEMENTED when the agent cannot export (Opened.identity's
 	// exports_state is false); NO_SESSION_OPEN before a session is open;
-	// refused at another fence like any call.
+	// refused at another fence like any call; served after Close too (the
+	// stop of a turn Close cancelled follows it).
 	ExportState(ctx context.Context, in *ExportStateRequest, opts ...grpc.CallOption) (*ExportStateResponse, error)
 }
 
@@ -739,7 +740,8 @@ type AgentV2Server interface {
 	// another machine can continue it (ResumeSessionRequest.provider_state).
 	// UNIMPLEMENTED when the agent cannot export (Opened.identity's
 	// exports_state is false); NO_SESSION_OPEN before a session is open;
-	// refused at another fence like any call.
+	// refused at another fence like any call; served after Close too (the
+	// stop of a turn Close cancelled follows it).
 	ExportState(context.Context, *ExportStateRequest) (*ExportStateResponse, error)
 	mustEmbedUnimplementedAgentV2Server()
 }

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -55,8 +59,7 @@ func openStore(ctx context.Context, hc *host.Config, sc storeConfig, log hclog.L
 	addr := filepath.Join(hc.StateDir, SocketName)
 	store, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: sc.Endpoints, TLS: sc.TLS, Prefix: sc.Prefix, Logger: log, HostAddress: addr})
 	if err != nil {
-		return fmt.Errorf("open the store on etcd at %s: %w; check the endpoints, that a quorum of the cluster's members runs, and the TLS files",
-			strings.Join(sc.Endpoints, ","), err)
+		return fmt.Errorf("open the store on etcd at %s: %w; %s", strings.Join(sc.Endpoints, ","), err, tlsDiagnosis(ctx, sc))
 	}
 	hc.Store, hc.Cluster = store, store
 	hc.LivenessTTL = sc.LivenessTTL
@@ -72,4 +75,45 @@ func hostOpenError(err error, sc storeConfig) error {
 			"another machine with the same id, or a second host on this machine; give each host its own --host-id: %w", sc.HostID, sc.HostIDSource, err)
 	}
 	return err
+}
+
+// tlsDiagnosis says what to check when the store could not be opened.
+// etcd's client reports a TLS handshake that failed (a server certificate
+// the CA did not sign, a client certificate the server refused) only as
+// a cluster that does not answer, so with TLS each endpoint is dialled
+// once more, directly, and the first handshake failure is named.
+func tlsDiagnosis(ctx context.Context, sc storeConfig) string {
+	const generic = "check the endpoints, that a quorum of the cluster's members runs, and the TLS files"
+	if sc.TLS == nil {
+		return generic
+	}
+	for _, ep := range sc.Endpoints {
+		u, err := url.Parse(ep)
+		if err != nil {
+			continue
+		}
+		cfg := sc.TLS.Clone()
+		cfg.ServerName = u.Hostname()
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second}, Config: cfg}
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		conn, err := d.DialContext(dctx, "tcp", u.Host)
+		cancel()
+		if err != nil {
+			var opErr *net.OpError
+			if errors.As(err, &opErr) && opErr.Op == "dial" {
+				continue // not reachable at all: not a TLS matter
+			}
+			return fmt.Sprintf("the TLS handshake with %s failed: %v: check --etcd-ca (the CA of the servers' certificates)", ep, err)
+		}
+		// With TLS 1.3 a server refuses a client certificate after the
+		// client's side of the handshake: its alert is the first read.
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		_, rerr := conn.Read(make([]byte, 1))
+		conn.Close()
+		var alert tls.AlertError
+		if errors.As(rerr, &alert) || (rerr != nil && strings.Contains(rerr.Error(), "remote error: tls:")) {
+			return fmt.Sprintf("%s refused this host's client certificate (%v): check --etcd-cert and --etcd-key (a certificate the cluster's client CA signed)", ep, rerr)
+		}
+	}
+	return generic
 }

@@ -27,6 +27,17 @@
 // ErrRefused for FAILED_PRECONDITION. Only ErrStaleFence means a newer host
 // took the plugin over: callers must not read any other refusal that way.
 //
+// # Across machines
+//
+// Two calls of protocol version 2 serve cluster mode, on the Client with
+// an explicit fence and on an Attachment at its own: Heartbeat keeps a
+// plugin spawned with wire.EnvSelfFence from fencing itself (a self-fenced
+// plugin refuses prompts with ErrSelfFenced), and ExportState fetches the
+// provider state a ResumeSessionRequest.ProviderState carries back on any
+// machine (ExportState raises the receive limit to
+// wire.MaxStateMessageSize for its answer). Against a version 1 plugin, or
+// one built before them, both fail with ErrNotImplemented.
+//
 // # Updates
 //
 // Updates returns an UpdateStream whose elements are already the

@@ -124,8 +124,11 @@ func (m *membership) register(ctx context.Context) error {
 	m.lease, m.granted, m.rec = g.ID, time.Duration(g.TTL)*time.Second, rec
 	m.until = sent.Add(m.granted)
 	m.epoch++
+	again := m.epoch > 1
 	m.mu.Unlock()
-	m.notify()
+	if again {
+		m.notify()
+	}
 	return nil
 }
 

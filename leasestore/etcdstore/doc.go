@@ -69,8 +69,9 @@
 // lost commit compared, which makes sure the lost commit can never apply
 // afterwards; if the head had moved, it reads back what the lost commit
 // wrote (the first entry, or the record) to tell whether it landed. A
-// commit proven landed succeeds; one proven not landed fails, having
-// written nothing; if etcd cannot be reached to tell within
+// commit proven landed succeeds; one proven not landed can no longer
+// land, so it is judged and sent again (up to three times, then it fails,
+// having written nothing); if etcd cannot be reached to tell within
 // Options.RequestTimeout, the store refuses every later write
 // (leasestore.ErrDamaged) until it is opened again, as package leasestore
 // requires; reads go on.

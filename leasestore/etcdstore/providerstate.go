@@ -73,8 +73,19 @@ func (s *Store) PutProviderState(ctx context.Context, id string, fence uint64, s
 			return err
 		}
 		part := st.Data[off:min(off+size, len(st.Data))]
-		resp, err := s.cli.Txn(ctx).If(fenced).Then(clientv3.OpPut(s.keys.chunk(id, gen, n), string(part))).
-			Else(s.readBack(id)...).Commit()
+		// A chunk's key is unique to this put, so writing it twice is
+		// harmless: an unanswered chunk put is simply sent again.
+		var resp *clientv3.TxnResponse
+		var err error
+		for try := 0; ; try++ {
+			resp, err = s.cli.Txn(ctx).If(fenced).Then(clientv3.OpPut(s.keys.chunk(id, gen, n), string(part))).
+				Else(s.readBack(id)...).Commit()
+			if err == nil || definitelyNotApplied(err) || ctx.Err() != nil || s.ctx.Err() != nil || try == 3 {
+				break
+			}
+			s.log.Debug("provider state chunk put without an answer; sending it again", "session", id, "error", err)
+			time.Sleep(100 * time.Millisecond << try)
+		}
 		n++ // an unanswered put may have landed: clean up either way
 		if err != nil {
 			cleanup()

@@ -62,6 +62,7 @@ func (s *Store) CreateAndApply(ctx context.Context, spec leasestore.SessionSpec,
 		}
 		return p, nil
 	})
+	o.assumeAbsent = true
 	if err := s.wait(ctx, id, o); err != nil {
 		return leasestore.Session{}, err
 	}
@@ -123,12 +124,11 @@ func (s *Store) ApplyIfHostLost(ctx context.Context, id, hostID string, t leases
 	return o.result, nil
 }
 
-// ApplyBatch implements leasestore.SessionStore. Each move is a
-// transaction of its own, queued on its session's writer in the batch's
-// order; the moves of different sessions commit concurrently. (etcd
-// syncs its log once for the proposals that arrive together, so
-// concurrent transactions share the cost of a sync much as one would.)
-// A commit's error fills its move's slot only.
+// ApplyBatch implements leasestore.SessionStore. Moves are committed in
+// groups of up to 24 sessions, one read and one transaction each (see
+// commitMany); a group whose transaction lost a compare to another
+// host's write goes one transaction per move instead. Each slot reports
+// its own move's fate.
 func (s *Store) ApplyBatch(ctx context.Context, moves []leasestore.Move) []leasestore.MoveResult {
 	out := make([]leasestore.MoveResult, len(moves))
 	if err := ctx.Err(); err != nil {
@@ -143,27 +143,24 @@ func (s *Store) ApplyBatch(ctx context.Context, moves []leasestore.Move) []lease
 		}
 		return out
 	}
-	ops := make([]*op, len(moves))
+	var items []*item
+	slots := map[*item]int{}
 	for i, m := range moves {
 		if m.Transition == nil {
 			out[i].Err = fmt.Errorf("apply to session %q: %w: nil transition", m.ID, leasestore.ErrInvalidArgument)
 			continue
 		}
-		ops[i] = s.transition(m.ID, m.Transition, "")
-		if err := s.enqueue(context.WithoutCancel(ctx), m.ID, ops[i]); err != nil {
-			ops[i] = nil
-			out[i].Err = fmt.Errorf("%s session %q: %w", m.Transition.Name(), m.ID, err)
-		}
+		it := &item{id: m.ID, op: s.transition(m.ID, m.Transition, "")}
+		items = append(items, it)
+		slots[it] = i
 	}
-	for i, o := range ops {
-		if o == nil {
-			continue
-		}
-		<-o.done
-		if o.err != nil {
-			out[i].Err = o.err
+	s.commitMany(items)
+	for _, it := range items {
+		i := slots[it]
+		if it.err != nil {
+			out[i].Err = it.err
 		} else {
-			out[i].Session = o.result
+			out[i].Session = it.result
 		}
 	}
 	return out
@@ -193,39 +190,28 @@ func (s *Store) markUnreconciled(ctx context.Context, flag func(leasestore.Lease
 	if err != nil {
 		return 0, err
 	}
-	marked := make([]bool, len(ids))
-	ops := make([]*op, len(ids))
-	var errs []error
+	if err := s.writable(); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	items := make([]*item, len(ids))
 	for i, id := range ids {
-		ops[i] = newUpdate(what, func(cur *leasestore.Session, now time.Time) (plan, error) {
-			marked[i] = false
-			if cur == nil {
-				return plan{}, errSkip // deleted since it was listed
-			}
-			if !flag(cur.Lease) {
-				return plan{}, errSkip
+		items[i] = &item{id: id, op: newUpdate(what, func(cur *leasestore.Session, now time.Time) (plan, error) {
+			if cur == nil || !flag(cur.Lease) {
+				return plan{}, errSkip // deleted since it was listed, or not this host's
 			}
 			cur.Lease.Unreconciled = true
-			marked[i] = true
 			return plan{put: cur}, nil
-		})
-		if err := s.enqueue(ctx, id, ops[i]); err != nil {
-			ops[i] = nil
-			errs = append(errs, fmt.Errorf("%s session %q: %w", what, id, err))
-			break
-		}
+		})}
 	}
+	s.commitMany(items)
 	n := 0
-	for i, o := range ops {
-		if o == nil {
-			continue
-		}
-		<-o.done
+	var errs []error
+	for _, it := range items {
 		switch {
-		case errors.Is(o.err, errSkip):
-		case o.err != nil:
-			errs = append(errs, fmt.Errorf("%s session %q: %w", what, ids[i], o.err))
-		case marked[i]:
+		case errors.Is(it.err, errSkip):
+		case it.err != nil:
+			errs = append(errs, fmt.Errorf("%s session %q: %w", what, it.id, it.err))
+		default:
 			n++
 		}
 	}

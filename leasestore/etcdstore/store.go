@@ -114,6 +114,8 @@ type Store struct {
 	writersWG sync.WaitGroup
 
 	closeSem chan struct{}
+	// inflight bounds the sessions committing at once (maxInflight).
+	inflight chan struct{}
 
 	mu       sync.Mutex
 	closing  bool
@@ -161,6 +163,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts: opts, log: opts.Logger, cli: cli, keys: keys{prefix: opts.Prefix},
 		ctx: sctx, cancel: scancel,
 		closeSem: make(chan struct{}, 1),
+		inflight: make(chan struct{}, maxInflight),
 		writers:  make(map[string]*sessionWriter),
 		journals: make(map[*journal]struct{}),
 		members:  make(map[*membership]struct{}),
@@ -170,6 +173,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// maxInflight is how many sessions' writers may have a transaction in
+// flight at once: enough to keep etcd's log syncs shared, few enough that
+// a burst (a batch of hundreds of moves, a restart marking every session)
+// queues here rather than in etcd's proposal queue.
+const maxInflight = 32
 
 // Recovery implements leasestore.Store: the etcd store never restores
 // from a backup (etcd's own snapshots are the operator's), so nil.

@@ -53,7 +53,11 @@ type op struct {
 	update  func(cur *leasestore.Session, now time.Time) (plan, error)
 	extra   []clientv3.Cmp
 	hostKey string // read back when the compare fails, for ErrHostAlive
-	result  leasestore.Session
+	// assumeAbsent lets a create skip the read of a session this writer
+	// knows nothing of: its compares require the keys absent, and a lost
+	// compare reads them back.
+	assumeAbsent bool
+	result       leasestore.Session
 
 	err  error
 	done chan struct{}
@@ -117,6 +121,9 @@ func (s *Store) drain(w *sessionWriter) {
 		s.mu.Lock()
 		if len(w.queue) == 0 {
 			w.running = false
+			if w.known && w.sess == nil {
+				delete(s.writers, w.id) // deleted or never created: nothing worth caching
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -137,11 +144,16 @@ func (s *Store) drain(w *sessionWriter) {
 			}
 			continue
 		}
+		// A host marking thousands of sessions, or a batch of hundreds of
+		// moves, would otherwise send them all at once and make a loaded
+		// etcd time out requests it then applies anyway.
+		s.inflight <- struct{}{}
 		if first.kind == opAppend {
 			s.execAppends(w, batch)
 		} else {
 			s.execUpdate(w, first)
 		}
+		<-s.inflight
 	}
 }
 
@@ -238,6 +250,7 @@ func (s *Store) execAppends(w *sessionWriter, ops []*op) {
 		fresh = true
 	}
 	oi := 0 // ops[:oi] are finished
+	retries := 0
 	for oi < len(ops) {
 		if w.decodeErr != nil {
 			failAll(ops[oi:], w.decodeErr)
@@ -311,6 +324,17 @@ func (s *Store) execAppends(w *sessionWriter, ops []*op) {
 					kvs := r.Responses[0].GetResponseRange().Kvs
 					return len(kvs) == 1 && bytes.Equal(kvs[0].Value, first)
 				}, clientv3.OpGet(firstKey))
+			if errors.Is(err, errNotCommitted) && retries < maxRetries {
+				// Proven not landed, and fenced out for good: sending
+				// the entries again cannot journal them twice.
+				retries++
+				if err := s.load(w); err != nil {
+					failAll(ops[oi:], err)
+					return
+				}
+				fresh = true
+				continue
+			}
 			if err != nil {
 				failAll(ops[oi:], err)
 				return
@@ -402,6 +426,10 @@ func (s *Store) settle(w *sessionWriter, what string, err error, guard string, g
 	}
 }
 
+// maxRetries is how many times a write proven not landed (see settle) is
+// sent again before its caller gets the error.
+const maxRetries = 3
+
 // errNotCommitted: a commit that went unanswered was proven not to have
 // landed, and can no longer land. The write did not happen; a caller may
 // try again.
@@ -413,13 +441,18 @@ var errNotCommitted = errors.New("etcd commit did not land")
 func (s *Store) execUpdate(w *sessionWriter, o *op) {
 	id := w.id
 	fresh := false
-	if !w.known {
+	switch {
+	case !w.known && o.assumeAbsent:
+		w.rec, w.recRev, w.sess, w.decodeErr, w.head, w.headRev, w.wFence, w.wOK = nil, 0, nil, nil, 0, 0, 0, false
+		w.known = true
+	case !w.known:
 		if err := s.load(w); err != nil {
 			o.finish(err)
 			return
 		}
 		fresh = true
 	}
+	retries := 0
 	for {
 		if w.decodeErr != nil {
 			o.finish(w.decodeErr)
@@ -503,6 +536,16 @@ func (s *Store) execUpdate(w *sessionWriter, o *op) {
 					}
 					return len(kvs) == 1 && bytes.Equal(kvs[0].Value, newRec)
 				}, clientv3.OpGet(recKey))
+			if errors.Is(err, errNotCommitted) && retries < maxRetries {
+				// Proven not landed and fenced out: judge it again.
+				retries++
+				if err := s.load(w); err != nil {
+					o.finish(err)
+					return
+				}
+				fresh = true
+				continue
+			}
 			if err != nil {
 				o.finish(err)
 				return

@@ -56,6 +56,9 @@ type Describer interface {
 // bytes are opaque to the host and bounded (64 MiB: larger, the session
 // stays resumable only on its own machine). An agent that cannot export now
 // (the provider wrote nothing yet) returns an error, which the host logs.
+// It may be called after Closer.Close (the last turn's stop follows a
+// Close), and while the next turn starts: export what the provider has
+// written, consistently.
 type StateExporter interface {
 	ExportState(ctx context.Context, handle string) ([]byte, error)
 }
@@ -65,9 +68,13 @@ type StateExporter interface {
 // The SDK calls ImportState before ResumeSession when the host's resume
 // carries provider state (what a StateExporter returned for handle, on this
 // machine or another), with the same handle; it must leave the provider
-// able to resume handle from it, replacing what this machine held of that
-// conversation. An error fails the resume with its message. A resume that
-// carries state to an agent that is no StateImporter is refused.
+// able to resume handle from it. The state is the newest the host stored,
+// which can be older than what this machine holds of the conversation (the
+// host's export after the last turn failed, or the plugin ran on here
+// after it): when this machine's copy already contains the state's and
+// more, keep it, as an append-only transcript makes easy to tell. An error
+// fails the resume with its message. A resume that carries state to an
+// agent that is no StateImporter is refused.
 type StateImporter interface {
 	ImportState(ctx context.Context, handle string, state []byte) error
 }

@@ -276,6 +276,13 @@ func TestExportState(t *testing.T) {
 		if _, err := srv.ExportState(ctx, &agentpb.ExportStateRequest{Fence: 0}); reasonOf(err) != wire.ReasonStaleFence {
 			t.Errorf("ExportState at a stale fence: %v", err)
 		}
+		// After Close too: the stop of the turn Close cancelled follows it.
+		if err := srv.shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := srv.ExportState(ctx, &agentpb.ExportStateRequest{Fence: 1}); err != nil || string(r.State) != "state of h-1" {
+			t.Errorf("ExportState after Close: %v, %v", r, err)
+		}
 	})
 	t.Run("no exporter", func(t *testing.T) {
 		srv := newTestServer(t, holdAgent{}, 0, time.Time{})

@@ -79,7 +79,10 @@ func WithStopTimeout(d time.Duration) ServeOption {
 // host reads; a plugin must not either (log through Environment.Logger). It
 // catches SIGPIPE, so a plugin whose host died does not die on a write to a
 // broken pipe (children it starts keep the default SIGPIPE behaviour), and
-// on SIGTERM it cancels the running turn, closes the agent and stops.
+// on SIGTERM it cancels the running turn, closes the agent and stops. With
+// EnvSelfFence set (a host in cluster mode) it fences itself when no
+// heartbeat comes in time (see the package doc); set to anything but a
+// positive duration, Serve logs why and returns an error without serving.
 func Serve(name string, factory Factory, opts ...ServeOption) error {
 	if factory == nil {
 		return errors.New("sdk.Serve: factory is nil")

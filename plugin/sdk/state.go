@@ -12,10 +12,12 @@ import (
 )
 
 // ExportState implements the AgentV2 call: the open conversation's
-// provider state, from the agent's StateExporter.
+// provider state, from the agent's StateExporter. It is served after Close
+// too, like the calls that read the session: the stop of a turn that Close
+// cancelled comes after it, and the host exports after every stop.
 func (s *server) ExportState(ctx context.Context, req *agentpb.ExportStateRequest) (*agentpb.ExportStateResponse, error) {
 	s.mu.Lock()
-	if err := s.check(req.Fence); err != nil {
+	if err := s.checkFence(req.Fence); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}

@@ -98,5 +98,7 @@
 // and the agent is an sdk.StateExporter and sdk.StateImporter: its export
 // (versioned JSON naming the handle) resumed on another machine, in
 // another session directory, continues the same conversation, which the
-// history command shows.
+// history command shows. An import keeps this machine's copy when that
+// already holds the imported prompts and more (a host's state can be a
+// turn behind).
 package scripted

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/agenthost/agenthost/plugin/sdk"
@@ -57,6 +58,17 @@ func (a *agent) ImportState(ctx context.Context, handle string, state []byte) er
 	}
 	if e.Handle != handle {
 		return fmt.Errorf("scripted: the provider state continues %q, not %q", e.Handle, handle)
+	}
+	// This machine's copy wins when it already holds the state's prompts
+	// and more: the host's state may be a turn behind (its export failed).
+	local, err := a.loadHistory(handle)
+	if err != nil {
+		return err
+	}
+	if len(local) >= len(e.Prompts) && slices.Equal(local[:len(e.Prompts)], e.Prompts) {
+		a.log.Info("kept this machine's conversation, which contains the imported one", "handle", handle,
+			"prompts", len(local), "imported", len(e.Prompts))
+		return nil
 	}
 	a.mu.Lock()
 	a.history = e.Prompts

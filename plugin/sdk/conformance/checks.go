@@ -33,6 +33,8 @@ var checks = []check{
 	{"set-config-option", setConfigOption},
 	{"unknown-option-refused", unknownOptionRefused},
 	{"prompt-capabilities", promptCapabilities},
+	{"export-state", exportState},
+	{"self-fence", selfFence},
 }
 
 // Bounds of what the protocol expects to happen "promptly".

@@ -305,6 +305,10 @@ type env struct {
 	binary string
 	dir    string
 
+	// extraEnv is added to the environment of every plugin the check
+	// starts (the self-fence check's bound).
+	extraEnv []string
+
 	mu       sync.Mutex
 	procs    []*proc
 	cleanups []func()
@@ -411,6 +415,7 @@ func (e *env) start() (*proc, error) {
 		},
 	}
 	r.extraEnv = append(r.extraEnv, e.cfg.env...)
+	r.extraEnv = append(r.extraEnv, e.extraEnv...)
 	var versions []int
 	if e.cfg.version != 0 {
 		versions = []int{e.cfg.version}

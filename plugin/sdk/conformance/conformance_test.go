@@ -129,8 +129,8 @@ func TestConforming(t *testing.T) {
 		skip []string // the checks a version-1 run skips
 	}{
 		{name: "v2"},
-		{name: "kit-v1", opts: []Option{WithProtocolVersion(wire.ProtocolVersion1)}, skip: []string{"open-refuses-another-process"}},
-		{name: "plugin-v1", opts: []Option{WithEnv(wire.EnvProtocolVersions + "=1")}, skip: []string{"open-refuses-another-process"}},
+		{name: "kit-v1", opts: []Option{WithProtocolVersion(wire.ProtocolVersion1)}, skip: []string{"open-refuses-another-process", "self-fence"}},
+		{name: "plugin-v1", opts: []Option{WithEnv(wire.EnvProtocolVersions + "=1")}, skip: []string{"open-refuses-another-process", "self-fence"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkConforming(t, bin, tc.opts, tc.skip) })
 	}
@@ -166,7 +166,7 @@ func checkConforming(t *testing.T, bin string, opts []Option, skip []string) {
 }
 
 func capabilityCheck(name string) bool {
-	return slices.Contains([]string{"set-mode", "set-config-option", "unknown-option-refused", "prompt-capabilities"}, name)
+	return slices.Contains([]string{"set-mode", "set-config-option", "unknown-option-refused", "prompt-capabilities", "export-state"}, name)
 }
 
 // TestCapable runs every check against a plugin that declares every
@@ -191,6 +191,7 @@ func TestCapable(t *testing.T) {
 			"set-config-option":      `answered option "model" with current value "small", expected "large"`,
 			"unknown-option-refused": `NewSession with option "conformance_no_such_option", which the plugin does not declare, succeeded`,
 			"prompt-capabilities":    `the turn of a prompt of "stream 3" and an image block (declared) stopped with stop reason "failed"`,
+			"export-state":           `ExportState after a turn answered an empty state for handle "capable-handle"`,
 		}
 		for _, r := range Check(t.Context(), bin, prompts, WithEnv("CAPABLE_BROKEN=1")) {
 			switch sub, ok := want[r.Name]; {

@@ -25,7 +25,16 @@
 // stale-fence-refused, outbox-replay-after-reattach,
 // open-refuses-another-process (version 2 only), graceful-stop,
 // kill-on-ignored-shutdown, and the capability checks set-mode,
-// set-config-option, unknown-option-refused and prompt-capabilities.
+// set-config-option, unknown-option-refused and prompt-capabilities, and
+// the checks of running across machines (version 2 only): export-state (a
+// capability check: when the identity says exports_state, ExportState after
+// a turn answers the session's handle and a non-empty state, and a second
+// process resumes with it as provider_state and takes a turn) and
+// self-fence (spawned with AGENTHOST_SELF_FENCE=1s and never heartbeated,
+// the plugin refuses a prompt with SELF_FENCED once the bound has passed; a
+// heartbeat lifts it, and the held turn that follows is cancelled at the
+// deadline; skipped for a plugin whose Heartbeat is UNIMPLEMENTED, which
+// cannot run in cluster mode).
 // docs/protocol.md ("What the conformance kit
 // checks") maps every rule of the plugin protocol to the check that
 // verifies it, and names the rules no check covers; each check's function

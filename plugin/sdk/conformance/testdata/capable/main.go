@@ -1,14 +1,14 @@
 // Command capable is a plugin for the conformance kit's tests that
 // declares every optional capability: modes, config options, declared
 // session options, and image, audio, embedded-resource and resource-link
-// prompts. It speaks conforming's prompt language ("stream N", "hold") and
+// prompts, and exports and imports its provider state. It speaks conforming's prompt language ("stream N", "hold") and
 // reports session-level updates (its commands and a title) when a session
 // opens, which every check must tolerate.
 //
 // With CAPABLE_BROKEN=1 it declares the same but keeps none of it: SetMode
 // accepts any mode and changes nothing, SetConfigOption answers the
-// options unchanged, unknown session options are accepted, and a prompt
-// with anything but text fails. Each capability check must then fail.
+// options unchanged, unknown session options are accepted, a prompt
+// with anything but text fails, and ExportState answers an empty state. Each capability check must then fail.
 package main
 
 import (
@@ -62,6 +62,24 @@ func (a *agent) NewSession(_ context.Context, req sdk.NewSessionRequest) (sdk.Se
 
 func (a *agent) ResumeSession(_ context.Context, req sdk.ResumeSessionRequest) (sdk.SessionInfo, error) {
 	return a.open(req.Handle, req.Options)
+}
+
+// ExportState makes capable a StateExporter: its state names the handle.
+// Broken, it exports nothing.
+func (a *agent) ExportState(_ context.Context, handle string) ([]byte, error) {
+	if a.broken {
+		return nil, nil
+	}
+	return []byte("capable state of " + handle), nil
+}
+
+// ImportState makes capable a StateImporter; it accepts only its own
+// export of the handle resumed.
+func (a *agent) ImportState(_ context.Context, handle string, state []byte) error {
+	if string(state) != "capable state of "+handle {
+		return fmt.Errorf("capable: the state %q is not capable's export of %q", state, handle)
+	}
+	return nil
 }
 
 func (a *agent) SetMode(_ context.Context, id string) error {
