@@ -58,8 +58,10 @@ test-loaded: ## Run make test three times in a row while two busy loops compete 
 # The faults need root for a small tmpfs and a read-only bind mount; as
 # another user those two skip and say so. The host's own log lines (routed
 # to t.Log) are filtered out; the tests' lines, results and panics stay.
-test-faults: ## Run only the fault-injection suite, printing what each fault injected and what held.
-	go test -race -count=1 -v -timeout 9m ./internal/faults 2>&1 | grep -vE '^\s+(logtest\.go:[0-9]+:|Level )'
+# The cluster fault test (internal/clusterfaults) runs at its large size
+# here, at its small one in make test.
+test-faults: ## Run only the fault-injection suites (one machine's, and the cluster's at its large size), printing what each fault injected and what held.
+	AGENTHOST_CLUSTER_FAULTS=large go test -race -count=1 -v -timeout 20m ./internal/faults ./internal/clusterfaults 2>&1 | grep -vE '^\s+(logtest\.go:[0-9]+:|Level )'
 
 # gofmt is given the tracked and untracked (but not ignored) files, so
 # testdata and scratch files outside git do not count; generated protobuf

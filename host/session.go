@@ -123,6 +123,10 @@ func (h *Host) register(s *Session) bool {
 	if closed {
 		return false
 	}
+	// The writer's interval begins: the fault tests compare these lines
+	// (and "plugin gone") across hosts to show no two hosts ever ran a
+	// plugin of one session at once. Keep the message and keys.
+	h.log.Info("plugin admitted", "session", s.id, "fence", s.fence, "pid", s.proc.PID())
 	// Idle from here, unless a turn, a permission request or a follower
 	// says otherwise (see idle.go).
 	s.mu.Lock()
@@ -213,6 +217,9 @@ func (s *Session) watch() {
 	if err := s.journal.Close(ctx); err != nil {
 		s.h.report(JournalScope, fmt.Errorf("close the journal of session %q: %w", s.id, err))
 	}
+	// The writer's interval ends (see register): the plugin exited, or the
+	// host let go of it and it runs on, fenced by its lease alone.
+	s.h.log.Info("plugin gone", "session", s.id, "fence", s.fence, "pid", s.proc.PID(), "detached", detached)
 	if !detached {
 		s.proc.release()
 	}

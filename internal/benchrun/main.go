@@ -14,6 +14,10 @@
 //     cold create and first prompt to the same point (idle.go);
 //   - durable journal appends from 8 concurrent sessions vs one raw
 //     write+fsync per record;
+//   - the same create → ready and durable appends on the etcd store
+//     (etcd.go), each against a bare etcd client doing the same number of
+//     transactions, and the takeover of a session after its host's
+//     SIGKILL against the liveness TTL;
 //   - batch probe of 500 owners vs a minimal hand-written /proc scan;
 //   - host RSS with 50 live sessions, and per-plugin RSS;
 //   - update latency from plugin to a subscribed API client at ~1,000
@@ -100,7 +104,7 @@ func main() {
 // process that had just run 100 plugins and a store through a burst was
 // measured against that process's leftovers (GC debt, exiting children),
 // which moved the probe ratio alone from 1.1x to 1.7x.
-var stepNames = []string{"create", "reattach", "idle", "appends", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
+var stepNames = []string{"create", "etcd-create", "reattach", "idle", "appends", "etcd-appends", "etcd-takeover", "probe", "rss", "latency", "claude-first-token", "codex-first-token"}
 
 func runStep(name, work string, quick bool, profileDir string) error {
 	n := func(full, small int) int {
@@ -115,6 +119,12 @@ func runStep(name, work string, quick bool, profileDir string) error {
 	switch name {
 	case "create":
 		rows, err = benchCreate(work, scripted, fixture, n(20, 5))
+	case "etcd-create":
+		rows, err = benchEtcdCreate(work, scripted, fixture, n(20, 5))
+	case "etcd-appends":
+		rows, err = benchEtcdAppends(work, scripted, n(2000, 300))
+	case "etcd-takeover":
+		rows, err = benchEtcdTakeover(work, scripted, n(3, 1))
 	case "reattach":
 		rows, err = benchReattach(work, scripted, n(100, 10), profileDir)
 	case "idle":
@@ -170,6 +180,7 @@ func run(quick bool, mdPath, only, profileDir string) error {
 	defer os.RemoveAll(work)
 	for bin, pkg := range map[string]string{
 		"scripted": "./examples/scripted/cmd/agenthost-plugin-scripted", "fixture": "./host/testdata/fixture", "agenthost": "./cmd/agenthost",
+		"etcdmember": "./internal/etcdmember",
 	} {
 		if out, err := exec.Command("go", "build", "-o", filepath.Join(work, bin), pkg).CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)

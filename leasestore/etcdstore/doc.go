@@ -8,18 +8,19 @@
 //
 // Every key starts with Options.Prefix (default "/agenthost/"). Session
 // ids are opaque (any UTF-8, '/' and NUL included), so keys embed them
-// hex-encoded: hex has no '/', so "<hex>/" is a prefix of one session's
-// keys only, and it keeps the ids' byte order (List's order).
+// escaped (NUL as NUL 0x01, '/' as NUL 0x02): an escaped id has no '/',
+// so "<id>/" is a prefix of one session's keys only, and an id costs
+// about its own length in every key (hex would double ids of up to 16 KiB).
 //
-//	r/<hex id>                     the session record (leasestore.EncodeRecord)
-//	s/<hex id>/n                   the journal head: last seq, 20 decimal digits
-//	s/<hex id>/w                   the writer key: the fence, 20 digits, present only
-//	                               while leasestore.CheckAppend admits that fence
-//	s/<hex id>/j/<seq, 20 digits>  a journal entry (leasestore.EncodeEntry)
-//	s/<hex id>/p                   the provider state pointer (JSON)
-//	s/<hex id>/q/<gen>/<8 digits>  the chunks of provider state generation gen
-//	hosts/<host id>                a host's registration (leasestore.HostRecord
-//	                               as JSON), attached to its liveness lease
+//	r/<id>                       the session record (leasestore.EncodeRecord)
+//	s/<id>/n                     the journal head: last seq, 20 decimal digits
+//	s/<id>/w                     the writer key: the fence, 20 digits, present only
+//	                             while leasestore.CheckAppend admits that fence
+//	s/<id>/j/<seq, 20 digits>    a journal entry (leasestore.EncodeEntry)
+//	s/<id>/p                     the provider state pointer (JSON)
+//	s/<id>/q/<gen>/<8 digits>    the chunks of provider state generation gen
+//	hosts/<host id>              a host's registration (leasestore.HostRecord
+//	                             as JSON), attached to its liveness lease
 //
 // # Fencing is etcd's
 //
@@ -55,10 +56,16 @@
 // session commits between them. An entry that cannot fit one transaction
 // with its key (a maximal payload under a very long session id) is
 // refused before anything is written, with ErrInvalidArgument naming the
-// limit. ApplyBatch queues each move on its session's queue in the
-// batch's order; different sessions' moves commit concurrently, each in a
-// transaction of its own (etcd syncs its log once for the proposals that
-// arrive together), so every slot reports its own move's fate.
+// limit. ApplyBatch (and MarkAllUnreconciled, MarkHostUnreconciled)
+// commit in groups of up to 24 sessions: one read of the group, its moves
+// judged in order on it (a later move of a session sees the earlier
+// one's result), and one transaction that writes the accepted results
+// and compares every touched session's record and head; a group that
+// lost a compare to another host's write goes one transaction per move
+// instead, each judged again. Every slot reports its own move's fate. At
+// most 32 sessions of one store commit at once, so that a burst queues in
+// the store rather than in etcd's proposal queue (where a loaded cluster
+// times requests out, then applies them anyway).
 //
 // # An unanswered commit
 //

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -262,22 +262,16 @@ func definitelyNotApplied(err error) bool {
 }
 
 // Key layout. Session ids are opaque (any UTF-8, '/' and NUL included),
-// so every key embeds an id hex-encoded: hex has no '/', so "<hex>/" is a
-// prefix of one id's keys only, and hex keeps the ids' byte order.
+// so every key embeds an id escaped (encodeID): the escaped id has no
+// '/', so "<id>/" is a prefix of one id's keys only.
 //
-//	<prefix>r/<hex id>                     session record (leasestore.EncodeRecord)
-//	<prefix>s/<hex id>/n                   last journal seq (20 decimal digits)
-//	<prefix>s/<hex id>/w                   writer fence (20 digits), present only while CheckAppend admits it
-//	<prefix>s/<hex id>/j/<seq, 20 digits>  journal entry (leasestore.EncodeEntry)
-//	<prefix>s/<hex id>/p                   provider state pointer (JSON)
-//	<prefix>s/<hex id>/q/<gen>/<8 digits>  provider state chunks of generation gen
-//	<prefix>hosts/<host id>                host registration (JSON), attached to its liveness lease
+// See the package doc for the keys.
 type keys struct{ prefix string }
 
 func (k keys) records() string         { return k.prefix + "r/" }
-func (k keys) record(id string) string { return k.prefix + "r/" + hex.EncodeToString([]byte(id)) }
+func (k keys) record(id string) string { return k.prefix + "r/" + encodeID(id) }
 func (k keys) session(id string) string {
-	return k.prefix + "s/" + hex.EncodeToString([]byte(id)) + "/"
+	return k.prefix + "s/" + encodeID(id) + "/"
 }
 func (k keys) head(id string) string     { return k.session(id) + "n" }
 func (k keys) writer(id string) string   { return k.session(id) + "w" }
@@ -363,10 +357,57 @@ func (s *Store) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func decodeID(h string) (string, error) {
-	b, err := hex.DecodeString(h)
-	return string(b), err
+// encodeID escapes a session id for a key: NUL becomes NUL 0x01 and '/'
+// becomes NUL 0x02, so no '/' is left and the escape is reversible. An id
+// costs its own length (plus its NULs and slashes) in every key, where
+// hex would double it: ids run to 16 KiB, and every transaction carries
+// several keys of one.
+func encodeID(id string) string {
+	if !strings.ContainsAny(id, "\x00/") {
+		return id
+	}
+	var b strings.Builder
+	for i := 0; i < len(id); i++ {
+		switch id[i] {
+		case 0:
+			b.WriteString("\x00\x01")
+		case '/':
+			b.WriteString("\x00\x02")
+		default:
+			b.WriteByte(id[i])
+		}
+	}
+	return b.String()
 }
+
+func decodeID(e string) (string, error) {
+	if !strings.Contains(e, "\x00") {
+		if strings.Contains(e, "/") {
+			return "", errBadKey
+		}
+		return e, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(e); i++ {
+		switch c := e[i]; {
+		case c == '/':
+			return "", errBadKey
+		case c != 0:
+			b.WriteByte(c)
+		case i+1 < len(e) && e[i+1] == 1:
+			b.WriteByte(0)
+			i++
+		case i+1 < len(e) && e[i+1] == 2:
+			b.WriteByte('/')
+			i++
+		default:
+			return "", errBadKey
+		}
+	}
+	return b.String(), nil
+}
+
+var errBadKey = errors.New("not a key of this store")
 
 func (s *Store) countOnly() []clientv3.OpOption {
 	return []clientv3.OpOption{clientv3.WithCountOnly()}
