@@ -128,14 +128,14 @@ func (h *Host) join(ctx context.Context) error {
 	cfg := h.cfg
 	// The membership lives until Close, not as long as Open's ctx: Join
 	// keeps it alive only while its ctx lasts.
-	jctx := leasestore.WithJoinAddress(context.WithoutCancel(ctx), cfg.Address)
+	jctx := context.WithoutCancel(ctx)
 	deadline := time.Now().Add(cfg.LivenessTTL + cfg.DriftMargin)
 	var (
 		m   leasestore.Membership
 		err error
 	)
 	for {
-		m, err = cfg.Cluster.Join(jctx, cfg.HostID, cfg.LivenessTTL)
+		m, err = cfg.Cluster.Join(jctx, leasestore.JoinRequest{HostID: cfg.HostID, TTL: cfg.LivenessTTL, Address: cfg.Address})
 		if !errors.Is(err, leasestore.ErrHostRegistered) || !time.Now().Before(deadline) {
 			break
 		}
@@ -156,10 +156,6 @@ func (h *Host) join(ctx context.Context) error {
 	if granted := m.TTL(); granted > 0 && cfg.SelfFence >= granted {
 		_ = m.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("%w: the cluster granted a liveness TTL of %s, not longer than Config.SelfFence (%s)", leasestore.ErrInvalidArgument, granted, cfg.SelfFence)
-	}
-	if got := m.Record().Address; cfg.Address != "" && got != cfg.Address {
-		h.log.Warn("the cluster store publishes another address for this host than Config.Address; clients of other hosts are told the store's",
-			"published", got, "address", cfg.Address)
 	}
 	h.cl = &cluster{c: cfg.Cluster, m: m, ttl: cfg.LivenessTTL, drift: cfg.DriftMargin, selfFence: cfg.SelfFence,
 		pending: map[string]*takeover{}, wake: make(chan struct{}, 1)}

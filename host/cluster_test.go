@@ -34,8 +34,7 @@ const (
 // machine).
 func clusterHostConfig(t *testing.T, endpoints []string, hostID, dir string) Config {
 	t.Helper()
-	st, err := etcdstore.Open(testCtx(t), etcdstore.Options{Endpoints: endpoints, Logger: logtest.New(t).Named(hostID + ".store"),
-		HostAddress: filepath.Join(dir, "api.sock")})
+	st, err := etcdstore.Open(testCtx(t), etcdstore.Options{Endpoints: endpoints, Logger: logtest.New(t).Named(hostID + ".store")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,10 +172,8 @@ type Config struct {
 	SelfFence time.Duration
 	// Address is where this host's clients reach it (its local API socket
 	// path), for its cluster registration: a client of another host is
-	// told it for this host's sessions. Join gets it in its context
-	// (leasestore.WithJoinAddress); a store that publishes an address of
-	// its own (etcdstore.Options.HostAddress, which the wiring sets to the
-	// same) wins, and the host warns when the two differ. Default: none.
+	// told it for this host's sessions (leasestore.JoinRequest.Address).
+	// Default: none.
 	Address string
 	// Logger receives the host's logs. Default: no logging.
 	Logger hclog.Logger

@@ -22,7 +22,7 @@ import (
 // loss and the takeover, and package plugin/sdk for why a plugin that
 // outlives its host cannot write after it.
 type Cluster interface {
-	// Join registers hostID as live under a liveness lease of ttl and
+	// Join registers req.HostID as live under a liveness lease of req.TTL and
 	// keeps it alive until the Membership is closed or ctx ends. A lease
 	// that expires anyway (the host was paused or cut off longer than
 	// ttl) is not silently renewed under the same registration: the
@@ -30,7 +30,7 @@ type Cluster interface {
 	// incarnation (see Membership). ErrHostRegistered when hostID is
 	// already registered by another live Membership (another process
 	// with the same host id).
-	Join(ctx context.Context, hostID string, ttl time.Duration) (Membership, error)
+	Join(ctx context.Context, req JoinRequest) (Membership, error)
 	// Hosts returns the hosts registered now, keyed by host id.
 	Hosts(ctx context.Context) (map[string]HostRecord, error)
 	// WatchHosts calls fn with the hosts registered when it starts (one
@@ -44,6 +44,18 @@ type Cluster interface {
 	// lost host's session (Evict with EvidenceHostLost), so a host that
 	// came back in time keeps its sessions.
 	ApplyIfHostLost(ctx context.Context, id, hostID string, t Transition) (Session, error)
+}
+
+// JoinRequest is what a host registers with (Cluster.Join).
+type JoinRequest struct {
+	// HostID names the host; required.
+	HostID string
+	// TTL is the liveness lease's TTL; the cluster may round it up.
+	TTL time.Duration
+	// Address is where clients of the host reach it (its local API
+	// socket path), published as HostRecord.Address so that a client of
+	// another host is told where this host's sessions run. Optional.
+	Address string
 }
 
 // Membership is one host's registration in a Cluster.
@@ -155,22 +167,4 @@ type ProviderStates interface {
 	// unknown session or one being deleted, and for a session that has
 	// none, a session created again under a deleted one's id included).
 	GetProviderState(ctx context.Context, id string) (ProviderState, error)
-}
-
-// joinAddressKey is the context key of JoinAddress.
-type joinAddressKey struct{}
-
-// WithJoinAddress returns ctx carrying addr, the address clients reach the
-// joining host at (its local API socket path), for Cluster.Join to
-// publish as HostRecord.Address. A context value rather than a parameter
-// so that Join's signature stays as it is; a backend that ignores it
-// publishes no address, and other hosts then name only the host id.
-func WithJoinAddress(ctx context.Context, addr string) context.Context {
-	return context.WithValue(ctx, joinAddressKey{}, addr)
-}
-
-// JoinAddress is the address WithJoinAddress put in ctx, or "".
-func JoinAddress(ctx context.Context) string {
-	addr, _ := ctx.Value(joinAddressKey{}).(string)
-	return addr
 }

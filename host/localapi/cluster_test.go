@@ -28,7 +28,7 @@ func serveCluster(t *testing.T, ec *etcdtest.Cluster, hostID string) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "api.sock")
-	store, err := etcdstore.Open(context.Background(), etcdstore.Options{Endpoints: ec.Endpoints(), Logger: logtest.New(t), HostAddress: sock})
+	store, err := etcdstore.Open(context.Background(), etcdstore.Options{Endpoints: ec.Endpoints(), Logger: logtest.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

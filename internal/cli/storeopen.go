@@ -52,18 +52,15 @@ func openStore(ctx context.Context, hc *host.Config, sc storeConfig, log hclog.L
 	}
 	log.Debug("opening the etcd store", "endpoints", sc.Endpoints, "tls", sc.TLS != nil, "prefix", sc.Prefix,
 		"hostID", sc.HostID, "hostIDFrom", sc.HostIDSource, "livenessTTL", sc.LivenessTTL)
-	// Other hosts tell a client of theirs this socket when it asks for
-	// a session that runs here: etcdstore publishes HostAddress with the
-	// host's registration (host.Config.Address says the same to a store
-	// that reads it from Join's context).
-	addr := filepath.Join(hc.StateDir, SocketName)
-	store, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: sc.Endpoints, TLS: sc.TLS, Prefix: sc.Prefix, Logger: log, HostAddress: addr})
+	store, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: sc.Endpoints, TLS: sc.TLS, Prefix: sc.Prefix, Logger: log})
 	if err != nil {
 		return fmt.Errorf("open the store on etcd at %s: %w; %s", strings.Join(sc.Endpoints, ","), err, tlsDiagnosis(ctx, sc))
 	}
 	hc.Store, hc.Cluster = store, store
 	hc.LivenessTTL = sc.LivenessTTL
-	hc.Address = addr
+	// Other hosts tell a client of theirs this socket when it asks for
+	// a session that runs here.
+	hc.Address = filepath.Join(hc.StateDir, SocketName)
 	return nil
 }
 

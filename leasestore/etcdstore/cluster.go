@@ -27,7 +27,8 @@ import (
 // of the last answered one. A lease that expired anyway is never revived:
 // the Membership reports not-live, revokes what is left of the old lease
 // and registers again under a new incarnation, epoch+1.
-func (s *Store) Join(ctx context.Context, hostID string, ttl time.Duration) (leasestore.Membership, error) {
+func (s *Store) Join(ctx context.Context, req leasestore.JoinRequest) (leasestore.Membership, error) {
+	hostID, ttl := req.HostID, req.TTL
 	if hostID == "" {
 		return nil, fmt.Errorf("%w: join the cluster: empty host id", leasestore.ErrInvalidArgument)
 	}
@@ -37,7 +38,7 @@ func (s *Store) Join(ctx context.Context, hostID string, ttl time.Duration) (lea
 	if err := s.writable(); err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
 	}
-	m := &membership{s: s, hostID: hostID, ttl: ttl, changed: make(chan struct{}, 1), stopped: make(chan struct{})}
+	m := &membership{s: s, hostID: hostID, ttl: ttl, address: req.Address, changed: make(chan struct{}, 1), stopped: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := m.register(ctx); err != nil {
 		m.cancel()
@@ -66,6 +67,8 @@ type membership struct {
 	s      *Store
 	hostID string
 	ttl    time.Duration
+	// address is published in the host record (JoinRequest.Address).
+	address string
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -104,7 +107,7 @@ func (m *membership) register(ctx context.Context) error {
 		return s.mapErr("join the cluster: grant a liveness lease", err)
 	}
 	rec := leasestore.HostRecord{HostID: m.hostID, Incarnation: rand.Text(), PID: os.Getpid(), Registered: s.now()}
-	rec.Address = s.opts.HostAddress
+	rec.Address = m.address
 	val, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode host record: %w", err)

@@ -58,9 +58,6 @@ type Options struct {
 	Now func() time.Time
 	// NewToken mints spawn tokens. Default: 128 random bits.
 	NewToken func() (string, error)
-	// HostAddress is what Join publishes as HostRecord.Address: where
-	// clients reach this host (its local API socket). Empty: nothing.
-	HostAddress string
 	// CloseRetries keeps journal handles whose close failed. Default: a
 	// registry owned by the store.
 	CloseRetries *leasestore.CloseRetries

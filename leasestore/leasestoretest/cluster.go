@@ -57,7 +57,7 @@ func RunCluster(t *testing.T, h ClusterHarness) {
 
 func join(t *testing.T, ctx context.Context, c leasestore.Cluster, host string, ttl time.Duration) leasestore.Membership {
 	t.Helper()
-	m, err := c.Join(ctx, host, ttl)
+	m, err := c.Join(ctx, leasestore.JoinRequest{HostID: host, TTL: ttl, Address: "sock-of-" + host})
 	if err != nil {
 		t.Fatalf("join %q: %v", host, err)
 	}
@@ -82,13 +82,13 @@ func testJoin(t *testing.T, h ClusterHarness, name string) {
 		t.Errorf("granted TTL %v below the %v asked for", m.TTL(), h.TTL)
 	}
 	rec := m.Record()
-	if rec.HostID != "host-a" || rec.Incarnation == "" || rec.Registered.IsZero() {
+	if rec.HostID != "host-a" || rec.Incarnation == "" || rec.Registered.IsZero() || rec.Address != "sock-of-host-a" {
 		t.Errorf("record %+v", rec)
 	}
 	for _, c := range []leasestore.Cluster{a, b} {
 		hosts, err := c.Hosts(ctx)
 		must(t, err)
-		if got, ok := hosts["host-a"]; !ok || got.Incarnation != rec.Incarnation || len(hosts) != 1 {
+		if got, ok := hosts["host-a"]; !ok || got.Incarnation != rec.Incarnation || got.Address != rec.Address || len(hosts) != 1 {
 			t.Errorf("hosts %+v, want host-a as registered (%+v)", hosts, rec)
 		}
 	}
@@ -103,7 +103,7 @@ func testJoin(t *testing.T, h ClusterHarness, name string) {
 	if until, _ := m.Valid(); !until.IsZero() && until.After(time.Now()) {
 		t.Errorf("a closed membership is valid until %v", until)
 	}
-	_, err = a.Join(ctx, "", h.TTL)
+	_, err = a.Join(ctx, leasestore.JoinRequest{TTL: h.TTL})
 	wantErr(t, err, leasestore.ErrInvalidArgument)
 }
 
@@ -111,9 +111,9 @@ func testDuplicateHost(t *testing.T, h ClusterHarness, name string) {
 	ctx := ctxFor(t)
 	a, b := h.Open(t, name), h.Open(t, name)
 	m := join(t, ctx, a, "host-a", h.TTL)
-	_, err := b.Join(ctx, "host-a", h.TTL)
+	_, err := b.Join(ctx, leasestore.JoinRequest{HostID: "host-a", TTL: h.TTL})
 	wantErr(t, err, leasestore.ErrHostRegistered)
-	_, err = a.Join(ctx, "host-a", h.TTL)
+	_, err = a.Join(ctx, leasestore.JoinRequest{HostID: "host-a", TTL: h.TTL})
 	wantErr(t, err, leasestore.ErrHostRegistered)
 	hosts, err := b.Hosts(ctx)
 	must(t, err)
