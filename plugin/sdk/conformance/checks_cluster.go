@@ -122,7 +122,7 @@ func selfFence(e *env) error {
 	sleep(e.ctx, time.Until(ready.Add(selfFenceBound)))
 	_, err = p.att.Prompt(e.ctx, pluginclient.PromptRequest{Prompt: pluginclient.Text(e.cfg.prompts.Hold)})
 	if err == nil {
-		return fmt.Errorf("Prompt %s after the handshake of a plugin spawned with %s=%s and sent no heartbeat was accepted, expected FAILED_PRECONDITION with reason %s",
+		return fmt.Errorf("a prompt %s after the handshake of a plugin spawned with %s=%s and sent no heartbeat was accepted, expected FAILED_PRECONDITION with reason %s",
 			time.Since(ready).Round(time.Millisecond), wire.EnvSelfFence, selfFenceBound, wire.ReasonSelfFenced)
 	}
 	if !errors.Is(err, pluginclient.ErrSelfFenced) {
@@ -147,7 +147,7 @@ func selfFence(e *env) error {
 		case err == nil:
 		case errors.Is(err, pluginclient.ErrSelfFenced) && time.Since(sent) >= selfFenceBound:
 		case errors.Is(err, pluginclient.ErrSelfFenced):
-			return fmt.Errorf("Prompt %s after a heartbeat granting 1m (capped at the %s bound) was refused as self-fenced",
+			return fmt.Errorf("a prompt %s after a heartbeat granting 1m (capped at the %s bound) was refused as self-fenced",
 				time.Since(sent).Round(time.Millisecond), selfFenceBound)
 		default:
 			return p.rpcErr("Prompt after a heartbeat", err)
