@@ -48,8 +48,9 @@ func TestConformanceCommand(t *testing.T) {
 		if r.code != 1 || !regexpMatch(`(?m)^  identify\s+FAIL`, r.stdout) || !regexpMatch(`(?m)^  handshake\s+PASS`, r.stdout) ||
 			!strings.Contains(r.stdout, "✗ identify:") || !strings.Contains(r.stdout, `spawn_token = "not-the-spawn-token"`) ||
 			// The four capability checks pass, skipped: it declares none;
-			// so does open-refuses-another-process: it speaks version 1.
-			!regexpMatch(`(?m)^7 passed, 8 failed, 0 not run$`, r.stdout) {
+			// so does open-refuses-another-process: it speaks version 1;
+			// export-state and self-fence fail in their setup (no Attach).
+			!regexpMatch(`(?m)^7 passed, 10 failed, 0 not run$`, r.stdout) {
 			t.Errorf("conformance of a broken plugin: %s", r)
 		}
 	})

@@ -38,10 +38,15 @@ func idleStop(t *testing.T, r *rig, s *server, cl *client, id string) *client {
 	cl.c.Close()
 	waitUntil(t, 30*time.Second, "the idle session's plugin and CLI gone", func() bool { return len(r.processes()) == 0 })
 	c2 := r.dial(s)
+	// The processes end before the host has written the release the idle
+	// stop ends with: wait for the session to stop running, then judge it.
 	var res api.SessionResult
-	if err := c2.c.Call(ctxFor(t, 10*time.Second), api.MethodSession, api.Params{SessionID: id}, &res); err != nil {
-		t.Fatal(err)
-	}
+	waitUntil(t, 30*time.Second, "the idle session no longer running", func() bool {
+		if err := c2.c.Call(ctxFor(t, 10*time.Second), api.MethodSession, api.Params{SessionID: id}, &res); err != nil {
+			t.Fatal(err)
+		}
+		return !res.Running && res.Session.Lease.Claim == "released"
+	})
 	if ev := res.Session.Lease.DeathEvidence; res.Running || ev == nil || ev.Detail != host.IdleStopDetail ||
 		res.Session.State != "" && res.Session.State != api.StateIdle {
 		t.Fatalf("_agenthost/session after the idle stop: running %v, state %q, evidence %+v; want idle", res.Running, res.Session.State, ev)
