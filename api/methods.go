@@ -130,7 +130,20 @@ const (
 	// touch it. data (ElsewhereData) names the host and its local API
 	// address; connect there, or wait until that host stops it.
 	CodeSessionElsewhere = -32011
+	// CodeSessionNotPortable: the session's conversation is on another
+	// host's machine (the host that ran it last) and its provider state
+	// is not stored with the session (its agent does not export state, or
+	// no turn exported it yet), so this host cannot resume it. data
+	// (NotPortableData) names that host, "" when its record predates
+	// naming hosts: resume the session there.
+	CodeSessionNotPortable = -32012
 )
+
+// NotPortableData is the data member of a CodeSessionNotPortable error.
+type NotPortableData struct {
+	// HostID is the host whose machine holds the conversation.
+	HostID string `json:"hostId"`
+}
 
 // ElsewhereData is the data member of a CodeSessionElsewhere error.
 type ElsewhereData struct {

@@ -51,6 +51,10 @@ var (
 	// itself, and a plugin that outlives its host would be a second
 	// writer once another host takes its session over: it cannot run in
 	// cluster mode.
+	// ErrNotPortable matches a *NotPortableError: the session's
+	// conversation is on another host's machine and its provider state is
+	// not stored, so it cannot be resumed here.
+	ErrNotPortable = errors.New("the session's conversation cannot move to this host")
 	ErrNoHeartbeat = errors.New("the plugin does not implement Heartbeat (an SDK older than cluster mode): it cannot run on a cluster; rebuild it with the current plugin SDK")
 )
 
@@ -74,6 +78,32 @@ func (e *ElsewhereError) Error() string {
 
 // Is matches ErrSessionElsewhere.
 func (e *ElsewhereError) Is(target error) bool { return target == ErrSessionElsewhere }
+
+// NotPortableError refuses the resume of a session, in cluster mode, on
+// another host than the one whose machine holds its conversation: the
+// session's newest provider handle was minted on HostID, and no provider
+// state of it is stored (its agent does not export state, or no turn
+// exported it yet). It matches ErrNotPortable.
+type NotPortableError struct {
+	SessionID string
+	// HostID is the host the conversation's state is on; empty when its
+	// handle was recorded before handles named their host.
+	HostID string
+}
+
+func (e *NotPortableError) Error() string {
+	where := fmt.Sprintf("is on host %q", e.HostID)
+	there := "resume it on that host"
+	if e.HostID == "" {
+		where = "is on the machine of the host that last ran it (the record predates naming hosts)"
+		there = "resume it on the host that ran it"
+	}
+	return fmt.Sprintf("session %q cannot be resumed on this host: its conversation's state %s and is not stored with the session (its agent does not export its state, or no turn has exported it yet), so it cannot move: %s",
+		e.SessionID, where, there)
+}
+
+// Is matches ErrNotPortable.
+func (e *NotPortableError) Is(target error) bool { return target == ErrNotPortable }
 
 // cluster is a host's cluster mode state; nil on a single machine.
 type cluster struct {
@@ -730,13 +760,44 @@ func (p *pluginProc) heartbeat(ctx context.Context, validFor time.Duration) (sel
 	return p.att.Heartbeat(ctx, validFor)
 }
 
-// Portable reports whether rec can be resumed on another machine: its
-// agent's plugin exports its provider state (providerstate.go), as the
-// plugin of the agent's newest session in this host declared it. An agent
-// no session of this host has run yet is reported not portable: this host
-// does not know.
-func (h *Host) Portable(rec leasestore.Session) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.exporting[rec.Agent]
+// Portable reports whether rec can be resumed on any host of a cluster: it
+// has no provider handle yet (nothing to carry), or the store holds a
+// provider state of its current handle (Session.Handle). It is a property
+// of the stored session, so every host answers alike, whichever plugin it
+// ran last; a state that cannot be read counts as not portable (unknown is
+// never "movable"). It reads the state's description only, where the store
+// can (leasestore.StoredStateHandle).
+func (h *Host) Portable(ctx context.Context, rec leasestore.Session) bool {
+	handle := rec.Handle()
+	if handle == "" {
+		return true
+	}
+	got, err := leasestore.StoredStateHandle(ctx, h.store, rec.ID)
+	return err == nil && got == handle
+}
+
+// checkPortable refuses, in cluster mode, the resume of a conversation
+// whose provider state is on another host's machine and not in the store:
+// the newest handle link names another host (or, recorded before links
+// named hosts, none: fail closed), and no stored provider state continues
+// that handle. The plugin here would find nothing of the conversation and
+// start another, or fail. nil on a single machine, for a session without
+// a handle, and for a handle minted on this host.
+func (h *Host) checkPortable(ctx context.Context, rec leasestore.Session) error {
+	if h.cl == nil || len(rec.Handles) == 0 {
+		return nil
+	}
+	link := rec.Handles[len(rec.Handles)-1]
+	if link.HostID == h.cfg.HostID {
+		return nil
+	}
+	got, err := leasestore.StoredStateHandle(ctx, h.store, rec.ID)
+	switch {
+	case err == nil && got == link.Handle:
+		return nil
+	case err != nil && !errors.Is(err, leasestore.ErrNotFound):
+		return fmt.Errorf("session %q: its conversation was last on host %q, and whether its provider state is stored could not be read: %w",
+			rec.ID, link.HostID, err)
+	}
+	return &NotPortableError{SessionID: rec.ID, HostID: link.HostID}
 }

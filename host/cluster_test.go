@@ -366,3 +366,117 @@ func TestClusterHostCutOffComesBackDeposed(t *testing.T) {
 		}
 	}
 }
+
+// openPortabilityHost is a host of ec with two agents: "scripted", whose
+// plugin exports its provider state, and "local", the same plugin told
+// not to (scripted.EnvNoExport), like a third-party plugin without the
+// interface.
+func openPortabilityHost(t *testing.T, ec *etcdtest.Cluster, hostID, dir string) *Host {
+	t.Helper()
+	cfg := clusterHostConfig(t, ec.Endpoints(), hostID, dir)
+	cfg.Agents["local"] = AgentPlugin{Path: bins.scripted, Env: []string{"AGENTHOST_SCRIPTED_NO_EXPORT=1"}}
+	h, err := Open(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h
+}
+
+// Portability is the stored session's, the same on every host: a session
+// whose plugin exports its state is portable on A and on B, one whose
+// plugin does not is portable on neither. Once A is lost and B took both
+// over, B continues the portable conversation and refuses the other with
+// ErrNotPortable naming host A, reserving nothing; A, back, resumes its own
+// session there.
+func TestClusterResumesANonPortableSessionOnlyOnItsOwnHost(t *testing.T) {
+	ctx := testCtx(t)
+	ec := etcdtest.StartCluster(t, 1)
+	dirA, dirB := stateDir(t), stateDir(t)
+	a := openPortabilityHost(t, ec, "host-a", dirA)
+	b := openPortabilityHost(t, ec, "host-b", dirB)
+
+	var pids []int
+	fences := map[string]uint64{}
+	for _, c := range []struct{ id, agent string }{{"moves", "scripted"}, {"stays", "local"}} {
+		s, err := a.StartSession(ctx, SessionRequest{ID: c.id, Agent: c.agent, Workspace: dirA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Prompt(ctx, "echo one"); err != nil || r.StopReason != "end_turn" {
+			t.Fatalf("prompt %s on A: %+v, %v", c.id, r, err)
+		}
+		pids = append(pids, s.PID())
+		fences[c.id] = s.Fence()
+	}
+	portable := func(h *Host, id string) bool {
+		t.Helper()
+		rec, err := h.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(rec.Handles); n == 0 || rec.Handles[n-1].HostID != "host-a" {
+			t.Fatalf("session %s's handle chain %+v does not name host-a", id, rec.Handles)
+		}
+		return h.Portable(ctx, rec)
+	}
+	for name, h := range map[string]*Host{"A": a, "B": b} {
+		if !portable(h, "moves") || portable(h, "stays") {
+			t.Fatalf("on %s: moves portable %v, stays portable %v; want true, false", name, portable(h, "moves"), portable(h, "stays"))
+		}
+	}
+
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B to take both sessions over", func() bool {
+		for id, fence := range fences {
+			if rec, err := b.store.Get(ctx, id); err != nil || rec.Lease.Held() || rec.Lease.Fence <= fence {
+				return false
+			}
+		}
+		return true
+	})
+	if !portable(b, "moves") || portable(b, "stays") {
+		t.Fatal("portability changed with the takeover")
+	}
+
+	_, err := b.StartSession(ctx, SessionRequest{ID: "stays", Agent: "local", MustExist: true})
+	var np *NotPortableError
+	if !errors.As(err, &np) || !errors.Is(err, ErrNotPortable) || np.HostID != "host-a" || np.SessionID != "stays" ||
+		!strings.Contains(err.Error(), `"host-a"`) || !strings.Contains(err.Error(), "resume it on that host") {
+		t.Fatalf("B resumed a session whose state is on host A only: %v", err)
+	}
+	before, err := b.store.Get(ctx, "stays")
+	if err != nil || before.Lease.Held() || before.Lease.Fence != fences["stays"]+1 {
+		t.Fatalf("lease after the refused resume: %+v, %v", before.Lease, err)
+	}
+
+	sb, err := b.StartSession(ctx, SessionRequest{ID: "moves", Agent: "scripted", MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := sb.Prompt(ctx, "history"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("prompt on B: %+v, %v", r, err)
+	}
+	if texts := agentText(t, b, "moves"); texts[len(texts)-1] != "history: 1 earlier prompts: echo one" {
+		t.Errorf("B's plugin continued with %q, want the earlier prompt", texts[len(texts)-1])
+	}
+	if rec, err := b.store.Get(ctx, "moves"); err != nil || rec.Handles[len(rec.Handles)-1].HostID != "host-b" || !b.Portable(ctx, rec) {
+		t.Errorf("after B's turn: handles %+v, portable on B %v (%v)", rec.Handles, b.Portable(ctx, rec), err)
+	}
+
+	// A, back, stops its old plugins and resumes its own session.
+	a2 := openPortabilityHost(t, ec, "host-a", dirA)
+	<-a2.reaped
+	for _, pid := range pids {
+		waitFor(t, "A's old plugins to be stopped", func() bool { return !alive(t, pid) })
+	}
+	sa, err := a2.StartSession(ctx, SessionRequest{ID: "stays", Agent: "local", MustExist: true})
+	if err != nil {
+		t.Fatalf("A resuming its own session: %v", err)
+	}
+	if r, err := sa.Prompt(ctx, "echo two"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("prompt on A: %+v, %v", r, err)
+	}
+}

@@ -263,9 +263,6 @@ type Host struct {
 
 	// cl is cluster mode's state; nil on a single machine.
 	cl *cluster
-	// exporting says, by agent, whether the plugin of its newest session
-	// exports its provider state (see Portable). Guarded by mu.
-	exporting map[string]bool
 
 	// moves batches the lease moves of the reconcile pass under way; nil
 	// outside one (see reconcileAll). Guarded by mu.
@@ -316,7 +313,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, undecided: map[string]bool{}, exporting: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
 	if cfg.Cluster != nil {

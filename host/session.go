@@ -112,7 +112,6 @@ func (h *Host) register(s *Session) bool {
 	closed := h.closed
 	if !closed {
 		h.sessions[s.id] = s
-		h.exporting[s.agent] = s.proc.exports
 		// The clients following the id follow this Session too (see
 		// Followed).
 		s.mu.Lock()

@@ -174,6 +174,13 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 		}
 	}
 	if resume {
+		// In a cluster, a conversation whose state is on another host's
+		// machine, and not in the store, is resumed only there.
+		if err := h.checkPortable(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	if resume {
 		// A resume keeps the options the session was started with, as its
 		// agent acknowledged them and as modes and config options changed
 		// them since (its approval policy, its model): a plugin resumed

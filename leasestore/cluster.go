@@ -168,3 +168,27 @@ type ProviderStates interface {
 	// none, a session created again under a deleted one's id included).
 	GetProviderState(ctx context.Context, id string) (ProviderState, error)
 }
+
+// ProviderStateHandles is optionally implemented by a ProviderStates that
+// can say which handle the stored state continues without reading its
+// Data (up to MaxProviderStateBytes, in many chunks): a host asks it of
+// every session it lists (is the session portable?). Use
+// StoredStateHandle, which falls back to GetProviderState for a store
+// that does not implement it.
+type ProviderStateHandles interface {
+	// ProviderStateHandle returns the Handle GetProviderState would
+	// return, with its errors (ErrNotFound for none), reading only the
+	// state's description.
+	ProviderStateHandle(ctx context.Context, id string) (string, error)
+}
+
+// StoredStateHandle returns the handle of the provider state ps holds for
+// session id, or ErrNotFound: through ProviderStateHandles when ps
+// implements it, otherwise by reading the whole state.
+func StoredStateHandle(ctx context.Context, ps ProviderStates, id string) (string, error) {
+	if h, ok := ps.(ProviderStateHandles); ok {
+		return h.ProviderStateHandle(ctx, id)
+	}
+	st, err := ps.GetProviderState(ctx, id)
+	return st.Handle, err
+}

@@ -156,10 +156,16 @@
 // holder of a decided lease), replaces the previous state whole, refuses
 // Data over MaxProviderStateBytes, and records the writer's fence; Delete
 // removes the state with the session; the state outlives a release, since
-// a host on another machine resumes from it. A session with a stored state
-// is portable: any host resumes it, importing the state first. One
-// without (the plugin exports nothing, or its state is too large) resumes
-// only where its provider files are. A backend may keep provider state
+// a host on another machine resumes from it. A session whose stored state
+// continues its current handle (Session.Handle; ProviderState.Handle) is
+// portable: any host resumes it, importing the state first. One without
+// (the plugin exports nothing, or its state is too large, or no turn of
+// the current handle exported yet) resumes only where its provider files
+// are: each HandleLink names the host it was minted on (HandleLink.HostID,
+// empty in older records), so a host in a cluster can tell. Portability
+// is asked of every listed session, so a backend implements the optional
+// ProviderStateHandles, which names the stored state's handle without
+// reading its data (StoredStateHandle falls back to GetProviderState). A backend may keep provider state
 // out of its backups: a store restored from backup loses it, and the
 // sessions stay resumable on their own machines.
 //

@@ -69,7 +69,7 @@ func sameEntry(a, b Entry) bool {
 // must never panic, and whatever it accepts must survive a rewrite.
 func FuzzDecodeRecord(f *testing.F) {
 	seed := Session{ID: "s\x00/1", Agent: "codex", Workspace: "/w", Options: map[string]string{"model": "m"},
-		Handles: []HandleLink{{Handle: "thread-1", Origin: HandleCreated, Fence: 1, ObservedAt: time.Unix(1, 0).UTC()}},
+		Handles: []HandleLink{{Handle: "thread-1", Origin: HandleCreated, Fence: 1, ObservedAt: time.Unix(1, 0).UTC(), HostID: "host-a"}},
 		Lease: Lease{Fence: 1, Claim: ClaimLive, Owner: &ProcessIdentity{HostID: "local", PID: 3, StartTicks: 9, SpawnToken: "t"},
 			Reattach: &Reattach{Network: "unix", Address: "/s", ProtocolVersion: 1}}}
 	b, err := EncodeRecord(seed)

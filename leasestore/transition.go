@@ -352,7 +352,8 @@ func (t ProveOwner) Apply(s Session, env Env) (Session, *EntryInput, error) {
 }
 
 // appendHandle records handle as the chain's head, minted at the session's
-// current fence. The chain records handle changes: proving the head's handle
+// current fence, on the host the lease names (Lease.OwnerHost: the owner's
+// HostID, or the reservation's). The chain records handle changes: proving the head's handle
 // again at the same fence is a retry and changes nothing, and resuming the
 // same handle under a later fence re-mints the head rather than adding a
 // link, so a conversation resumed a thousand times does not fill the chain.
@@ -365,7 +366,7 @@ func appendHandle(op string, s Session, handle string, origin HandleOrigin, now 
 	if handle == "" {
 		return nil, refuse(op, s, ErrInvalidArgument, "a provider handle is required")
 	}
-	link := HandleLink{Handle: handle, Origin: origin, Fence: s.Lease.Fence, ObservedAt: now}
+	link := HandleLink{Handle: handle, Origin: origin, Fence: s.Lease.Fence, ObservedAt: now, HostID: s.Lease.OwnerHost()}
 	if n := len(s.Handles); n > 0 {
 		head := s.Handles[n-1]
 		switch {

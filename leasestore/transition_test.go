@@ -195,7 +195,7 @@ func TestTransitions(t *testing.T) {
 		// prove owner
 		{"prove the committed owner", stateReservedOwner(), leasestore.ProveOwner{Fence: 4, Handle: "thread-1", Origin: leasestore.HandleCreated}, nil,
 			and(lease(4, leasestore.ClaimLive, leasestore.StageNone), func(t *testing.T, s leasestore.Session) {
-				if s.Handle() != "thread-1" || s.Handles[0].Fence != 4 || !s.Lease.AdmitsWriter() {
+				if s.Handle() != "thread-1" || s.Handles[0].Fence != 4 || s.Handles[0].HostID != owner.HostID || !s.Lease.AdmitsWriter() {
 					t.Errorf("proven session %+v", s)
 				}
 			}), false},
@@ -207,6 +207,19 @@ func TestTransitions(t *testing.T) {
 			func(t *testing.T, s leasestore.Session) {
 				if len(s.Handles) != 1 || s.Handles[0].Fence != 4 || s.Handles[0].Origin != leasestore.HandleResumed {
 					t.Errorf("chain %+v, want one link re-minted at fence 4", s.Handles)
+				}
+			}, false},
+		{"a handle proven on another host names that host", func() leasestore.Session {
+			s := stateReservedOwner()
+			o := *s.Lease.Owner
+			o.HostID = "host-b"
+			s.Lease.Owner = &o
+			s.Handles = []leasestore.HandleLink{{Handle: "thread-1", Origin: leasestore.HandleCreated, Fence: 2, HostID: "host-a"}}
+			return s
+		}(), leasestore.ProveOwner{Fence: 4, Handle: "thread-1", Origin: leasestore.HandleResumed}, nil,
+			func(t *testing.T, s leasestore.Session) {
+				if len(s.Handles) != 1 || s.Handles[0].HostID != "host-b" || s.Handles[0].Fence != 4 {
+					t.Errorf("chain %+v, want the head re-minted on host-b", s.Handles)
 				}
 			}, false},
 		{"prove a handle newer than the lease", func() leasestore.Session {
@@ -229,7 +242,7 @@ func TestTransitions(t *testing.T) {
 		// record handle
 		{"record a new handle", stateLive(), leasestore.RecordHandle{Fence: 4, Handle: "h2", Origin: leasestore.HandleResumed}, nil,
 			func(t *testing.T, s leasestore.Session) {
-				if len(s.Handles) != 2 || s.Handle() != "h2" {
+				if len(s.Handles) != 2 || s.Handle() != "h2" || s.Handles[1].HostID != owner.HostID {
 					t.Errorf("chain %+v", s.Handles)
 				}
 			}, false},

@@ -229,6 +229,13 @@ type HandleLink struct {
 	// Fence is the fence the link was minted at.
 	Fence      uint64    `json:"fence"`
 	ObservedAt time.Time `json:"observedAt"`
+	// HostID is the host whose plugin minted (or re-minted) the link: the
+	// lease's OwnerHost when it was appended. The provider's own state of
+	// the handle (a transcript file) lives on that host's machine, so a
+	// host in a cluster resumes the handle elsewhere only from a stored
+	// ProviderState. Empty in records written before hosts were named
+	// here, and on a single machine that names none.
+	HostID string `json:"hostId,omitempty"`
 }
 
 // MaxHandleLinks caps the provider handle chain. Overflow is refused rather

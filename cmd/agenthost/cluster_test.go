@@ -56,11 +56,13 @@ func TestTwoHostsOnEtcdShowTheOwnerHost(t *testing.T) {
 		t.Fatalf("sessions list on %s lacks %s:\n%s", dir, id, r.stdout)
 		return nil
 	}
-	if f := row(dirA); f[2] != "running" || f[3] != "host-a" {
-		t.Errorf("host A lists its session as %q, want running on host-a", f)
+	// PORTABLE is the stored session's: both hosts say yes once the turn
+	// stored the scripted plugin's state.
+	if f := row(dirA); f[2] != "running" || f[3] != "host-a" || f[4] != "yes" {
+		t.Errorf("host A lists its session as %q, want running on host-a, portable", f)
 	}
-	if f := row(dirB); f[3] != "host-a" || f[2] != "elsewhere" {
-		t.Errorf("host B lists host A's session as %q, want elsewhere on host-a", f)
+	if f := row(dirB); f[3] != "host-a" || f[2] != "elsewhere" || f[4] != "yes" {
+		t.Errorf("host B lists host A's session as %q, want elsewhere on host-a, portable", f)
 	}
 	st := mustAH(t, "--state-dir", dirB, "status")
 	for _, want := range []string{"host-a, pid", "host-b (this host), pid", id + " on host-a"} {

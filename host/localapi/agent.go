@@ -345,7 +345,7 @@ func (a *agent) ListSessions(ctx context.Context, p acp.ListSessionsRequest) (ac
 	hosts, _ := a.srv.Host.ClusterHosts(ctx)
 	for _, s := range page {
 		updated := s.UpdatedAt.Format(time.RFC3339Nano)
-		w := where{running: a.runs(s.ID), elsewhere: a.srv.Host.Elsewhere(s, hosts), portable: a.srv.Host.Portable(s)}
+		w := where{running: a.runs(s.ID), elsewhere: a.srv.Host.Elsewhere(s, hosts), portable: a.srv.Host.Portable(ctx, s)}
 		out.Sessions = append(out.Sessions, acp.SessionInfo{
 			SessionId: acp.SessionId(s.ID), Cwd: s.Workspace, Title: optString(s.Title), UpdatedAt: &updated, Meta: listedMeta(s, w),
 		})
@@ -497,7 +497,7 @@ func (a *agent) HandleExtensionMethod(ctx context.Context, method string, params
 		last, _ := h.Store().LastSeq(ctx, p.SessionID)
 		s, running := h.Session(p.SessionID)
 		hosts, _ := h.ClusterHosts(ctx)
-		r := api.SessionResult{LastSeq: last, Session: apiSession(rec, where{running: running, elsewhere: h.Elsewhere(rec, hosts), portable: h.Portable(rec)}),
+		r := api.SessionResult{LastSeq: last, Session: apiSession(rec, where{running: running, elsewhere: h.Elsewhere(rec, hosts), portable: h.Portable(ctx, rec)}),
 			Running: running}
 		if running {
 			r.Followers = s.Followers()

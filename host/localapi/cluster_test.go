@@ -35,7 +35,11 @@ func serveCluster(t *testing.T, ec *etcdtest.Cluster, hostID string) string {
 	h, err := host.Open(context.Background(), host.Config{
 		StateDir: dir, Store: store, Cluster: store, HostID: hostID, Address: sock,
 		LivenessTTL: 2 * time.Second, SelfFence: time.Second,
-		Agents: map[string]host.AgentPlugin{"scripted": {Path: scripted}}, Logger: logtest.New(t).Named(hostID),
+		Agents: map[string]host.AgentPlugin{
+			"scripted": {Path: scripted},
+			// The same plugin, told not to export its provider state.
+			"local": {Path: scripted, Env: []string{"AGENTHOST_SCRIPTED_NO_EXPORT=1"}},
+		}, Logger: logtest.New(t).Named(hostID),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +71,14 @@ func TestSessionOfAnotherHostIsElsewhere(t *testing.T) {
 		SessionID string `json:"sessionId"`
 	}
 	ca.mustCall("session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}, &created)
+	// A turn, whose end stores the exporting plugin's provider state.
+	ca.mustCall("session/prompt", map[string]any{"sessionId": created.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "echo one"}}}, nil)
+	// And a session of the plugin that does not export.
+	var local struct {
+		SessionID string `json:"sessionId"`
+	}
+	ca.mustCall("session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}, "_meta": map[string]any{"agenthost": map[string]any{"agent": "local"}}}, &local)
+	ca.mustCall("session/prompt", map[string]any{"sessionId": local.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "echo one"}}}, nil)
 
 	for _, req := range []struct {
 		method string
@@ -89,17 +101,25 @@ func TestSessionOfAnotherHostIsElsewhere(t *testing.T) {
 		}
 	}
 
-	// A, which runs it with a plugin that exports its conversation, lists
-	// it as its own and portable.
-	var own api.ListSessionsResult
-	ca.mustCall("session/list", map[string]any{}, &own)
-	if len(own.Sessions) != 1 || own.Sessions[0].Meta.Agenthost.OwnerHost != "host-a" || own.Sessions[0].Meta.Agenthost.State != api.StateRunning ||
-		!own.Sessions[0].Meta.Agenthost.Portable {
-		t.Fatalf("A's session list: %+v", own)
-	}
-	var list api.ListSessionsResult
-	cb.mustCall("session/list", map[string]any{}, &list)
-	if len(list.Sessions) != 1 || list.Sessions[0].Meta.Agenthost.OwnerHost != "host-a" || list.Sessions[0].Meta.Agenthost.State != api.StateElsewhere {
-		t.Fatalf("B's session list: %+v", list)
+	// Both hosts list both sessions as A's; portable is the stored
+	// session's, the same on both: the exporting plugin's session is, the
+	// other one is not.
+	for name, c := range map[string]*rpcClient{"A": ca, "B": cb} {
+		var list api.ListSessionsResult
+		c.mustCall("session/list", map[string]any{}, &list)
+		want := map[string]bool{created.SessionID: true, local.SessionID: false}
+		wantState := api.StateRunning
+		if name == "B" {
+			wantState = api.StateElsewhere
+		}
+		if len(list.Sessions) != 2 {
+			t.Fatalf("%s's session list: %+v", name, list)
+		}
+		for _, s := range list.Sessions {
+			m := s.Meta.Agenthost
+			if p, ok := want[s.SessionID]; !ok || m.Portable != p || m.OwnerHost != "host-a" || m.State != wantState {
+				t.Errorf("%s lists %s as %+v; want owner host-a, state %s, portable %v", name, s.SessionID, m, wantState, p)
+			}
+		}
 	}
 }

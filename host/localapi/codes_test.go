@@ -65,3 +65,21 @@ func TestSessionElsewhereNamesTheHost(t *testing.T) {
 		}
 	}
 }
+
+// A session whose conversation cannot move to this host is
+// CodeSessionNotPortable with the host that holds it, and its message
+// tells the user to resume it there.
+func TestSessionNotPortableNamesTheHost(t *testing.T) {
+	err := fmt.Errorf("start: %w", &host.NotPortableError{SessionID: "s", HostID: "host-a"})
+	re := apiError(err).(*acp.RequestError)
+	data, ok := re.Data.(api.NotPortableData)
+	if re.Code != api.CodeSessionNotPortable || api.CodeSessionNotPortable != -32012 || !ok || data.HostID != "host-a" {
+		t.Fatalf("answered %+v", re)
+	}
+	if !strings.Contains(re.Message, `"host-a"`) || !strings.Contains(re.Message, "resume it on that host") || !strings.Contains(re.Message, "does not export") {
+		t.Errorf("message %q does not say where the conversation is and why", re.Message)
+	}
+	if code := errorCode(err); code != api.CodeSessionNotPortable {
+		t.Errorf("errorCode %d", code)
+	}
+}

@@ -260,6 +260,11 @@ func apiError(err error) error {
 		return &acp.RequestError{Code: api.CodeSessionElsewhere, Message: err.Error(),
 			Data: api.ElsewhereData{HostID: elsewhere.HostID, Address: elsewhere.Address}}
 	}
+	var notPortable *host.NotPortableError
+	if errors.As(err, &notPortable) {
+		return &acp.RequestError{Code: api.CodeSessionNotPortable, Message: err.Error(),
+			Data: api.NotPortableData{HostID: notPortable.HostID}}
+	}
 	var inv *pluginclient.InvalidOptionError
 	if errors.As(err, &inv) {
 		return &acp.RequestError{Code: api.CodeInvalidParams, Message: err.Error(),
@@ -298,6 +303,8 @@ func errorCode(err error) int {
 		return api.CodeSessionRunning
 	case is(host.ErrSessionElsewhere):
 		return api.CodeSessionElsewhere
+	case is(host.ErrNotPortable):
+		return api.CodeSessionNotPortable
 	case is(host.ErrStartFailed):
 		return api.CodeAgentFailed
 	case is(pluginclient.ErrSelfFenced):

@@ -270,32 +270,55 @@ func (s *Store) sweepStateChunks(ctx context.Context, id string) error {
 	return nil
 }
 
+// ProviderStateHandle implements leasestore.ProviderStateHandles: the
+// record and the state's description, no chunk.
+func (s *Store) ProviderStateHandle(ctx context.Context, id string) (string, error) {
+	var handle string
+	err := s.view(func(txn *badger.Txn) error {
+		m, err := stateMetaOf(txn, id)
+		handle = m.Handle
+		return err
+	})
+	return handle, err
+}
+
+// stateMetaOf reads the description of session id's provider state in
+// txn: ErrNotFound for an unknown session, one being deleted, and one
+// with no state of its current incarnation.
+func stateMetaOf(txn *badger.Txn, id string) (stateMeta, error) {
+	sess, err := getSession(txn, id)
+	if err != nil {
+		return stateMeta{}, err
+	}
+	none := fmt.Errorf("session %q has no provider state: %w", id, leasestore.ErrNotFound)
+	if sess.Deleting {
+		return stateMeta{}, none
+	}
+	item, err := txn.Get(stateMetaKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return stateMeta{}, none
+	}
+	if err != nil {
+		return stateMeta{}, fmt.Errorf("read provider state of %q: %w", id, err)
+	}
+	var m stateMeta
+	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
+		return stateMeta{}, fmt.Errorf("%w: provider state description of %q: %v", leasestore.ErrDamaged, id, err)
+	}
+	if m.Incarnation != sess.Incarnation {
+		return stateMeta{}, none // an earlier session's of the same id
+	}
+	return m, nil
+}
+
 // GetProviderState implements leasestore.ProviderStates. A session being
 // deleted has none.
 func (s *Store) GetProviderState(ctx context.Context, id string) (leasestore.ProviderState, error) {
 	var out leasestore.ProviderState
 	err := s.view(func(txn *badger.Txn) error {
-		sess, err := getSession(txn, id)
+		m, err := stateMetaOf(txn, id)
 		if err != nil {
 			return err
-		}
-		none := fmt.Errorf("session %q has no provider state: %w", id, leasestore.ErrNotFound)
-		if sess.Deleting {
-			return none
-		}
-		item, err := txn.Get(stateMetaKey(id))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return none
-		}
-		if err != nil {
-			return fmt.Errorf("read provider state of %q: %w", id, err)
-		}
-		var m stateMeta
-		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
-			return fmt.Errorf("%w: provider state description of %q: %v", leasestore.ErrDamaged, id, err)
-		}
-		if m.Incarnation != sess.Incarnation {
-			return none // an earlier session's of the same id
 		}
 		if m.Size < 0 || m.Size > leasestore.MaxProviderStateBytes {
 			return fmt.Errorf("%w: provider state of %q claims %d bytes", leasestore.ErrDamaged, id, m.Size)

@@ -156,7 +156,10 @@ type Store struct {
 	stateLocks [stateLockCount]sync.Mutex
 }
 
-var _ leasestore.Store = (*Store)(nil)
+var (
+	_ leasestore.Store                = (*Store)(nil)
+	_ leasestore.ProviderStateHandles = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the lease store in stateDir, which must
 // be an absolute path. It takes an exclusive lock on the directory; a second

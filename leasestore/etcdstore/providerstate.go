@@ -206,34 +206,52 @@ func (s *Store) GetProviderState(ctx context.Context, id string) (leasestore.Pro
 	}
 }
 
-func (s *Store) getProviderState(ctx context.Context, id string) (leasestore.ProviderState, error) {
+// ProviderStateHandle implements leasestore.ProviderStateHandles: the
+// record and the pointer, in one read of two small keys; no chunk is read.
+func (s *Store) ProviderStateHandle(ctx context.Context, id string) (string, error) {
+	p, _, err := s.statePointerOf(ctx, id)
+	return p.Handle, err
+}
+
+// statePointerOf reads the session's record and its provider state
+// pointer at one revision, and returns the pointer and that revision:
+// ErrNotFound for an unknown session, one being deleted, or one with no
+// state.
+func (s *Store) statePointerOf(ctx context.Context, id string) (statePointer, int64, error) {
 	if err := s.readable(); err != nil {
-		return leasestore.ProviderState{}, err
+		return statePointer{}, 0, err
 	}
 	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.keys.record(id)), clientv3.OpGet(s.keys.pointer(id))).Commit()
 	if err != nil {
-		return leasestore.ProviderState{}, s.mapErr(fmt.Sprintf("read provider state of %q", id), err)
+		return statePointer{}, 0, s.mapErr(fmt.Sprintf("read provider state of %q", id), err)
 	}
 	rec := resp.Responses[0].GetResponseRange().Kvs
 	if len(rec) == 0 {
-		return leasestore.ProviderState{}, notFound("read provider state of", id)
+		return statePointer{}, 0, notFound("read provider state of", id)
 	}
 	if sess, err := leasestore.DecodeRecord(rec[0].Value); err != nil {
-		return leasestore.ProviderState{}, err
+		return statePointer{}, 0, err
 	} else if sess.Deleting {
-		return leasestore.ProviderState{}, notFound("read provider state of", id)
+		return statePointer{}, 0, notFound("read provider state of", id)
 	}
 	pk := resp.Responses[1].GetResponseRange().Kvs
 	var p statePointer
 	if len(pk) > 0 {
 		if err := json.Unmarshal(pk[0].Value, &p); err != nil {
-			return leasestore.ProviderState{}, fmt.Errorf("%w: provider state pointer of %q: %v", leasestore.ErrDamaged, id, err)
+			return statePointer{}, 0, fmt.Errorf("%w: provider state pointer of %q: %v", leasestore.ErrDamaged, id, err)
 		}
 	}
 	if p.Gen == "" {
-		return leasestore.ProviderState{}, fmt.Errorf("session %q has no provider state: %w", id, leasestore.ErrNotFound)
+		return statePointer{}, 0, fmt.Errorf("session %q has no provider state: %w", id, leasestore.ErrNotFound)
 	}
-	rev := resp.Header.Revision
+	return p, resp.Header.Revision, nil
+}
+
+func (s *Store) getProviderState(ctx context.Context, id string) (leasestore.ProviderState, error) {
+	p, rev, err := s.statePointerOf(ctx, id)
+	if err != nil {
+		return leasestore.ProviderState{}, err
+	}
 	data := make([]byte, 0, p.Size)
 	prefix := s.keys.generation(id, p.Gen)
 	from := prefix

@@ -124,8 +124,9 @@ type Store struct {
 }
 
 var (
-	_ leasestore.Store   = (*Store)(nil)
-	_ leasestore.Cluster = (*Store)(nil)
+	_ leasestore.Store                = (*Store)(nil)
+	_ leasestore.Cluster              = (*Store)(nil)
+	_ leasestore.ProviderStateHandles = (*Store)(nil)
 )
 
 // Open connects to the etcd cluster at opts.Endpoints and checks that it

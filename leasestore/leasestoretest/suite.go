@@ -1522,6 +1522,11 @@ func wantState(t testing.TB, ctx context.Context, s leasestore.Store, id string,
 		t.Fatalf("provider state of %q: handle %q fence %d %d bytes exported %v; want handle %q fence %d %d bytes exported %v",
 			id, got.Handle, got.Fence, len(got.Data), got.ExportedAt, want.Handle, want.Fence, len(want.Data), want.ExportedAt)
 	}
+	// The cheap read (the store's ProviderStateHandles, when it has one)
+	// names the same handle.
+	if h, err := leasestore.StoredStateHandle(ctx, s, id); err != nil || h != want.Handle {
+		t.Fatalf("StoredStateHandle(%q) = %q, %v; want %q", id, h, err, want.Handle)
+	}
 }
 
 // testProviderState: put, get and replace, at sizes above any one value or
@@ -1530,8 +1535,12 @@ func testProviderState(t *testing.T, s leasestore.Store) {
 	ctx := ctxFor(t)
 	_, err := s.GetProviderState(ctx, "missing")
 	wantErr(t, err, leasestore.ErrNotFound)
+	_, err = leasestore.StoredStateHandle(ctx, s, "missing")
+	wantErr(t, err, leasestore.ErrNotFound)
 	sess := Live(t, ctx, s, "s")
 	_, err = s.GetProviderState(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+	_, err = leasestore.StoredStateHandle(ctx, s, "s")
 	wantErr(t, err, leasestore.ErrNotFound)
 	fence := sess.Lease.Fence
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -1627,8 +1636,13 @@ func testProviderStateDeleted(t *testing.T, s leasestore.Store) {
 	wantErr(t, err, leasestore.ErrNotFound)
 	wantErr(t, s.PutProviderState(ctx, "s", fence, leasestore.ProviderState{Handle: "h", Data: []byte("x")}), leasestore.ErrNotFound)
 
+	_, err = leasestore.StoredStateHandle(ctx, s, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+
 	Live(t, ctx, s, "s")
 	_, err = s.GetProviderState(ctx, "s")
+	wantErr(t, err, leasestore.ErrNotFound)
+	_, err = leasestore.StoredStateHandle(ctx, s, "s")
 	wantErr(t, err, leasestore.ErrNotFound)
 	wantState(t, ctx, s, "kept", keptState)
 }

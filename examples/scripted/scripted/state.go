@@ -28,6 +28,33 @@ var (
 	_ sdk.StateImporter = (*agent)(nil)
 )
 
+// EnvNoExport, set to 1 in the plugin's environment, makes the command
+// serve NewLocal: a scripted agent that does not export its state, like a
+// third-party plugin without StateExporter, whose sessions a cluster
+// resumes only on their own machine.
+const EnvNoExport = "AGENTHOST_SCRIPTED_NO_EXPORT"
+
+// NewLocal is the sdk.Factory of the scripted agent without
+// sdk.StateExporter and sdk.StateImporter (see EnvNoExport).
+func NewLocal(ctx context.Context, env sdk.Environment) (sdk.Agent, error) {
+	a, err := New(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	return localAgent{agent: a.(*agent)}, nil
+}
+
+// localAgent is the scripted agent whose fields ExportState and
+// ImportState hide the methods of those names *agent would promote (a
+// shallower selector wins), so it is neither a StateExporter nor a
+// StateImporter while keeping every other method.
+type localAgent struct {
+	*agent
+	ExportState, ImportState struct{}
+}
+
+var _ sdk.Agent = localAgent{}
+
 // exported is the state's encoding: versioned JSON, so an import can tell
 // it from anything else.
 type exported struct {

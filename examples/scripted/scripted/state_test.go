@@ -107,3 +107,22 @@ func FuzzImportState(f *testing.F) {
 		}
 	})
 }
+
+// NewLocal's agent exports nothing and imports nothing, and is the
+// scripted agent otherwise: a plugin whose sessions a cluster resumes only
+// on their own machine.
+func TestLocalAgentDoesNotExport(t *testing.T) {
+	a, err := scripted.NewLocal(t.Context(), sdk.Environment{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.(sdk.StateExporter); ok {
+		t.Error("NewLocal's agent is a StateExporter")
+	}
+	if _, ok := a.(sdk.StateImporter); ok {
+		t.Error("NewLocal's agent is a StateImporter")
+	}
+	if _, ok := a.(sdk.Describer); !ok {
+		t.Error("NewLocal's agent lost the scripted agent's other methods")
+	}
+}

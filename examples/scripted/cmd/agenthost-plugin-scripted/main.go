@@ -2,7 +2,8 @@
 // examples/scripted/scripted: a deterministic agent, driven by its prompts,
 // for testing hosts without a provider. A host starts it; run by hand with
 // AGENTHOST_PLUGIN_DEBUG=1 it prints a reattach config and serves until
-// interrupted.
+// interrupted. With AGENTHOST_SCRIPTED_NO_EXPORT=1 it serves the agent
+// without provider state export (scripted.NewLocal).
 package main
 
 import (
@@ -14,7 +15,11 @@ import (
 )
 
 func main() {
-	if err := sdk.Serve("scripted", scripted.New, sdk.WithCapabilities(scripted.Capabilities())); err != nil {
+	factory := scripted.New
+	if os.Getenv(scripted.EnvNoExport) == "1" {
+		factory = scripted.NewLocal
+	}
+	if err := sdk.Serve("scripted", factory, sdk.WithCapabilities(scripted.Capabilities())); err != nil {
 		fmt.Fprintln(os.Stderr, "agenthost-plugin-scripted:", err)
 		os.Exit(1)
 	}
