@@ -37,9 +37,17 @@ type HeartbeatRequest struct {
 	// How long, from the plugin's receipt, this word keeps it live; the
 	// plugin caps it at its own bound (AGENTHOST_SELF_FENCE). 0 or less
 	// grants nothing: the deadline does not move.
-	ValidForMs    int64 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ValidForMs int64 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// The grant's end on the machine's boot clock (Linux CLOCK_BOOTTIME, in
+	// nanoseconds: it counts time suspended, and every process on the
+	// machine reads the same one). A plugin on the same machine fences at
+	// min(receipt + valid_for, this), so a heartbeat read long after it was
+	// sent (the host and plugin frozen, the machine suspended) grants only
+	// what is left of it; one already past grants nothing. 0 = absent (an
+	// older host, or no boot clock).
+	ValidUntilBootNs int64 `protobuf:"varint,3,opt,name=valid_until_boot_ns,json=validUntilBootNs,proto3" json:"valid_until_boot_ns,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -82,6 +90,13 @@ func (x *HeartbeatRequest) GetFence() uint64 {
 func (x *HeartbeatRequest) GetValidForMs() int64 {
 	if x != nil {
 		return x.ValidForMs
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetValidUntilBootNs() int64 {
+	if x != nil {
+		return x.ValidUntilBootNs
 	}
 	return 0
 }
@@ -4167,11 +4182,12 @@ var File_agenthost_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agenthost_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"J\n" +
+	"\x1eagenthost/agent/v1/agent.proto\x12\x12agenthost.agent.v1\"y\n" +
 	"\x10HeartbeatRequest\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\x04R\x05fence\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\x03R\n" +
-	"validForMs\"4\n" +
+	"validForMs\x12-\n" +
+	"\x13valid_until_boot_ns\x18\x03 \x01(\x03R\x10validUntilBootNs\"4\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vself_fenced\x18\x01 \x01(\bR\n" +
 	"selfFenced\"*\n" +

@@ -169,6 +169,11 @@ var rules = []depRule{
 		reason: "the plugins' test helpers drive them as a third party's tests would, through sdktest alone",
 	},
 	{
+		from:   "./internal/bootclock/...",
+		deny:   []string{"./..."},
+		reason: "the boot clock is imported by both the plugin SDK and the lease store backends, so it depends on nothing of the module",
+	},
+	{
 		from:              "./...",
 		exceptTestHelpers: true,
 		deny:              []string{"testing"},

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agenthost/agenthost/internal/agentpb"
+	"github.com/agenthost/agenthost/internal/bootclock"
 	"github.com/agenthost/agenthost/internal/wire"
 )
 
@@ -20,11 +21,27 @@ import (
 // ErrNotImplemented: it cannot fence itself, so it cannot run in cluster
 // mode. Another fence than the plugin's is refused like any call
 // (ErrStaleFence, ErrNeverAttached, ErrNotAttached).
+//
+// Where the machine has a boot clock the heartbeat also carries the
+// grant's end on it (valid_until_boot_ns = boot clock at send + validFor),
+// so that a plugin on this machine that reads the heartbeat late (both
+// frozen, the machine suspended) is granted only what is left of it.
 func (c *Client) Heartbeat(ctx context.Context, fence uint64, validFor time.Duration) (selfFenced bool, err error) {
+	var until int64
+	if now, ok := bootclock.Now(); ok && validFor > 0 {
+		until = now + int64(validFor)
+	}
+	return c.HeartbeatUntil(ctx, fence, validFor, until)
+}
+
+// HeartbeatUntil is Heartbeat with the grant's end on the machine's boot
+// clock given (untilBootNs, 0 for none) rather than computed at send: for
+// tests of a heartbeat that arrives after its grant ended.
+func (c *Client) HeartbeatUntil(ctx context.Context, fence uint64, validFor time.Duration, untilBootNs int64) (selfFenced bool, err error) {
 	if c.v2 == nil {
 		return false, version1(c.version, "Heartbeat")
 	}
-	r, err := c.v2.Heartbeat(ctx, &agentpb.HeartbeatRequest{Fence: fence, ValidForMs: validFor.Milliseconds()})
+	r, err := c.v2.Heartbeat(ctx, &agentpb.HeartbeatRequest{Fence: fence, ValidForMs: validFor.Milliseconds(), ValidUntilBootNs: untilBootNs})
 	if err != nil {
 		return false, classify(ctx, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/agenthost/agenthost/internal/bootclock"
 	"github.com/agenthost/agenthost/leasestore"
 )
 
@@ -24,7 +25,8 @@ import (
 // transaction that requires the key to be absent: ErrHostRegistered when
 // another registration of hostID is live. The Membership keeps the lease
 // alive with a keepalive every TTL/3 and tracks Valid from the send time
-// of the last answered one. A lease that expired anyway is never revived:
+// of the last answered one, on the monotonic and the boot clock (which
+// counts time suspended: a host waking from a sleep is not live). A lease that expired anyway is never revived:
 // the Membership reports not-live, revokes what is left of the old lease
 // and registers again under a new incarnation, epoch+1.
 func (s *Store) Join(ctx context.Context, req leasestore.JoinRequest) (leasestore.Membership, error) {
@@ -85,9 +87,45 @@ type membership struct {
 	mu      sync.Mutex
 	lease   clientv3.LeaseID
 	granted time.Duration
-	until   time.Time
-	epoch   uint64
-	rec     leasestore.HostRecord
+	// until is the send time of the last answered keepalive (or of the
+	// grant) + its TTL on the monotonic clock, zero while not registered;
+	// bootUntil the same instant on the machine's boot clock (0 where
+	// there is none). The monotonic clock stops while the machine sleeps,
+	// the cluster's does not: validUntil shortens until by the time spent
+	// suspended, so a host waking from a sleep longer than what was left
+	// of its TTL is not live, although until has not passed.
+	until     time.Time
+	bootUntil int64
+	epoch     uint64
+	rec       leasestore.HostRecord
+}
+
+// bootNow reads the boot clock; 0 where there is none.
+func bootNow() int64 {
+	ns, ok := bootclock.Now()
+	if !ok {
+		return 0
+	}
+	return ns
+}
+
+// validUntil is until, no later than bootUntil counted on the boot clock:
+// now + (bootUntil - nowBoot). It keeps now's monotonic reading, so later
+// comparisons with time.Now are monotonic. A zero until (not registered)
+// or a zero bootUntil or nowBoot (no boot clock) leaves until as it is.
+func validUntil(until time.Time, bootUntil int64, now time.Time, nowBoot int64) time.Time {
+	if until.IsZero() || bootUntil == 0 || nowBoot == 0 {
+		return until
+	}
+	if b := now.Add(time.Duration(bootUntil - nowBoot)); b.Before(until) {
+		return b
+	}
+	return until
+}
+
+// validLocked is Valid's until now. Callers hold m.mu.
+func (m *membership) validLocked() time.Time {
+	return validUntil(m.until, m.bootUntil, time.Now(), bootNow())
 }
 
 func (m *membership) notify() {
@@ -101,7 +139,7 @@ func (m *membership) notify() {
 func (m *membership) register(ctx context.Context) error {
 	s := m.s
 	secs := int64(math.Ceil(m.ttl.Seconds()))
-	sent := time.Now()
+	sent, sentBoot := time.Now(), bootNow()
 	g, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return s.mapErr("join the cluster: grant a liveness lease", err)
@@ -126,6 +164,10 @@ func (m *membership) register(ctx context.Context) error {
 	m.mu.Lock()
 	m.lease, m.granted, m.rec = g.ID, time.Duration(g.TTL)*time.Second, rec
 	m.until = sent.Add(m.granted)
+	m.bootUntil = 0
+	if sentBoot != 0 {
+		m.bootUntil = sentBoot + int64(m.granted)
+	}
 	m.epoch++
 	again := m.epoch > 1
 	m.mu.Unlock()
@@ -140,7 +182,7 @@ func (m *membership) run() {
 	for {
 		m.mu.Lock()
 		interval := max(m.granted/3, 100*time.Millisecond)
-		until := m.until
+		until := m.validLocked()
 		m.mu.Unlock()
 		wait := interval
 		if !until.IsZero() {
@@ -167,9 +209,9 @@ func (m *membership) run() {
 // time, a lease the cluster no longer knows is a loss.
 func (m *membership) keepalive() {
 	m.mu.Lock()
-	id, until := m.lease, m.until
+	id, until := m.lease, m.validLocked()
 	m.mu.Unlock()
-	sent := time.Now()
+	sent, sentBoot := time.Now(), bootNow()
 	ctx, cancel := context.WithDeadline(m.ctx, until)
 	resp, err := m.s.cli.KeepAliveOnce(ctx, id)
 	cancel()
@@ -177,7 +219,12 @@ func (m *membership) keepalive() {
 	case err == nil && resp.TTL > 0:
 		m.mu.Lock()
 		if m.lease == id {
-			m.until = sent.Add(time.Duration(resp.TTL) * time.Second)
+			ttl := time.Duration(resp.TTL) * time.Second
+			m.until = sent.Add(ttl)
+			m.bootUntil = 0
+			if sentBoot != 0 {
+				m.bootUntil = sentBoot + int64(ttl)
+			}
 		}
 		m.mu.Unlock()
 	case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil:
@@ -191,7 +238,7 @@ func (m *membership) keepalive() {
 // keepalive: the cluster may have expired the lease.
 func (m *membership) checkLapse() {
 	m.mu.Lock()
-	lapsed := !m.until.IsZero() && !time.Now().Before(m.until)
+	lapsed := !m.until.IsZero() && !time.Now().Before(m.validLocked())
 	m.mu.Unlock()
 	if lapsed {
 		m.lost("no keepalive was answered within the TTL")
@@ -204,7 +251,7 @@ func (m *membership) lost(why string) {
 		m.mu.Unlock()
 		return
 	}
-	m.until = time.Time{}
+	m.until, m.bootUntil = time.Time{}, 0
 	m.mu.Unlock()
 	m.s.log.Warn("liveness lease lost; registering again under a new incarnation", "host", m.hostID, "reason", why)
 	m.notify()
@@ -235,10 +282,15 @@ func (m *membership) rejoin() {
 	}
 }
 
+// Valid is the send time of the last answered keepalive + its TTL, counted
+// on the boot clock where there is one: a host that was suspended (its
+// monotonic clock stopped) for longer than what was left of the TTL gets
+// an until in the past, not-live, until a keepalive or a new registration
+// proves it again.
 func (m *membership) Valid() (time.Time, uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.until, m.epoch
+	return m.validLocked(), m.epoch
 }
 
 func (m *membership) Changed() <-chan struct{} { return m.changed }

@@ -91,15 +91,26 @@
 //
 //   - It keeps a deadline, process start + d at first (when Serve began),
 //     then, at each Heartbeat at its current fence, receipt + min(valid_for,
-//     d). A heartbeat at another fence is refused like any call and moves
-//     nothing.
+//     d), and no later than the heartbeat's valid_until_boot_ns (the
+//     grant's end on the machine's boot clock, which host and plugin
+//     share). A heartbeat whose valid_until_boot_ns has passed when it is
+//     read (written before host and plugin froze, read on waking) grants
+//     nothing. A heartbeat at another fence is refused like any call and
+//     moves nothing.
 //   - From the deadline on it is self-fenced: Prompt is refused
 //     (FAILED_PRECONDITION, reason SELF_FENCED) and the running turn is
 //     cancelled; it ends with stop reason cancelled and an error saying the
 //     plugin fenced itself because no live host was heard from, and the
-//     plugin's log says so too. The next heartbeat lifts it.
-//   - The deadline is on the monotonic clock: stepping the wall clock
-//     moves nothing.
+//     plugin's log says so too. The next heartbeat lifts it; one arriving
+//     past the deadline first cancels the running turn, even if the timer
+//     has not fired yet, so a late grant never rescues a turn that
+//     outlived its deadline.
+//   - The deadline is on the boot clock on Linux (CLOCK_BOOTTIME, which
+//     counts time suspended: a plugin waking from a machine's sleep is
+//     past a deadline that passed during it; its timer wakes every
+//     fencePoll to notice, since Go's timers stop with the monotonic
+//     clock), on the monotonic clock elsewhere (where a suspend pushes the
+//     deadline out by its length). Stepping the wall clock moves nothing.
 //
 // The bound (the Chubby lease argument). A host sends a heartbeat only
 // while its membership is valid, until some time U that is no later than

@@ -156,23 +156,35 @@ func TestHeartbeatSetsTheDeadlineWithinTheBound(t *testing.T) {
 	ctx := t.Context()
 	bound := time.Hour
 	srv := newTestServer(t, holdAgent{}, bound, time.Now())
-	deadline := func() time.Time {
+	deadline := func() int64 {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return srv.deadline
 	}
-	before := time.Now()
+	now := func() int64 { ns, _ := srv.fenceNow(); return ns }
+	before := now()
 	if _, err := srv.Heartbeat(ctx, &agentpb.HeartbeatRequest{Fence: 1, ValidForMs: (100 * time.Hour).Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}
-	if d := deadline(); d.Before(before.Add(bound)) || d.After(time.Now().Add(bound)) {
-		t.Errorf("deadline %v after a 100h grant, want receipt + the 1h bound (between %v and %v)", d, before.Add(bound), time.Now().Add(bound))
+	if d, after := deadline(), now(); d < before+int64(bound) || d > after+int64(bound) {
+		t.Errorf("deadline %d after a 100h grant, want receipt + the 1h bound (between %d and %d)", d, before+int64(bound), after+int64(bound))
 	}
 	if _, err := srv.Heartbeat(ctx, &agentpb.HeartbeatRequest{Fence: 1, ValidForMs: time.Minute.Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}
-	if d := deadline(); d.After(time.Now().Add(time.Minute)) {
-		t.Errorf("deadline %v after a 1m grant, want no later than receipt + 1m", d)
+	if d := deadline(); d > now()+int64(time.Minute) {
+		t.Errorf("deadline %d after a 1m grant, want no later than receipt + 1m", d)
+	}
+	// On a boot clock an end before receipt + valid_for lowers the
+	// deadline to it.
+	if _, boot := srv.fenceNow(); boot {
+		until := now() + int64(time.Second)
+		if _, err := srv.Heartbeat(ctx, &agentpb.HeartbeatRequest{Fence: 1, ValidForMs: time.Minute.Milliseconds(), ValidUntilBootNs: until}); err != nil {
+			t.Fatal(err)
+		}
+		if d := deadline(); d != until {
+			t.Errorf("deadline %d after a 1m grant ending at %d on the boot clock, want that end", d, until)
+		}
 	}
 }
 
@@ -200,6 +212,37 @@ func TestSelfFenceCancelsTheRunningTurn(t *testing.T) {
 	}
 	if _, err := srv.Prompt(ctx, &agentpb.PromptRequest{Fence: 1}); reasonOf(err) != wire.ReasonSelfFenced {
 		t.Errorf("new prompt: %v, want SELF_FENCED", err)
+	}
+}
+
+// A heartbeat that arrives after the deadline passed, before the timer
+// fired (a freeze or a suspend delays the timer; here it is stopped),
+// cancels the running turn before it lifts the fence: the turn outlived
+// the deadline and is not rescued.
+func TestLateHeartbeatCancelsTheTurnBeforeLifting(t *testing.T) {
+	ctx := t.Context()
+	srv := newTestServer(t, holdAgent{}, time.Hour, time.Now())
+	openSession(t, srv)
+	r, err := srv.Prompt(ctx, &agentpb.PromptRequest{Fence: 1, TurnId: "turn-frozen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	srv.fenceTimer.Stop()
+	now, _ := srv.fenceNow()
+	srv.deadline = now - int64(time.Minute)
+	srv.mu.Unlock()
+	hb, err := srv.Heartbeat(ctx, &agentpb.HeartbeatRequest{Fence: 1, ValidForMs: time.Hour.Milliseconds()})
+	if err != nil || !hb.SelfFenced {
+		t.Fatalf("late Heartbeat: %v, %v; want self_fenced", hb, err)
+	}
+	stop := waitStop(t, srv, r.TurnId)
+	if stop.StopReason != string(StopCancelled) || !strings.Contains(stop.Error, "fenced itself") {
+		t.Errorf("the turn stopped with %q, %q; want cancelled, saying the plugin fenced itself", stop.StopReason, stop.Error)
+	}
+	// The heartbeat granted an hour: the fence is lifted for new turns.
+	if _, err := srv.Prompt(ctx, &agentpb.PromptRequest{Fence: 1}); err != nil {
+		t.Errorf("Prompt after the late heartbeat: %v", err)
 	}
 }
 

@@ -63,12 +63,15 @@ type server struct {
 	fenceRaised chan struct{}
 	// Self-fencing (cluster mode, see selffence.go): fenceBound is the
 	// bound (0: off), deadline the moment the plugin fences itself unless
-	// a Heartbeat moves it, fenceTimer cancels the turn then (stopped by
-	// shutdown), fenced says the lapse was logged.
-	fenceBound time.Duration
-	deadline   time.Time
-	fenceTimer *time.Timer
-	fenced     bool
+	// a Heartbeat moves it, in nanoseconds on the fence clock (fenceNow),
+	// fenceTimer cancels the turn then (stopped by shutdown), fenced says
+	// the lapse was logged. clockOrigin is where the fence clock counts
+	// from where the machine has no boot clock.
+	fenceBound  time.Duration
+	deadline    int64
+	fenceTimer  *time.Timer
+	fenced      bool
+	clockOrigin time.Time
 }
 
 type pendingPermission struct {
@@ -93,6 +96,7 @@ func newServer(name string, caps Capabilities, factory Factory, env Environment,
 		box:         newOutbox(env.SessionDir, memLimit, env.Logger),
 		perms:       map[string]*pendingPermission{},
 		fenceRaised: make(chan struct{}),
+		clockOrigin: time.Now(),
 	}
 	env.Reporter = &Reporter{srv: s}
 	s.env = env
@@ -436,7 +440,7 @@ func (s *server) Prompt(ctx context.Context, req *agentpb.PromptRequest) (*agent
 	}
 	// A prompt for a turn this process started is answered as such
 	// above, fenced or not: it is no new turn.
-	if s.pastDeadline(time.Now()) {
+	if now, _ := s.fenceNow(); s.pastDeadline(now) {
 		s.fenceSelf()
 		return nil, refuse(wire.ReasonSelfFenced, "%s", s.selfFencedMessage())
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/bootclock"
 	"github.com/agenthost/agenthost/internal/pluginclient"
 	"github.com/agenthost/agenthost/plugin/sdk"
 )
@@ -104,6 +105,72 @@ func TestProcessSelfFenceCancelsTheRunningTurn(t *testing.T) {
 	ups, stop := h.Turn(id, time.Minute)
 	if stop.StopReason != string(sdk.StopCancelled) || !strings.Contains(stop.Error, "fenced itself") {
 		t.Errorf("the held turn ended %q (%q), want cancelled, the plugin saying it fenced itself: %s", stop.StopReason, stop.Error, Describe(ups))
+	}
+}
+
+// A heartbeat read after its grant ended on the machine's boot clock (as
+// one written before host and plugin froze, or the machine slept, and read
+// on waking) grants nothing: a stream of them neither keeps the running
+// turn alive past the deadline nor lifts the fence afterwards; one whose
+// grant ends in the future lifts it.
+func TestProcessStaleHeartbeatGrantsNothing(t *testing.T) {
+	if _, ok := bootclock.Now(); !ok {
+		t.Skip("no boot clock on this system: heartbeats carry no valid_until_boot_ns")
+	}
+	const bound = time.Second
+	t.Setenv(sdk.EnvSelfFence, bound.String())
+	h := NewProcessHarness(t, scriptedBinary(t))
+	ctx := t.Context()
+	if _, err := h.NewSession(ctx, sdk.NewSessionRequest{Workspace: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	stale := func() (bool, error) {
+		now, _ := bootclock.Now()
+		return h.HeartbeatUntil(ctx, time.Hour, now-int64(time.Minute))
+	}
+	id := promptAfterHeartbeat(t, h, bound, "wait")
+	// Stale heartbeats every tenth of the bound: each would keep the turn
+	// alive if it granted receipt + valid_for.
+	var stop *Update
+	for began := time.Now(); stop == nil; {
+		if time.Since(began) > 30*bound {
+			t.Fatalf("the held turn still runs %s after its last fresh heartbeat, with stale ones arriving and a %s bound", time.Since(began), bound)
+		}
+		if _, err := stale(); err != nil {
+			t.Fatalf("stale Heartbeat: %v", err)
+		}
+		if u, ok := h.Next(bound / 10); ok && u.Stop() != nil && u.TurnID == id {
+			stop = &u
+		}
+	}
+	if s := stop.Stop(); s.StopReason != string(sdk.StopCancelled) || !strings.Contains(s.Error, "fenced itself") {
+		t.Errorf("the held turn ended %q (%q), want cancelled, the plugin saying it fenced itself", s.StopReason, s.Error)
+	}
+	if fenced, err := stale(); err != nil || !fenced {
+		t.Errorf("stale Heartbeat after the lapse: self-fenced %v, %v; want true", fenced, err)
+	}
+	if _, err := h.Prompt(ctx, "hello"); !errors.Is(err, ErrSelfFenced) {
+		t.Fatalf("Prompt after a stale heartbeat: %v, want ErrSelfFenced", err)
+	}
+
+	// A grant ending an hour from now on the boot clock lifts the fence
+	// (the plugin caps it at its bound).
+	for attempt := 0; ; attempt++ {
+		now, _ := bootclock.Now()
+		if _, err := h.HeartbeatUntil(ctx, time.Hour, now+int64(time.Hour)); err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		sent := time.Now()
+		id, err := h.Prompt(ctx, "hello")
+		if err == nil {
+			if _, stop := h.Turn(id, wait); stop.StopReason != string(sdk.StopEndTurn) {
+				t.Errorf("the turn after a fresh heartbeat stopped %q", stop.StopReason)
+			}
+			break
+		}
+		if !errors.Is(err, ErrSelfFenced) || time.Since(sent) < bound || attempt == 20 {
+			t.Fatalf("Prompt %s after a heartbeat granting until an hour from now: %v", time.Since(sent), err)
+		}
 	}
 }
 

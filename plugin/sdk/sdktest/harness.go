@@ -313,6 +313,14 @@ func (h *Harness) HeartbeatAt(ctx context.Context, fence uint64, validFor time.D
 	return h.client.Heartbeat(ctx, fence, validFor)
 }
 
+// HeartbeatUntil sends a heartbeat at the harness's fence whose grant ends
+// at untilBootNs on the machine's boot clock (bootclock.Now), as one the
+// plugin reads long after the host sent it: in the past, it must neither
+// lift the self-fence nor keep a running turn alive.
+func (h *Harness) HeartbeatUntil(ctx context.Context, validFor time.Duration, untilBootNs int64) (selfFenced bool, err error) {
+	return h.client.HeartbeatUntil(ctx, h.Fence(), validFor, untilBootNs)
+}
+
 // Fence is the fence the harness is attached at now.
 func (h *Harness) Fence() uint64 { return h.attachment().Fence() }
 
