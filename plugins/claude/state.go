@@ -384,33 +384,15 @@ func sameConversation(b []byte, handle string) error {
 }
 
 // checkTarget decides whether the imported transcript b may replace the
-// file at name: not if it is another conversation's (an error), no need
-// if it holds b already. A copy of this conversation that b does not
-// extend (it has turns b lacks) is moved aside first.
+// file at name (portable.CheckTarget), and says so when this machine's
+// diverging copy was kept aside.
 func (a *agent) checkTarget(root *os.Root, name, handle string, b []byte) (write bool, err error) {
-	old, _, err := portable.ReadFile(root, name, maxExportBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, nil
+	t, err := portable.CheckTarget(root, name, b, maxExportBytes, "transcript", func(old []byte) error { return sameConversation(old, handle) })
+	if t.Aside != "" {
+		a.log.Warn("this machine's transcript of the session had turns the imported state lacks; kept it beside the import",
+			"session_id", handle, "kept", t.Aside)
 	}
-	if err != nil {
-		return false, err
-	}
-	if err := sameConversation(old, handle); err != nil {
-		return false, fmt.Errorf("%s holds another conversation's transcript, not overwritten: it %w", name, err)
-	}
-	switch {
-	case bytes.Equal(old, b):
-		return false, nil
-	case bytes.HasPrefix(b, old):
-		return true, nil
-	}
-	aside := fmt.Sprintf("%s.displaced-%d", name, time.Now().UnixNano())
-	if err := root.Rename(name, aside); err != nil {
-		return false, fmt.Errorf("move this machine's diverging copy of the transcript aside: %w", err)
-	}
-	a.log.Warn("this machine's transcript of the session had turns the imported state lacks; kept it beside the import",
-		"session_id", handle, "kept", aside)
-	return true, nil
+	return t.Write, err
 }
 
 // noteLine records the uuid of a main-conversation line the CLI printed

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -235,34 +234,16 @@ func sameThread(b []byte, handle string) error {
 	return nil
 }
 
-// checkTarget decides whether the imported rollout b may replace the
-// file at name: not if it is another thread's (an error), no need if it
-// holds b already. A copy of this thread that b does not extend is moved
-// aside first.
+// checkTarget decides whether the imported rollout b may replace the file
+// at name (portable.CheckTarget), and says so when this machine's
+// diverging copy was kept aside.
 func (a *agent) checkTarget(root *os.Root, name, handle string, b []byte) (write bool, err error) {
-	old, _, err := portable.ReadFile(root, name, maxExportBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, nil
+	t, err := portable.CheckTarget(root, name, b, maxExportBytes, "rollout", func(old []byte) error { return sameThread(old, handle) })
+	if t.Aside != "" {
+		a.log.Warn("this machine's rollout of the thread had turns the imported state lacks; kept it beside the import",
+			"thread", handle, "kept", t.Aside)
 	}
-	if err != nil {
-		return false, err
-	}
-	if err := sameThread(old, handle); err != nil {
-		return false, fmt.Errorf("%s is not this thread's rollout, not overwritten: it %w", name, err)
-	}
-	switch {
-	case bytes.Equal(old, b):
-		return false, nil
-	case bytes.HasPrefix(b, old):
-		return true, nil
-	}
-	aside := fmt.Sprintf("%s.displaced-%d", name, time.Now().UnixNano())
-	if err := root.Rename(name, aside); err != nil {
-		return false, fmt.Errorf("move this machine's diverging copy of the rollout aside: %w", err)
-	}
-	a.log.Warn("this machine's rollout of the thread had turns the imported state lacks; kept it beside the import",
-		"thread", handle, "kept", aside)
-	return true, nil
+	return t.Write, err
 }
 
 // noteTurnEnded records the turn codex reported completed.

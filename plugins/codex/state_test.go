@@ -95,7 +95,7 @@ func TestStateImportRefuses(t *testing.T) {
 
 	theirs := filepath.Join(homeB, rolloutRel)
 	writeFile(t, theirs, rollout("11111111-2222-4333-8444-555555555555", ""))
-	if err := b.ImportState(ctx, threadID, state); err == nil || !strings.Contains(err.Error(), "not this thread's rollout, not overwritten") {
+	if err := b.ImportState(ctx, threadID, state); err == nil || !strings.Contains(err.Error(), "another conversation's rollout, not overwritten") {
 		t.Errorf("import over another thread's file: %v", err)
 	}
 	if got, _ := os.ReadFile(theirs); !bytes.Contains(got, []byte("11111111")) {

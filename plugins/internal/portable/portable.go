@@ -390,3 +390,43 @@ func JSONString(s string) string {
 	out := strings.TrimSuffix(b.String(), "\n")
 	return out[1 : len(out)-1]
 }
+
+// Target is what CheckTarget decided about an imported conversation file.
+type Target struct {
+	// Write says the import must write the file: it is missing, or the
+	// import extends it, or this machine's copy was moved aside.
+	Write bool
+	// Aside is where this machine's copy went when the import does not
+	// extend it (it has turns the import lacks): kept, never deleted.
+	Aside string
+}
+
+// CheckTarget decides whether the imported conversation file b may replace
+// the file at name under root: never if that file is another
+// conversation's (same reports why, and the error names what, e.g. "the
+// transcript"), no need if it holds b already, and a copy of this
+// conversation that b does not extend is moved aside first. max bounds the
+// read of the existing file.
+func CheckTarget(root *os.Root, name string, b []byte, max int64, what string, same func(old []byte) error) (Target, error) {
+	old, _, err := ReadFile(root, name, max)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Target{Write: true}, nil
+	}
+	if err != nil {
+		return Target{}, err
+	}
+	if err := same(old); err != nil {
+		return Target{}, fmt.Errorf("%s holds another conversation's %s, not overwritten: it %w", name, what, err)
+	}
+	switch {
+	case bytes.Equal(old, b):
+		return Target{}, nil
+	case bytes.HasPrefix(b, old):
+		return Target{Write: true}, nil
+	}
+	aside := fmt.Sprintf("%s.displaced-%d", name, time.Now().UnixNano())
+	if err := root.Rename(name, aside); err != nil {
+		return Target{}, fmt.Errorf("move this machine's diverging copy of the %s aside: %w", what, err)
+	}
+	return Target{Write: true, Aside: aside}, nil
+}
