@@ -47,14 +47,14 @@ var (
 	// ErrDeposed: the session was taken over by another host while this
 	// one was not live (its fence moved); its plugin here is stopped.
 	ErrDeposed = fmt.Errorf("the session was taken over while this host was not live: %w", leasestore.ErrStaleFence)
-	// ErrNoHeartbeat: the plugin has no Heartbeat RPC, so it cannot fence
-	// itself, and a plugin that outlives its host would be a second
-	// writer once another host takes its session over: it cannot run in
-	// cluster mode.
 	// ErrNotPortable matches a *NotPortableError: the session's
 	// conversation is on another host's machine and its provider state is
 	// not stored, so it cannot be resumed here.
 	ErrNotPortable = errors.New("the session's conversation cannot move to this host")
+	// ErrNoHeartbeat: the plugin has no Heartbeat RPC, so it cannot fence
+	// itself, and a plugin that outlives its host would be a second
+	// writer once another host takes its session over: it cannot run in
+	// cluster mode.
 	ErrNoHeartbeat = errors.New("the plugin does not implement Heartbeat (an SDK older than cluster mode): it cannot run on a cluster; rebuild it with the current plugin SDK")
 )
 

@@ -15,7 +15,3 @@
 // Where there is no boot clock (any system but Linux) Now reports ok
 // false and callers keep the monotonic clock, with its suspend hazard.
 package bootclock
-
-// Clock reads a boot clock in nanoseconds; ok is false where there is
-// none. Now is the machine's; tests inject others.
-type Clock func() (ns int64, ok bool)

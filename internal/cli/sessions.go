@@ -247,6 +247,8 @@ func sessionError(id string, err error) error {
 		return fmt.Errorf("no session %s in this state directory (agenthost sessions list shows them): %w", displayID(id), err)
 	case api.CodeSessionElsewhere:
 		return elsewhereError(id, err)
+	case api.CodeSessionNotPortable:
+		return fmt.Errorf("session %s cannot be resumed on this host: %w", displayID(id), err)
 	}
 	return err
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/agenthost/agenthost/host"
+
 	"github.com/agenthost/agenthost/internal/agentconfig"
 )
 
@@ -25,7 +27,7 @@ import (
 // over the default.
 const (
 	// DefaultLivenessTTL is --liveness-ttl's default (host.Config's).
-	DefaultLivenessTTL = 5 * time.Second
+	DefaultLivenessTTL = host.DefaultLivenessTTL
 	// minLivenessTTL is the shortest TTL etcd grants with its default
 	// timing (1.5 election timeouts, rounded up to whole seconds): a
 	// shorter one would be raised silently, and the self-fence bound the

@@ -23,7 +23,7 @@ import (
 // way through their sessions' writers instead, each judged again.
 
 // batchSessions bounds the sessions of one batch transaction: every
-// session costs two compares and at least three operations, so 32 fit
+// session costs two compares and at least three operations, so 24 fit
 // etcd's default 128 operations with room for lifecycle entries.
 const batchSessions = 24
 

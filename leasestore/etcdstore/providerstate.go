@@ -43,8 +43,11 @@ func (k keys) generation(id, gen string) string { return k.chunks(id) + gen + "/
 
 // PutProviderState implements leasestore.ProviderStates.
 func (s *Store) PutProviderState(ctx context.Context, id string, fence uint64, st leasestore.ProviderState) error {
+	if err := leasestore.ValidateSessionID(id); err != nil {
+		return fmt.Errorf("store provider state: %w", err)
+	}
 	if err := st.Validate(); err != nil {
-		return err
+		return fmt.Errorf("store provider state of %q: %w", id, err)
 	}
 	if err := s.writable(); err != nil {
 		return fmt.Errorf("store provider state of %q: %w", id, err)
