@@ -28,10 +28,11 @@ import (
 const exportTimeout = 30 * time.Second
 
 // storeProviderState exports the plugin's provider state and stores it,
-// once turn's stop is journaled and before the turn's Prompt is woken: a
-// client that saw a turn end can count on a host taking the session over
-// to continue from that turn (unless the export failed, which is logged).
-// The pump calls it, so the session's next updates wait for it.
+// once the plugin reported turn's stop and before that stop is journaled
+// (and so before the turn's Prompt is woken): a client that saw a turn end
+// can count on a host taking the session over to continue from that turn
+// (unless the export failed, which is logged). The pump calls it, so the
+// session's next updates wait for it.
 func (s *Session) storeProviderState(ctx context.Context, turn string) {
 	if !s.proc.exports {
 		return

@@ -224,6 +224,15 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 			entries = append(entries, e)
 		}
 	}
+	// A turn's provider state is stored before its stop is journaled, and
+	// the turn is finished right after the append: a client that sees the
+	// stop may prompt at once, and must not find the turn still running
+	// for the length of an export.
+	for _, u := range batch {
+		if ts := u.Stop(); ts != nil && u.Seq >= first {
+			s.storeProviderState(ctx, ts.TurnID)
+		}
+	}
 	if len(entries) > 0 {
 		if _, err := s.journal.Append(wctx, entries...); err != nil {
 			return err
@@ -243,7 +252,6 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 			continue
 		}
 		if ts := u.Stop(); ts != nil {
-			s.storeProviderState(ctx, ts.TurnID)
 			s.finishTurn(TurnResult{TurnID: ts.TurnID, StopReason: ts.StopReason, Error: ts.Error, AuthRequired: ts.AuthRequired})
 		} else {
 			s.noteTurn(u.TurnID)
