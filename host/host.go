@@ -237,9 +237,6 @@ type Host struct {
 	// waiting for theirs (guarded by mu).
 	decisions map[string]Decision
 	undecided map[string]bool
-	// decided is closed, and replaced, each time a session is decided
-	// (AwaitDecision). Guarded by mu.
-	decided chan struct{}
 	// reconciled is closed once every session found at open is decided.
 	reconciled chan struct{}
 
@@ -316,7 +313,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, undecided: map[string]bool{}, decided: make(chan struct{}), startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
 	if cfg.Cluster != nil {

@@ -112,8 +112,6 @@ func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) 
 			h.mu.Lock()
 			h.decisions[s.ID] = d
 			delete(h.undecided, s.ID)
-			close(h.decided)
-			h.decided = make(chan struct{})
 			h.mu.Unlock()
 			h.log.Info("session reconciled", "session", s.ID, "action", d.Action, "probe", d.Probe.String(), "reason", d.Reason)
 		})
@@ -141,28 +139,6 @@ func (h *Host) Undecided(id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.undecided[id]
-}
-
-// AwaitDecision waits until session id is not waiting for its restart
-// decision (at once when it never was), or ctx ends (its error). A client
-// that reconnects to a host just started asks for its sessions at once;
-// waiting for their decisions spares it an ErrUndecided it can do nothing
-// with but retry. A session that stays undecided (the host is closing)
-// waits until ctx ends.
-func (h *Host) AwaitDecision(ctx context.Context, id string) error {
-	for {
-		h.mu.Lock()
-		undecided, decided := h.undecided[id], h.decided
-		h.mu.Unlock()
-		if !undecided {
-			return nil
-		}
-		select {
-		case <-decided:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // reconcileParallelism bounds how many sessions are decided at once at

@@ -155,11 +155,6 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 			return nil, ctx.Err()
 		}
 	}
-	// A host just started may not have decided the session yet: wait
-	// for it rather than refuse the client (ErrUndecided).
-	if err := a.srv.Host.AwaitDecision(ctx, id); err != nil {
-		return nil, err
-	}
 	rec, err := a.srv.Host.Store().Get(ctx, id)
 	if err != nil {
 		return nil, err
