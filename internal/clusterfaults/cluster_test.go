@@ -246,9 +246,32 @@ func (r *run) round(ctx context.Context, n int) {
 			sleep(ctx, 50*time.Millisecond)
 		}
 	}
+	// A host continued after its session was taken over stops that
+	// plugin only once it has registered again and re-read the lease
+	// (until then it is not live: it takes no turn and heartbeats
+	// nothing, so the plugin stays fenced). The session's client may be
+	// acknowledged on the taker before that; wait for the stop too.
+	if len(r.stale()) > 0 {
+		acked := time.Now()
+		for len(r.stale()) > 0 && time.Now().Before(deadline) {
+			sleep(ctx, 50*time.Millisecond)
+		}
+		t.Logf("round %d: the lost host stopped its taken-over plugin %s after the heal (%s after every session was acknowledged again)",
+			n, time.Since(healed).Round(time.Millisecond), time.Since(acked).Round(time.Millisecond))
+	}
 	r.gate.pause()
 	defer r.gate.resume()
 	r.check(ctx, n)
+}
+
+// stale lists the sessions taken over from a host that has not yet logged
+// the end of its plugin.
+func (r *run) stale() []string {
+	r.mu.Lock()
+	faults := slices.Clone(r.faults)
+	r.mu.Unlock()
+	_, stale := intervals(r.fenceEvents(), r.takeovers(), faults, selfFence, ttl+drift, time.Now())
+	return stale
 }
 
 // check reads every journal and every host's fence log.
