@@ -131,6 +131,14 @@ type Config struct {
 	// is refused meanwhile (ErrUndecided). Default: Open returns once
 	// every session is decided.
 	ReconcileInBackground bool
+	// DecisionWait is how long a start or resume of a session still
+	// undecided since open waits for its decision before it is refused
+	// with ErrUndecided. A client that reconnects to a host just started
+	// asks for its sessions at once, and most decisions take milliseconds;
+	// a plugin that does not answer holds its own for up to
+	// ReattachTimeout, and its client is told so after this rather than
+	// kept waiting that long. Default: 5s.
+	DecisionWait time.Duration
 	// ReprobeInterval is how often latched sessions are probed again.
 	// Default: 30s.
 	ReprobeInterval time.Duration
@@ -203,6 +211,9 @@ func (c Config) withDefaults() Config {
 	if c.ReattachTimeout <= 0 {
 		c.ReattachTimeout = 10 * time.Second
 	}
+	if c.DecisionWait <= 0 {
+		c.DecisionWait = 5 * time.Second
+	}
 	if c.ReprobeInterval <= 0 {
 		c.ReprobeInterval = 30 * time.Second
 	}
@@ -237,6 +248,9 @@ type Host struct {
 	// waiting for theirs (guarded by mu).
 	decisions map[string]Decision
 	undecided map[string]bool
+	// decided is closed, and replaced, each time a session is decided
+	// (AwaitDecision). Guarded by mu.
+	decided chan struct{}
 	// reconciled is closed once every session found at open is decided.
 	reconciled chan struct{}
 
@@ -313,7 +327,7 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		prober:   &probe.Prober{HostID: cfg.HostID, TokenVar: tokenVar, Table: cfg.ProcessTable},
 		sessions: map[string]*Session{},
 		caps:     map[string]*capEntry{}, identifying: map[string]bool{},
-		decisions: map[string]Decision{}, undecided: map[string]bool{}, startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
+		decisions: map[string]Decision{}, undecided: map[string]bool{}, decided: make(chan struct{}), startingIDs: map[string]chan struct{}{}, follows: map[string]int{},
 		reaped: make(chan struct{}), reconciled: make(chan struct{}),
 	}
 	if cfg.Cluster != nil {

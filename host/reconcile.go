@@ -112,6 +112,8 @@ func (h *Host) reconcileAll(ctx context.Context, sessions []leasestore.Session) 
 			h.mu.Lock()
 			h.decisions[s.ID] = d
 			delete(h.undecided, s.ID)
+			close(h.decided)
+			h.decided = make(chan struct{})
 			h.mu.Unlock()
 			h.log.Info("session reconciled", "session", s.ID, "action", d.Action, "probe", d.Probe.String(), "reason", d.Reason)
 		})
@@ -139,6 +141,33 @@ func (h *Host) Undecided(id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.undecided[id]
+}
+
+// AwaitDecision returns once session id is not waiting for its decision
+// since open: at once when it never was. It waits up to
+// Config.DecisionWait, then returns ErrUndecided; or ctx's error.
+func (h *Host) AwaitDecision(ctx context.Context, id string) error {
+	var timeout <-chan time.Time
+	for {
+		h.mu.Lock()
+		undecided, decided := h.undecided[id], h.decided
+		h.mu.Unlock()
+		if !undecided {
+			return nil
+		}
+		if timeout == nil {
+			t := time.NewTimer(h.cfg.DecisionWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-decided:
+		case <-timeout:
+			return fmt.Errorf("session %q (waited %s): %w", id, h.cfg.DecisionWait, ErrUndecided)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // reconcileParallelism bounds how many sessions are decided at once at

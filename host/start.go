@@ -95,8 +95,8 @@ func (h *Host) StartSession(ctx context.Context, req SessionRequest) (*Session, 
 	// resumes finds the session the first started and joins it, rather
 	// than losing the race for its lease.
 	if req.ID != "" {
-		if h.Undecided(req.ID) {
-			return nil, fmt.Errorf("session %q: %w", req.ID, ErrUndecided)
+		if err := h.AwaitDecision(ctx, req.ID); err != nil {
+			return nil, err
 		}
 		release, err := h.startTurn(ctx, req.ID)
 		if err != nil {

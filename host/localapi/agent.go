@@ -155,6 +155,15 @@ func (a *agent) resume(ctx context.Context, id, cwd string, in []acp.McpServer) 
 			return nil, ctx.Err()
 		}
 	}
+	// A host just started may be deciding the session still (readopting
+	// its plugin, say): its record is read once that is done.
+	if err := a.srv.Host.AwaitDecision(ctx, id); err != nil {
+		return nil, err
+	}
+	if s, ok := a.srv.Host.Session(id); ok && !s.IdleStopping() {
+		a.rebind(s)
+		return s, nil
+	}
 	rec, err := a.srv.Host.Store().Get(ctx, id)
 	if err != nil {
 		return nil, err

@@ -19,8 +19,9 @@ import (
 // A plugin that does not answer (SIGSTOPped) while its host restarts
 // holds up neither the API nor the other sessions' decisions: serve is
 // ready at once, _agenthost/status shows the other session decided while
-// the stopped one is still "undecided", and a request on that one is
-// answered CodeSessionHeld, "not decided yet".
+// the stopped one is still "undecided", and a resume of that one is
+// answered CodeSessionHeld, "not decided yet", once it has waited the
+// host's DecisionWait for the decision.
 func TestStoppedPluginDelaysNeitherServingNorOtherDecisions(t *testing.T) {
 	t.Parallel()
 	dir := stateDir(t)
@@ -97,6 +98,65 @@ func TestStoppedPluginDelaysNeitherServingNorOtherDecisions(t *testing.T) {
 			t.Fatal("the woken plugin's session was never decided")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// A client that resumes its session from a host just started, while the
+// host is still deciding it, waits for the decision and gets the session
+// readopted, rather than a refusal it could do nothing with but retry (a
+// desktop app reconnecting to its restarted sidecar). The plugin is held
+// SIGSTOPped until the resume is seen waiting, so its decision is slower
+// than the resume.
+func TestResumeWaitsForTheSessionsDecision(t *testing.T) {
+	t.Parallel()
+	dir := stateDir(t)
+	env := append(os.Environ(), "AGENTHOST_LOG_LEVEL=warn")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { serveproc.KillSessionProcesses(dir) })
+
+	s1, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := dial(ctx, t, s1.Socket)
+	id := newSession(ctx, t, c1, dir)
+	pid := ownerPID(ctx, t, c1, id)
+	s1.Kill()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+
+	s2, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s2.Stop(30 * time.Second) }()
+	c2 := dial(ctx, t, s2.Socket)
+	if d := status(ctx, t, c2).Decisions[id]; d.Action != api.ActionUndecided {
+		t.Fatalf("the stopped plugin's session was decided %+v before its plugin answered", d)
+	}
+	resumed := make(chan error, 1)
+	go func() {
+		resumed <- c2.Call(ctx, api.MethodSessionResume, map[string]any{"sessionId": id, "cwd": dir}, nil)
+	}()
+	select {
+	case err := <-resumed:
+		t.Fatalf("the resume was answered (%v) while its session was undecided, want it to wait for the decision", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-resumed; err != nil {
+		t.Fatalf("resume once the plugin answered: %v", err)
+	}
+	if d := status(ctx, t, c2).Decisions[id]; d.Action != api.ActionReadopted {
+		t.Errorf("the session's decision %+v, want readopted", d)
+	}
+	if got := ownerPID(ctx, t, c2, id); got != pid {
+		t.Errorf("the session runs in pid %d after the resume, want its readopted plugin %d", got, pid)
 	}
 }
 
