@@ -123,6 +123,7 @@ func attachDetached(t *testing.T, r leasestore.Reattach, id string, fence uint64
 // observed the loss, and resumes it; A, opened again, finds the session no
 // longer its own, refuses it as B's and stops its old plugin.
 func TestClusterTakeoverAfterTheBound(t *testing.T) {
+	t.Parallel() // on its own etcd cluster
 	ctx := testCtx(t)
 	ec := etcdtest.StartCluster(t, 1)
 	dirA, dirB := stateDir(t), stateDir(t)
@@ -269,6 +270,7 @@ func TestClusterTakeoverAfterTheBound(t *testing.T) {
 // A second process with a host id already registered is refused before it
 // touches any lease.
 func TestClusterRefusesADuplicateHostID(t *testing.T) {
+	t.Parallel() // on its own etcd cluster
 	ec := etcdtest.StartCluster(t, 1)
 	openClusterHost(t, ec, "host-a", stateDir(t))
 	_, err := Open(testCtx(t), clusterHostConfig(t, ec.Endpoints(), "host-a", stateDir(t)))
@@ -280,6 +282,7 @@ func TestClusterRefusesADuplicateHostID(t *testing.T) {
 // A plugin that cannot fence itself (protocol version 1 has no Heartbeat)
 // is refused at start in cluster mode, and nothing of it is left running.
 func TestClusterRefusesAPluginWithoutHeartbeat(t *testing.T) {
+	t.Parallel() // on its own etcd cluster
 	ec := etcdtest.StartCluster(t, 1)
 	dir := stateDir(t)
 	cfg := clusterHostConfig(t, ec.Endpoints(), "host-a", dir)
@@ -305,6 +308,7 @@ func TestClusterRefusesAPluginWithoutHeartbeat(t *testing.T) {
 // finds the session taken and stops its plugin, writing nothing at its
 // old fence.
 func TestClusterHostCutOffComesBackDeposed(t *testing.T) {
+	t.Parallel() // on its own etcd cluster
 	ctx := testCtx(t)
 	ec := etcdtest.StartCluster(t, 3)
 	dirA, dirB := stateDir(t), stateDir(t)
@@ -390,6 +394,7 @@ func openPortabilityHost(t *testing.T, ec *etcdtest.Cluster, hostID, dir string)
 // ErrNotPortable naming host A, reserving nothing; A, back, resumes its own
 // session there.
 func TestClusterResumesANonPortableSessionOnlyOnItsOwnHost(t *testing.T) {
+	t.Parallel() // on its own etcd cluster
 	ctx := testCtx(t)
 	ec := etcdtest.StartCluster(t, 1)
 	dirA, dirB := stateDir(t), stateDir(t)

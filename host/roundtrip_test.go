@@ -135,6 +135,7 @@ func roundtripRole() int {
 }
 
 func TestReferencePluginsRoundTripThroughTheHost(t *testing.T) {
+	t.Parallel()
 	buildReferencePlugins(t)
 	rp := &referencePlugins
 	dir, home := stateDir(t), t.TempDir()

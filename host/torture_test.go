@@ -373,6 +373,7 @@ func (th *tortureHost) check(t *testing.T, round int) {
 }
 
 func TestCrashTorture(t *testing.T) {
+	t.Parallel() // its own state directory and processes; mostly waiting on them
 	rounds := 50
 	if testing.Short() {
 		rounds = 10

@@ -11,6 +11,7 @@ import (
 )
 
 func runCluster(t *testing.T, members int) {
+	t.Parallel() // each on its own cluster; most of the time is waiting for TTLs and elections
 	c := etcdtest.StartCluster(t, members)
 	leasestoretest.RunCluster(t, leasestoretest.ClusterHarness{
 		Open: func(t *testing.T, name string) leasestoretest.ClusterStore {

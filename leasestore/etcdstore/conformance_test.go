@@ -47,6 +47,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func conformance(t *testing.T, members int) {
+	t.Parallel() // each on its own cluster
 	c := etcdtest.StartCluster(t, members)
 	leasestoretest.Run(t, func(t *testing.T, cfg leasestoretest.StoreConfig) leasestore.Store {
 		// The suite's Dir names the store's state: here its key prefix,

@@ -50,6 +50,7 @@ func appendN(t testing.TB, ctx context.Context, s leasestore.Store, id string, f
 // while its reader was slow reads again from its next seq: it skips no
 // entry and delivers none twice, and follows live entries afterwards.
 func TestTailAcrossCompaction(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, 1)
 	s := open(t, c, "/tail/", func(o *etcdstore.Options) { o.CompactWindow = -1 })
 	cli := rawClient(t, c)
@@ -123,6 +124,7 @@ func TestTailAcrossCompaction(t *testing.T) {
 // TestCompactionKeepsEveryEntry: the store's own compaction removes old
 // revisions but no journal entry, and a replay still reads them all.
 func TestCompactionKeepsEveryEntry(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, 1)
 	s := open(t, c, "/compact/", func(o *etcdstore.Options) { o.CompactWindow = 200 * time.Millisecond })
 	cli := rawClient(t, c)
@@ -170,6 +172,7 @@ func TestCompactionKeepsEveryEntry(t *testing.T) {
 // but that cannot fit one etcd transaction with its key is refused
 // before anything is written, naming the limit.
 func TestEntryTooLargeForOneTransaction(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, 1)
 	s := open(t, c, "/big/", nil)
 	ctx := ctxFor(t)
@@ -199,6 +202,7 @@ func TestEntryTooLargeForOneTransaction(t *testing.T) {
 // appends that failed meanwhile, the journal has no gap and no duplicate,
 // and every acknowledged entry is in it once.
 func TestAppendsThroughAMemberLoss(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.StartCluster(t, 3)
 	s := open(t, c, "/faults/", func(o *etcdstore.Options) { o.RequestTimeout = 5 * time.Second })
 	cli := rawClient(t, c)
