@@ -766,11 +766,16 @@ func (p *pluginProc) heartbeat(ctx context.Context, validFor time.Duration) (sel
 // of the stored session, so every host answers alike, whichever plugin it
 // ran last; a state that cannot be read counts as not portable (unknown is
 // never "movable"). It reads the state's description only, where the store
-// can (leasestore.StoredStateHandle).
+// can (leasestore.StoredStateHandle). A host that stores no provider state
+// (a single machine, by default) answers without a read: only a session
+// with nothing to carry is portable.
 func (h *Host) Portable(ctx context.Context, rec leasestore.Session) bool {
 	handle := rec.Handle()
 	if handle == "" {
 		return true
+	}
+	if !h.storesProviderState() {
+		return false
 	}
 	got, err := leasestore.StoredStateHandle(ctx, h.store, rec.ID)
 	return err == nil && got == handle

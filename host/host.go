@@ -155,6 +155,9 @@ type Config struct {
 	// Host.ResumeIdle starts it again on its next request. Default: 0,
 	// never idle.
 	IdleTimeout time.Duration
+	// ProviderState says when the host exports and stores a turn's
+	// provider state (providerstate.go). Default: ProviderStateInCluster.
+	ProviderState ProviderStateMode
 	// Cluster, when set, runs the host in cluster mode: Store is a store
 	// shared by the hosts of several machines (leasestore/etcdstore, whose
 	// Store is also the Cluster), the host joins the cluster as HostID,

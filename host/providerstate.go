@@ -11,8 +11,9 @@ import (
 
 // Provider state makes a session portable: a plugin whose identity says
 // exports_state hands over its provider conversation (a CLI's transcript
-// files, whatever its plugin keeps) after every turn, the host keeps the newest with the
-// session in the store (Store.PutProviderState, fenced like an append), and
+// files, whatever its plugin keeps) after every turn, in cluster mode (or
+// with ProviderStateAlways), the host keeps the newest with the session in
+// the store (Store.PutProviderState, fenced like an append), and
 // a resume of that conversation's handle, on any machine, carries it back
 // for the plugin to import before it resumes. A session whose plugin does
 // not export is resumable only on its own machine.
@@ -22,6 +23,27 @@ import (
 // turn's. So a resume may carry a state older than what the plugin's
 // machine holds of the conversation; sdk.StateImporter tells importers to
 // keep the newer.
+
+// ProviderStateMode says when a turn's provider state is exported and
+// stored (Config.ProviderState).
+type ProviderStateMode int
+
+const (
+	// ProviderStateInCluster stores it in cluster mode only, where another
+	// machine may continue the session. On one machine the plugin's own
+	// files hold the conversation, and an export (tens of KB and growing,
+	// ~80 ms for a claude turn) would only delay every turn's stop.
+	ProviderStateInCluster ProviderStateMode = iota
+	// ProviderStateAlways stores it on a single machine too, so a resume
+	// carries the conversation even to a plugin whose files of it are gone.
+	ProviderStateAlways
+)
+
+// storesProviderState reports whether the host exports and stores its
+// sessions' provider state.
+func (h *Host) storesProviderState() bool {
+	return h.cl != nil || h.cfg.ProviderState == ProviderStateAlways
+}
 
 // exportTimeout bounds one export and its store write. The turn's Prompt
 // is woken only after it (see storeProviderState).
@@ -34,7 +56,7 @@ const exportTimeout = 30 * time.Second
 // (unless the export failed, which is logged). The pump calls it, so the
 // session's next updates wait for it.
 func (s *Session) storeProviderState(ctx context.Context, turn string) {
-	if !s.proc.exports {
+	if !s.proc.exports || !s.h.storesProviderState() {
 		return
 	}
 	ectx, cancel := context.WithTimeout(ctx, exportTimeout)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -40,9 +41,11 @@ func agentText(t *testing.T, h *Host, id string) []string {
 // the session's fence, and a resume of that handle hands it to the new
 // plugin process, whose session directory (one per fence) holds nothing of
 // the conversation: as on another machine, the conversation goes on.
+// ProviderStateAlways makes a single machine's host do what a cluster's
+// does.
 func TestProviderStateReachesTheResumedPlugin(t *testing.T) {
 	ctx := testCtx(t)
-	h := openHost(t)
+	h := openHostWith(t, func(c *Config) { c.ProviderState = ProviderStateAlways })
 	s, err := h.StartSession(ctx, SessionRequest{ID: "portable", Agent: "scripted", Workspace: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -84,5 +87,33 @@ func TestProviderStateReachesTheResumedPlugin(t *testing.T) {
 	// And the state moved on with the turn, at the new fence.
 	if st, err := h.store.GetProviderState(ctx, s2.ID()); err != nil || st.Fence != s2.fence || !strings.Contains(string(st.Data), "history") {
 		t.Errorf("stored state after the resumed turn: fence %d (want %d), %s, %v", st.Fence, s2.fence, st.Data, err)
+	}
+}
+
+// On a single machine, by default, no turn waits for an export: nothing is
+// stored, and a session with a conversation is not portable (answered
+// without a store read).
+func TestSingleMachineStoresNoProviderStateByDefault(t *testing.T) {
+	ctx := testCtx(t)
+	h := openHost(t)
+	s, err := h.StartSession(ctx, SessionRequest{ID: "local", Agent: "scripted", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Prompt(ctx, "hello"); err != nil || r.StopReason != "end_turn" {
+		t.Fatalf("Prompt: %+v, %v", r, err)
+	}
+	if !s.proc.exports {
+		t.Fatal("the scripted plugin does not export its state: the test proves nothing")
+	}
+	if st, err := h.store.GetProviderState(ctx, s.ID()); !errors.Is(err, leasestore.ErrNotFound) {
+		t.Fatalf("a single machine's host stored provider state %+v (%v) after a turn, want none", st, err)
+	}
+	rec, err := h.store.Get(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Handle() == "" || h.Portable(ctx, rec) {
+		t.Errorf("session with handle %q: portable %v, want a conversation with no stored state not portable", rec.Handle(), h.Portable(ctx, rec))
 	}
 }

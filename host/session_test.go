@@ -23,12 +23,18 @@ import (
 
 func openHost(t *testing.T) *Host {
 	t.Helper()
+	return openHostWith(t, nil)
+}
+
+// openHostWith is openHost with its config changed by edit first.
+func openHostWith(t *testing.T, edit func(*Config)) *Host {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "ah-host-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	h, err := openOnBadger(context.Background(), Config{
+	cfg := Config{
 		StateDir: dir,
 		Agents: map[string]AgentPlugin{
 			"scripted": {Path: bins.scripted},
@@ -36,7 +42,11 @@ func openHost(t *testing.T) *Host {
 		},
 		StartupTimeout: 20 * time.Second, StopTimeout: 5 * time.Second,
 		Logger: logtest.New(t),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h, err := openOnBadger(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
