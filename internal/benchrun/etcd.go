@@ -385,6 +385,11 @@ func takeoverOnce(work, scripted, endpoint, prefix string) (toAdmit, toAnswer ti
 	if err := ca.Call(ctx, api.MethodSessionNew, acp.NewSessionRequest{Cwd: dirs[0], McpServers: []acp.McpServer{}, Meta: meta}, nil); err != nil {
 		return 0, 0, fmt.Errorf("session/new on host a: %w", err)
 	}
+	// One turn first: a session moves with its conversation, which its
+	// first finished turn exports (before it, it is not portable).
+	if err := ca.Call(ctx, api.MethodSessionPrompt, acp.PromptRequest{SessionId: "t", Prompt: []acp.ContentBlock{acp.TextBlock("hello")}}, nil); err != nil {
+		return 0, 0, fmt.Errorf("session/prompt on host a: %w", err)
+	}
 	servers[0].Kill()
 	killed := time.Now()
 	cb, err := dialACP(ctx, servers[1].Socket)
