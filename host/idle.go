@@ -158,6 +158,14 @@ func (s *Session) stopAsked() {
 	}
 }
 
+// stopping reports whether the session's plugin is being stopped: Stop was
+// called, or the idle timeout decided to.
+func (s *Session) stopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idle.asked || s.idle.stopping
+}
+
 // endIdle ends the idle timer of a session whose plugin is gone. wait is
 // the idle stop under way, if any, which the session waits for before it
 // ends; idle reports whether the plugin's end is that idle stop's.

@@ -49,8 +49,13 @@ func titleEntry(title string) leasestore.EntryInput {
 }
 
 // notDispatchedEntry ends a turn whose journaled prompt never reached the
-// plugin.
-func notDispatchedEntry(turnID string, err error) leasestore.EntryInput {
+// plugin: failed, or cancelled when the session was being stopped (the
+// stop closed the plugin's session under the dispatch), as a stop that
+// came a moment later would have cancelled it in the plugin.
+func notDispatchedEntry(turnID string, err error, stopping bool) leasestore.EntryInput {
+	if stopping {
+		return hostEntry(&journal.Stop{TurnID: turnID, StopReason: "cancelled", Error: "the session was stopped before its agent took the prompt"})
+	}
 	return hostEntry(&journal.Stop{TurnID: turnID, StopReason: "failed", Error: "not dispatched: " + err.Error()})
 }
 

@@ -32,7 +32,8 @@ const (
 	// ProviderStateInCluster stores it in cluster mode only, where another
 	// machine may continue the session. On one machine the plugin's own
 	// files hold the conversation, and an export (tens of KB and growing,
-	// ~80 ms for a claude turn) would only delay every turn's stop.
+	// ~80 ms for a reference plugin's turn) would only delay every turn's
+	// stop.
 	ProviderStateInCluster ProviderStateMode = iota
 	// ProviderStateAlways stores it on a single machine too, so a resume
 	// carries the conversation even to a plugin whose files of it are gone.

@@ -164,7 +164,7 @@ func (s *Session) PromptContent(ctx context.Context, blocks []pluginclient.Conte
 		// A plugin that died meanwhile had the turn ended already
 		// (notRun says so), by Session.failTurn.
 		if notRun() {
-			if _, jerr := s.journal.Append(context.WithoutCancel(ctx), notDispatchedEntry(turnID, err)); jerr != nil {
+			if _, jerr := s.journal.Append(context.WithoutCancel(ctx), notDispatchedEntry(turnID, err, s.stopping())); jerr != nil {
 				s.h.report(JournalScope, fmt.Errorf("session %q: journal that turn %s was not dispatched: %w", s.id, turnID, jerr))
 			}
 		}
