@@ -13,7 +13,8 @@ import (
 	"github.com/agenthost/agenthost/leasestore"
 )
 
-// stopsOf returns the journaled stops of one turn.
+// stopsOf returns the journaled stops of one turn (of every turn when turn
+// is "").
 func stopsOf(t *testing.T, h *Host, id, turn string) []*journal.Stop {
 	t.Helper()
 	var out []*journal.Stop
@@ -25,7 +26,7 @@ func stopsOf(t *testing.T, h *Host, id, turn string) []*journal.Stop {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := r.(*journal.Stop); st.TurnID == turn {
+		if st := r.(*journal.Stop); turn == "" || st.TurnID == turn {
 			out = append(out, st)
 		}
 	}

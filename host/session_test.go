@@ -419,30 +419,26 @@ func TestStopMidTurnJournalsTheTurnsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _, _ = s.Prompt(ctx, "sleep 30s") }()
+	waitForPrompt(t, h, "mid-turn")
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stops := stopsOf(t, h, "mid-turn", ""); len(stops) != 1 || stops[0].StopReason != "cancelled" {
+		t.Fatalf("stop records %+v, want the turn cancelled", stops)
+	}
+}
+
+// waitForPrompt waits until session id's journal holds a prompt.
+func waitForPrompt(t *testing.T, h *Host, id string) {
+	t.Helper()
 	waitFor(t, "the prompt to be journaled", func() bool {
-		for _, e := range journalOf(t, h, "mid-turn") {
+		for _, e := range journalOf(t, h, id) {
 			if e.Kind == leasestore.KindPrompt {
 				return true
 			}
 		}
 		return false
 	})
-	if err := s.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var stops []journal.Stop
-	for _, e := range journalOf(t, h, "mid-turn") {
-		if e.Kind == leasestore.KindStop {
-			r, err := journal.Decode(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stops = append(stops, *r.(*journal.Stop))
-		}
-	}
-	if len(stops) != 1 || stops[0].StopReason != "cancelled" {
-		t.Fatalf("stop records %+v, want the turn cancelled", stops)
-	}
 }
 
 // A host that closes while sessions are starting leaves no plugin running
@@ -582,31 +578,14 @@ func TestStopBeforeThePromptReachedThePluginEndsTheTurnCancelled(t *testing.T) {
 		_, err := s.Prompt(ctx, "never taken")
 		prompted <- err
 	}()
-	waitFor(t, "the prompt to be journaled", func() bool {
-		for _, e := range journalOf(t, h, s.ID()) {
-			if e.Kind == leasestore.KindPrompt {
-				return true
-			}
-		}
-		return false
-	})
+	waitForPrompt(t, h, s.ID())
 	if err := s.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-prompted; err == nil {
 		t.Error("the prompt the plugin never took was answered without an error")
 	}
-	var stops []journal.Stop
-	for _, e := range journalOf(t, h, s.ID()) {
-		if e.Kind == leasestore.KindStop {
-			r, err := journal.Decode(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stops = append(stops, *r.(*journal.Stop))
-		}
-	}
-	if len(stops) != 1 || stops[0].StopReason != "cancelled" || !strings.Contains(stops[0].Error, "stopped before") {
+	if stops := stopsOf(t, h, s.ID(), ""); len(stops) != 1 || stops[0].StopReason != "cancelled" || !strings.Contains(stops[0].Error, "stopped before") {
 		t.Fatalf("stop records %+v, want the turn cancelled, saying the session was stopped before its agent took the prompt", stops)
 	}
 }

@@ -30,18 +30,8 @@ func TestStoppedPluginDelaysNeitherServingNorOtherDecisions(t *testing.T) {
 	defer cancel()
 	t.Cleanup(func() { serveproc.KillSessionProcesses(dir) })
 
-	s1, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1 := dial(ctx, t, s1.Socket)
-	hung, other := newSession(ctx, t, c1, dir), newSession(ctx, t, c1, dir)
-	hungPID := ownerPID(ctx, t, c1, hung)
-	s1.Kill()
-	if err := syscall.Kill(hungPID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = syscall.Kill(hungPID, syscall.SIGCONT) }()
+	ids, hungPID := killHostAndStopPlugin(ctx, t, dir, env, 2)
+	hung, other := ids[0], ids[1]
 
 	start := time.Now()
 	s2, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
@@ -115,18 +105,8 @@ func TestResumeWaitsForTheSessionsDecision(t *testing.T) {
 	defer cancel()
 	t.Cleanup(func() { serveproc.KillSessionProcesses(dir) })
 
-	s1, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1 := dial(ctx, t, s1.Socket)
-	id := newSession(ctx, t, c1, dir)
-	pid := ownerPID(ctx, t, c1, id)
-	s1.Kill()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+	ids, pid := killHostAndStopPlugin(ctx, t, dir, env, 1)
+	id := ids[0]
 
 	s2, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
 	if err != nil {
@@ -158,6 +138,29 @@ func TestResumeWaitsForTheSessionsDecision(t *testing.T) {
 	if got := ownerPID(ctx, t, c2, id); got != pid {
 		t.Errorf("the session runs in pid %d after the resume, want its readopted plugin %d", got, pid)
 	}
+}
+
+// killHostAndStopPlugin starts serve on dir with n sessions, SIGKILLs it
+// and SIGSTOPs the first session's plugin (SIGCONTed when the test ends);
+// it returns the sessions and that plugin's pid.
+func killHostAndStopPlugin(ctx context.Context, t *testing.T, dir string, env []string, n int) ([]string, int) {
+	t.Helper()
+	s1, err := serveproc.Start(serveproc.Config{Bin: agenthostBin, StateDir: dir, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := dial(ctx, t, s1.Socket)
+	var ids []string
+	for range n {
+		ids = append(ids, newSession(ctx, t, c1, dir))
+	}
+	pid := ownerPID(ctx, t, c1, ids[0])
+	s1.Kill()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	return ids, pid
 }
 
 func status(ctx context.Context, t *testing.T, c *apiclient.Client) api.Status {
