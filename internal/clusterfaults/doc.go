@@ -27,8 +27,9 @@
 //     plugins had fenced themselves; the lost host must later stop that
 //     plugin and log its end (the round waits for it: a continued host
 //     does so once it has registered again, which may come after the
-//     session's client was acknowledged on the taker). Admissions of one session must also carry
-//     growing fences, never one fence on two hosts;
+//     session's client was acknowledged on the taker). Admissions of one
+//     session must also carry growing fences, never one fence on two
+//     hosts;
 //   - every session is running somewhere or resumable: its client gets a
 //     prompt acknowledged again after the round's faults healed.
 //
