@@ -242,11 +242,10 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 	s.mu.Lock()
 	s.fromSeq = max(s.fromSeq, last+1)
 	s.mu.Unlock()
-	if err := s.proc.att.Acknowledge(ctx, last); err != nil && ctx.Err() == nil {
-		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
-	}
 	s.notePermissionsResolved(batch, first)
 	s.answerGranted(ctx, granted)
+	// Before the acknowledgement's round trip to the plugin: a follower
+	// may read the stop from the journal already, and prompt at once.
 	for _, u := range batch {
 		if u.Seq < first {
 			continue
@@ -259,6 +258,9 @@ func (s *Session) record(ctx context.Context, batch []*pluginclient.Update) erro
 				s.noteAgentUpdate(ctx, su)
 			}
 		}
+	}
+	if err := s.proc.att.Acknowledge(ctx, last); err != nil && ctx.Err() == nil {
+		s.h.log.Warn("acknowledging updates failed; the plugin will replay them", "session", s.id, "error", err)
 	}
 	return violation
 }

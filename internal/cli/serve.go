@@ -216,8 +216,9 @@ func listen(stateDir string) (*apiSocket, error) {
 // for a unix socket.
 func checkSocketPath(stateDir string) error {
 	path := filepath.Join(stateDir, SocketName)
-	if len(path) > maxSocketPath {
-		return fmt.Errorf("the socket path %s is %d bytes, longer than unix sockets allow (%d): use a shorter --state-dir", path, len(path), maxSocketPath)
+	// One byte is kept for the name a deleted socket is made again under.
+	if limit := maxSocketPath - len(remakeSuffix); len(path) > limit {
+		return fmt.Errorf("the socket path %s is %d bytes, longer than unix sockets allow (%d): use a shorter --state-dir", path, len(path), limit)
 	}
 	return nil
 }

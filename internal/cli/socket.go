@@ -49,6 +49,35 @@ func listenSocket(path string) (*apiSocket, error) {
 	return &apiSocket{ln: ln, path: path, id: id}, nil
 }
 
+// remakeSuffix names the temporary socket remakeSocket links into place.
+const remakeSuffix = "~"
+
+// remakeSocket makes the deleted socket at path again: listening under a
+// temporary name beside it first, then linked into place. A socket bound
+// at path itself would be there a moment before it listens (bind and
+// listen are two steps), refusing the clients that find it; and a link,
+// unlike a rename, never replaces a file that appeared at path meanwhile.
+func remakeSocket(path string) (*apiSocket, error) {
+	tmp := path + remakeSuffix
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	s, err := listenSocket(tmp)
+	if err != nil {
+		return nil, err
+	}
+	// Its address is the temporary name: serveSocket removes path.
+	keepPath(s.ln)
+	err = os.Link(tmp, path)
+	_ = os.Remove(tmp)
+	if err != nil {
+		s.ln.Close()
+		return nil, err
+	}
+	s.path = path
+	return s, nil
+}
+
 // serveSocket serves srv on sock until ctx ends, and
 // watches the path: a socket deleted under the running host (a cleanup of
 // the state directory, a user tidying up) left it unreachable for good,
@@ -74,10 +103,16 @@ func serveSocket(ctx context.Context, srv *localapi.Server, sock *apiSocket, log
 		})
 	}
 	// A listener removes its socket file when it closes: only while the
-	// path still holds that socket.
+	// path still holds that socket. A remade socket's listener has
+	// another address, so its path is removed here.
 	defer func() {
-		if cur, err := fileAt(sock.path); err != nil || cur != sock.id {
+		cur, err := fileAt(sock.path)
+		if err != nil || cur != sock.id {
 			keepPath(sock.ln)
+			return
+		}
+		if ul, ok := sock.ln.Addr().(*net.UnixAddr); ok && ul.Name != sock.path {
+			_ = os.Remove(sock.path)
 		}
 	}()
 	start(sock.ln)
@@ -101,7 +136,7 @@ func serveSocket(ctx context.Context, srv *localapi.Server, sock *apiSocket, log
 			return fmt.Errorf("check the socket %s: %w", sock.path, err)
 		}
 		log.Warn("the API socket was deleted under this host; making it again", "socket", sock.path)
-		next, err := listenSocket(sock.path)
+		next, err := remakeSocket(sock.path)
 		if err != nil {
 			return fmt.Errorf("the socket %s was deleted and making it again failed: %w", sock.path, err)
 		}

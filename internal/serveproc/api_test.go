@@ -3,7 +3,9 @@ package serveproc_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -255,6 +257,17 @@ func TestDeletedSocketIsMadeAgain(t *testing.T) {
 	}
 	if err := old.answer(); err != nil {
 		t.Fatalf("the client connected before the removal: %v", err)
+	}
+	if _, err := os.Lstat(s.Socket + "~"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the temporary name the socket was made under is left: %v", err)
+	}
+	// Stopped, serve removes the socket it made again, as it would its
+	// first.
+	if err := s.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(s.Socket); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the remade socket is left after serve stopped: %v", err)
 	}
 	held(t, "the socket was made again (mode %s) and both the old and a new client were answered", fi.Mode().Perm())
 }
