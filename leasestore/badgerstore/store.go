@@ -146,10 +146,10 @@ type Store struct {
 	closeSem chan struct{}
 
 	mu       sync.Mutex
-	closing  bool                     // a Close is under way or succeeded: no new writes
-	closed   bool                     // a Close succeeded
-	journals map[*journal]struct{}    // handles from OpenJournal not yet closed
-	watchers map[string]chan struct{} // closed when a session's journal or record changes
+	closing  bool                      // a Close is under way or succeeded: no new writes
+	closed   bool                      // a Close succeeded
+	journals leasestore.JournalHandles // handles from OpenJournal not yet closed
+	watchers map[string]chan struct{}  // closed when a session's journal or record changes
 
 	// stateLocks serialise provider state puts of one session (see
 	// providerstate.go), by a hash of its id.
@@ -213,7 +213,6 @@ func Open(ctx context.Context, stateDir string, opts Options) (*Store, error) {
 		lock:     lock,
 		recovery: o.recovery,
 		db:       o.db,
-		journals: make(map[*journal]struct{}),
 		watchers: make(map[string]chan struct{}),
 		closeSem: make(chan struct{}, 1),
 	}
@@ -333,22 +332,12 @@ func (s *Store) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closing = true
-	handles := make([]*journal, 0, len(s.journals))
-	for j := range s.journals {
-		handles = append(handles, j)
-	}
 	s.mu.Unlock()
-
-	retries := s.opts.CloseRetries
-	for _, j := range handles {
-		_ = retries.CloseOrRetain(ctx, j) // a failure stays retained and is retried below
-	}
-	if err := retries.RetryAll(ctx); err != nil {
+	if err := s.journals.CloseAll(ctx, s.opts.CloseRetries); err != nil {
 		s.mu.Lock()
 		s.closing = false
 		s.mu.Unlock()
-		return fmt.Errorf("close lease store: journal handles still open %q (call Close again to retry): %w",
-			retries.Pending(), err)
+		return err
 	}
 	return s.shutdown(ctx)
 }

@@ -61,31 +61,12 @@ func (s *Store) OpenJournal(ctx context.Context, id string, fence uint64) (lease
 	if err := leasestore.CheckAppend(cur, fence); err != nil {
 		return nil, err
 	}
-	j := &journal{Journal: leasestore.NewJournal(s, id, fence), store: s}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return nil, leasestore.ErrClosed
 	}
-	s.journals[j] = struct{}{}
-	return j, nil
-}
-
-// journal is a handle OpenJournal gave out, kept until its Close succeeds
-// so that the store's Close closes the ones nobody closed.
-type journal struct {
-	leasestore.Journal
-	store *Store
-}
-
-func (j *journal) Close(ctx context.Context) error {
-	if err := j.Journal.Close(ctx); err != nil {
-		return err
-	}
-	j.store.mu.Lock()
-	delete(j.store.journals, j)
-	j.store.mu.Unlock()
-	return nil
+	return s.journals.Track(leasestore.NewJournal(s, id, fence)), nil
 }
 
 // chunk is one read of a journal: the session's incarnation and head, and

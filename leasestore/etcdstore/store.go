@@ -119,7 +119,7 @@ type Store struct {
 	closed   bool
 	damaged  error
 	writers  map[string]*sessionWriter
-	journals map[*journal]struct{}
+	journals leasestore.JournalHandles // handles from OpenJournal not yet closed
 	members  map[*membership]struct{}
 }
 
@@ -163,7 +163,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		closeSem: make(chan struct{}, 1),
 		inflight: make(chan struct{}, maxInflight),
 		writers:  make(map[string]*sessionWriter),
-		journals: make(map[*journal]struct{}),
 		members:  make(map[*membership]struct{}),
 	}
 	if opts.CompactWindow > 0 {
@@ -312,22 +311,12 @@ func (s *Store) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closing = true
-	handles := make([]*journal, 0, len(s.journals))
-	for j := range s.journals {
-		handles = append(handles, j)
-	}
 	s.mu.Unlock()
-
-	retries := s.opts.CloseRetries
-	for _, j := range handles {
-		_ = retries.CloseOrRetain(ctx, j) // a failure stays retained and is retried below
-	}
-	if err := retries.RetryAll(ctx); err != nil {
+	if err := s.journals.CloseAll(ctx, s.opts.CloseRetries); err != nil {
 		s.mu.Lock()
 		s.closing = false
 		s.mu.Unlock()
-		return fmt.Errorf("close lease store: journal handles still open %q (call Close again to retry): %w",
-			retries.Pending(), err)
+		return err
 	}
 	s.mu.Lock()
 	members := make([]*membership, 0, len(s.members))
